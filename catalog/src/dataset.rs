@@ -1,0 +1,273 @@
+//! A dataset root: its `signalql.toml`, which tables it has, and their registration as
+//! DataFusion listing tables over the Parquet files under `ROOT/<table>/`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use datafusion::arrow::datatypes::{DataType, SchemaRef};
+use datafusion::catalog::TableProvider;
+use datafusion::datasource::file_format::parquet::ParquetFormat;
+use datafusion::datasource::listing::{
+    ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
+};
+use datafusion::prelude::SessionContext;
+use serde::Deserialize;
+
+/// Settings read from `ROOT/signalql.toml` (every key optional).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DatasetConfig {
+    /// The default evaluation time `T` for queries without `AS OF` (RFC 3339).
+    pub now: Option<String>,
+    /// Units of result columns, keyed by a field path (`properties.amount`) or by a column
+    /// name (`count_distinct(user_id)`).
+    #[serde(default)]
+    pub units: BTreeMap<String, String>,
+    /// Free-form description shown by DESCRIBE.
+    pub description: Option<String>,
+}
+
+/// Why a dataset or table could not be used. Each names the path involved.
+#[derive(Debug, thiserror::Error)]
+pub enum DatasetError {
+    #[error("dataset root {0} does not exist or is not a folder")]
+    MissingRoot(String),
+    #[error("dataset {root} has no {table} table (expected Parquet files under {root}/{table}/)")]
+    MissingTable { root: String, table: String },
+    #[error("cannot read {path}: {message}")]
+    Config { path: String, message: String },
+    #[error("cannot read the {table} table: {message}")]
+    Unreadable { table: String, message: String },
+    #[error("column {column} of the {table} table has type {found}, expected {expected}")]
+    BadColumn {
+        table: String,
+        column: String,
+        found: String,
+        expected: String,
+    },
+    #[error("{0}")]
+    Unsupported(String),
+}
+
+/// A local dataset root.
+#[derive(Debug, Clone)]
+pub struct Dataset {
+    root: PathBuf,
+    config: DatasetConfig,
+}
+
+/// A registered table: its provider, the arrow schema, and the files behind it.
+#[derive(Debug, Clone)]
+pub struct TableInfo {
+    pub name: String,
+    pub provider: Arc<dyn TableProvider>,
+    pub schema: SchemaRef,
+    pub files: Vec<(PathBuf, u64)>,
+}
+
+impl TableInfo {
+    pub fn total_bytes(&self) -> u64 {
+        self.files.iter().map(|(_, s)| s).sum()
+    }
+}
+
+/// How the `properties` (or `traits`, `attributes`) column encodes its keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PropertiesEncoding {
+    Struct,
+    Map,
+    JsonText,
+}
+
+impl PropertiesEncoding {
+    /// The encoding of a column of type `dt`, or None if it is none of the three.
+    pub fn of(dt: &DataType) -> Option<Self> {
+        match dt {
+            DataType::Struct(_) => Some(Self::Struct),
+            DataType::Map(_, _) => Some(Self::Map),
+            DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => Some(Self::JsonText),
+            _ => None,
+        }
+    }
+}
+
+impl Dataset {
+    /// Open a dataset root. Only local folders are supported so far; `s3://` roots are
+    /// reported as unsupported rather than misread.
+    pub fn open(root: impl AsRef<Path>) -> Result<Self, DatasetError> {
+        let root = root.as_ref();
+        let text = root.to_string_lossy();
+        if text.starts_with("s3://") {
+            return Err(DatasetError::Unsupported(format!(
+                "S3 dataset roots ({text}) are not supported yet; use a local folder"
+            )));
+        }
+        if !root.is_dir() {
+            return Err(DatasetError::MissingRoot(text.into_owned()));
+        }
+        let cfg_path = root.join("signalql.toml");
+        let config = if cfg_path.is_file() {
+            let raw = std::fs::read_to_string(&cfg_path).map_err(|e| DatasetError::Config {
+                path: cfg_path.display().to_string(),
+                message: e.to_string(),
+            })?;
+            toml::from_str(&raw).map_err(|e| DatasetError::Config {
+                path: cfg_path.display().to_string(),
+                message: e.to_string(),
+            })?
+        } else {
+            DatasetConfig::default()
+        };
+        Ok(Dataset {
+            root: root.to_path_buf(),
+            config,
+        })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn config(&self) -> &DatasetConfig {
+        &self.config
+    }
+
+    /// The configured default `now`, parsed.
+    pub fn default_now(&self) -> Result<Option<DateTime<Utc>>, DatasetError> {
+        match &self.config.now {
+            None => Ok(None),
+            Some(s) => DateTime::parse_from_rfc3339(s)
+                .map(|t| Some(t.with_timezone(&Utc)))
+                .map_err(|e| DatasetError::Config {
+                    path: self.root.join("signalql.toml").display().to_string(),
+                    message: format!("`now` = {s:?} is not an RFC 3339 instant: {e}"),
+                }),
+        }
+    }
+
+    /// The Parquet files of a table (recursively, so hive partitions work), sorted by path.
+    /// Hidden files and in-progress temporaries (names starting with `.` or `_`) are skipped.
+    pub fn table_files(&self, table: &str) -> Result<Vec<(PathBuf, u64)>, DatasetError> {
+        let dir = self.root.join(table);
+        if !dir.is_dir() {
+            return Err(DatasetError::MissingTable {
+                root: self.root.display().to_string(),
+                table: table.to_string(),
+            });
+        }
+        let mut out = Vec::new();
+        let mut stack = vec![dir];
+        while let Some(d) = stack.pop() {
+            let entries = std::fs::read_dir(&d).map_err(|e| DatasetError::Unreadable {
+                table: table.to_string(),
+                message: format!("{}: {e}", d.display()),
+            })?;
+            for entry in entries.flatten() {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if name.starts_with('.') || name.starts_with('_') {
+                    continue;
+                }
+                let path = entry.path();
+                let Ok(meta) = entry.metadata() else { continue };
+                if meta.is_dir() {
+                    stack.push(path);
+                } else if name.ends_with(".parquet") {
+                    out.push((path, meta.len()));
+                }
+            }
+        }
+        out.sort();
+        if out.is_empty() {
+            return Err(DatasetError::MissingTable {
+                root: self.root.display().to_string(),
+                table: table.to_string(),
+            });
+        }
+        Ok(out)
+    }
+
+    /// Build a listing table over `ROOT/<table>/**/*.parquet` with the schema merged from
+    /// every file (struct fields are unioned, so files written by separate ingests with
+    /// different property keys read together; a key missing from a file reads as NULL).
+    pub async fn table(
+        &self,
+        ctx: &SessionContext,
+        table: &str,
+    ) -> Result<TableInfo, DatasetError> {
+        let files = self.table_files(table)?;
+        let unreadable = |message: String| DatasetError::Unreadable {
+            table: table.to_string(),
+            message,
+        };
+        let dir =
+            std::fs::canonicalize(self.root.join(table)).map_err(|e| unreadable(e.to_string()))?;
+        let url = ListingTableUrl::parse(format!("{}/", dir.display()))
+            .map_err(|e| unreadable(e.to_string()))?;
+        let options =
+            ListingOptions::new(Arc::new(ParquetFormat::default())).with_file_extension(".parquet");
+        let state = ctx.state();
+        let schema = options
+            .infer_schema(&state, &url)
+            .await
+            .map_err(|e| unreadable(e.to_string()))?;
+        let config = ListingTableConfig::new(url)
+            .with_listing_options(options)
+            .with_schema(Arc::clone(&schema));
+        let provider = ListingTable::try_new(config).map_err(|e| unreadable(e.to_string()))?;
+        Ok(TableInfo {
+            name: table.to_string(),
+            provider: Arc::new(provider),
+            schema,
+            files,
+        })
+    }
+
+    /// Open the `events` table and check the columns the language relies on.
+    pub async fn events(&self, ctx: &SessionContext) -> Result<TableInfo, DatasetError> {
+        let info = self.table(ctx, "events").await?;
+        check_events_schema(&info.schema)?;
+        Ok(info)
+    }
+}
+
+/// The `events` table must have `event_name` (text), `timestamp` (a timestamp) and, if
+/// present, `properties` as a struct, a map or JSON text.
+pub fn check_events_schema(schema: &SchemaRef) -> Result<(), DatasetError> {
+    let bad = |column: &str, found: &DataType, expected: &str| DatasetError::BadColumn {
+        table: "events".into(),
+        column: column.into(),
+        found: found.to_string(),
+        expected: expected.into(),
+    };
+    let need = |name: &str| {
+        schema
+            .field_with_name(name)
+            .map_err(|_| DatasetError::Unreadable {
+                table: "events".into(),
+                message: format!("the events table has no `{name}` column"),
+            })
+    };
+    let en = need("event_name")?;
+    if !matches!(
+        en.data_type(),
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
+    ) {
+        return Err(bad("event_name", en.data_type(), "utf8"));
+    }
+    let ts = need("timestamp")?;
+    if !matches!(ts.data_type(), DataType::Timestamp(_, _)) {
+        return Err(bad("timestamp", ts.data_type(), "timestamp"));
+    }
+    if let Ok(p) = schema.field_with_name("properties")
+        && PropertiesEncoding::of(p.data_type()).is_none()
+    {
+        return Err(bad(
+            "properties",
+            p.data_type(),
+            "struct, map<utf8, utf8> or JSON utf8",
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,54 @@
+//! The catalog's error type: I/O, bad input lines, Arrow/Parquet/DataFusion failures.
+
+use datafusion::arrow::error::ArrowError;
+use datafusion::error::DataFusionError;
+use datafusion::parquet::errors::ParquetError;
+
+/// Everything that can go wrong while reading, writing or generating a dataset.
+#[derive(thiserror::Error, Debug)]
+pub enum CatalogError {
+    /// A file or folder could not be read, written, created or renamed.
+    #[error("cannot read/write {path}: {source}")]
+    Io {
+        /// The path involved (as the user gave it, or as built from the dataset root).
+        path: String,
+        /// The operating system's error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A line (1-based; for CSV, the line where the record starts) of an input file is invalid.
+    #[error("{file}:{line}: {message}")]
+    BadInput {
+        /// The input file.
+        file: String,
+        /// 1-based line number.
+        line: u64,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// An Arrow error (building arrays or batches).
+    #[error("arrow error: {0}")]
+    Arrow(#[from] ArrowError),
+    /// A Parquet error (encoding or decoding a file).
+    #[error("parquet error: {0}")]
+    Parquet(#[from] ParquetError),
+    /// A DataFusion error.
+    #[error("datafusion error: {0}")]
+    DataFusion(#[from] DataFusionError),
+    /// A request that cannot be carried out (bad option, existing target, empty input, ...).
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl CatalogError {
+    /// An [`CatalogError::Io`] for `path`.
+    pub fn io(path: impl AsRef<std::path::Path>, source: std::io::Error) -> Self {
+        CatalogError::Io {
+            path: path.as_ref().display().to_string(),
+            source,
+        }
+    }
+}
+
+/// The catalog's result type.
+pub type Result<T> = std::result::Result<T, CatalogError>;

@@ -1,0 +1,268 @@
+//! Atomic Parquet writes: write to a hidden temporary name, fsync, then link into place.
+//!
+//! Readers list `*.parquet`; the temporary name is `.{stem}.parquet.tmp-<pid>-<nanos>-<n>`,
+//! which starts with `.` and does not end in `.parquet`, so a reader never sees a half-written
+//! file. The final name is created with create-new semantics (a hard link, which fails if the
+//! target exists), so an existing file is never overwritten, even by a concurrent writer.
+
+use std::fs::{File, OpenOptions};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::parquet::arrow::ArrowWriter;
+use datafusion::parquet::basic::{Compression, ZstdLevel};
+use datafusion::parquet::file::properties::{EnabledStatistics, WriterProperties};
+
+use crate::error::{CatalogError, Result};
+
+/// Maximum rows per Parquet row group.
+pub const ROW_GROUP_ROWS: usize = 1024 * 1024;
+
+/// The writer properties every catalog Parquet file uses: ZSTD(3), 1 Mi-row row groups,
+/// page-level statistics.
+pub fn writer_properties() -> WriterProperties {
+    let level = ZstdLevel::try_new(3).unwrap_or_default();
+    WriterProperties::builder()
+        .set_compression(Compression::ZSTD(level))
+        .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
+        .set_statistics_enabled(EnabledStatistics::Page)
+        .build()
+}
+
+/// Writes `batches` to `dir/{file_stem}.parquet` atomically and returns that path.
+///
+/// Creates `dir` if needed. Fails (writing nothing) if the target already exists.
+pub fn write_parquet_atomic(
+    dir: &Path,
+    file_stem: &str,
+    schema: SchemaRef,
+    batches: &[RecordBatch],
+) -> Result<PathBuf> {
+    let mut writer = AtomicParquetWriter::new(dir, file_stem, schema)?;
+    for batch in batches {
+        writer.write(batch)?;
+    }
+    writer.finish()
+}
+
+/// A streaming atomic Parquet writer: batches go to a hidden temporary file; [`finish`]
+/// fsyncs it and links it to `dir/{stem}.parquet`. Dropped without `finish` (or after a
+/// failed `finish`), it removes the temporary file.
+///
+/// [`finish`]: AtomicParquetWriter::finish
+pub struct AtomicParquetWriter {
+    writer: Option<ArrowWriter<File>>,
+    dir: PathBuf,
+    tmp: PathBuf,
+    target: PathBuf,
+    rows: u64,
+}
+
+static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+fn check_stem(stem: &str) -> Result<()> {
+    let bad = stem.is_empty()
+        || stem.starts_with('.')
+        || stem.contains(['/', '\\'])
+        || stem.chars().any(char::is_control);
+    if bad {
+        return Err(CatalogError::Invalid(format!(
+            "invalid Parquet file stem {stem:?}: it must be non-empty, not start with '.', \
+             and contain no path separators"
+        )));
+    }
+    Ok(())
+}
+
+impl AtomicParquetWriter {
+    /// Opens a temporary file in `dir` (created if needed) for `dir/{stem}.parquet`.
+    /// Fails if the target already exists.
+    pub fn new(dir: &Path, stem: &str, schema: SchemaRef) -> Result<Self> {
+        check_stem(stem)?;
+        std::fs::create_dir_all(dir).map_err(|e| CatalogError::io(dir, e))?;
+        let target = dir.join(format!("{stem}.parquet"));
+        if target.exists() {
+            return Err(exists_error(&target));
+        }
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let n = TMP_COUNTER.fetch_add(1, Ordering::Relaxed);
+        let tmp = dir.join(format!(
+            ".{stem}.parquet.tmp-{}-{nanos}-{n}",
+            std::process::id()
+        ));
+        let file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+            .map_err(|e| CatalogError::io(&tmp, e))?;
+        let mut this = AtomicParquetWriter {
+            writer: None,
+            dir: dir.to_path_buf(),
+            tmp,
+            target,
+            rows: 0,
+        };
+        // From here on, `Drop` removes the temporary file if anything fails.
+        this.writer = Some(ArrowWriter::try_new(
+            file,
+            schema,
+            Some(writer_properties()),
+        )?);
+        Ok(this)
+    }
+
+    /// Appends one batch (its schema must be the writer's).
+    pub fn write(&mut self, batch: &RecordBatch) -> Result<()> {
+        let writer = self
+            .writer
+            .as_mut()
+            .ok_or_else(|| CatalogError::Invalid("Parquet writer already finished".into()))?;
+        writer.write(batch)?;
+        self.rows += batch.num_rows() as u64;
+        Ok(())
+    }
+
+    /// Rows written so far.
+    pub fn rows(&self) -> u64 {
+        self.rows
+    }
+
+    /// The path the file will have once finished.
+    pub fn target(&self) -> &Path {
+        &self.target
+    }
+
+    /// Writes the footer, fsyncs, and links the file into place; returns its final path.
+    pub fn finish(mut self) -> Result<PathBuf> {
+        let mut writer = self
+            .writer
+            .take()
+            .ok_or_else(|| CatalogError::Invalid("Parquet writer already finished".into()))?;
+        writer.finish()?;
+        writer
+            .inner()
+            .sync_all()
+            .map_err(|e| CatalogError::io(&self.tmp, e))?;
+        drop(writer);
+        publish(&self.tmp, &self.target)?;
+        sync_dir(&self.dir);
+        Ok(self.target.clone())
+    }
+}
+
+impl Drop for AtomicParquetWriter {
+    fn drop(&mut self) {
+        // Either never finished, or finished (then `tmp` is already gone and this is a no-op).
+        self.writer.take();
+        let _ = std::fs::remove_file(&self.tmp);
+    }
+}
+
+fn exists_error(target: &Path) -> CatalogError {
+    CatalogError::Invalid(format!(
+        "{} already exists; refusing to overwrite it",
+        target.display()
+    ))
+}
+
+/// Moves `tmp` to `target` without ever replacing an existing `target`.
+fn publish(tmp: &Path, target: &Path) -> Result<()> {
+    match std::fs::hard_link(tmp, target) {
+        Ok(()) => {
+            std::fs::remove_file(tmp).map_err(|e| CatalogError::io(tmp, e))?;
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(exists_error(target)),
+        Err(_) => {
+            // Filesystems without hard links: check, then rename (a narrow race remains).
+            if target.exists() {
+                return Err(exists_error(target));
+            }
+            std::fs::rename(tmp, target).map_err(|e| CatalogError::io(target, e))
+        }
+    }
+}
+
+/// Makes the rename durable (best effort: not every platform can fsync a directory).
+fn sync_dir(dir: &Path) {
+    #[cfg(unix)]
+    if let Ok(d) = File::open(dir) {
+        let _ = d.sync_all();
+    }
+    #[cfg(not(unix))]
+    let _ = dir;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::array::Int64Array;
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use std::sync::Arc;
+
+    fn batch() -> (SchemaRef, RecordBatch) {
+        let schema = Arc::new(Schema::new(vec![Field::new("x", DataType::Int64, false)]));
+        let b = RecordBatch::try_new(
+            Arc::clone(&schema),
+            vec![Arc::new(Int64Array::from(vec![1, 2, 3]))],
+        )
+        .unwrap();
+        (schema, b)
+    }
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn writes_then_refuses_to_overwrite() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("a/b");
+        let (schema, b) = batch();
+        let p = write_parquet_atomic(&dir, "f", Arc::clone(&schema), &[b.clone()]).unwrap();
+        assert_eq!(p, dir.join("f.parquet"));
+        let bytes = std::fs::read(&p).unwrap();
+        let err = write_parquet_atomic(&dir, "f", schema, &[b]).unwrap_err();
+        assert!(err.to_string().contains("already exists"), "{err}");
+        assert_eq!(std::fs::read(&p).unwrap(), bytes);
+        assert_eq!(names(&dir), ["f.parquet"]);
+    }
+
+    #[test]
+    fn temp_file_is_hidden_and_removed_on_drop() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (schema, b) = batch();
+        let mut w = AtomicParquetWriter::new(tmp.path(), "g", schema).unwrap();
+        w.write(&b).unwrap();
+        let during = names(tmp.path());
+        assert_eq!(during.len(), 1);
+        assert!(during[0].starts_with(".g.parquet.tmp-"), "{during:?}");
+        assert!(!during[0].ends_with(".parquet"));
+        drop(w);
+        assert!(names(tmp.path()).is_empty());
+    }
+
+    #[test]
+    fn rejects_bad_stems_and_mismatched_batches() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (schema, _) = batch();
+        for stem in ["", ".hidden", "a/b", "..", "a\\b"] {
+            assert!(AtomicParquetWriter::new(tmp.path(), stem, Arc::clone(&schema)).is_err());
+        }
+        let other = Arc::new(Schema::new(vec![Field::new("y", DataType::Utf8, true)]));
+        let (_, b) = batch();
+        assert!(write_parquet_atomic(tmp.path(), "h", other, &[b]).is_err());
+        assert!(names(tmp.path()).is_empty());
+    }
+}

@@ -1,0 +1,343 @@
+//! Tests of the deterministic events generator: determinism, shape, ranges and realism.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, AsArray, RecordBatch};
+use datafusion::arrow::datatypes::{
+    DataType, Field, Fields, Float64Type, Schema, TimeUnit, TimestampMicrosecondType,
+};
+use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use signalql_catalog::r#gen::{GenOptions, default_end, generate_events};
+
+/// 2026-06-13T00:00:00Z and 2026-03-15T00:00:00Z (90 days before), in microseconds.
+const END_US: i64 = 1_781_308_800_000_000;
+const BEGIN_US: i64 = 1_773_532_800_000_000;
+
+fn opts(out: &Path, rows: u64, seed: u64) -> GenOptions {
+    GenOptions {
+        rows,
+        seed,
+        out: out.to_path_buf(),
+        end: default_end(),
+        days: 90,
+    }
+}
+
+fn listing(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+fn read_all(paths: &[PathBuf]) -> Vec<RecordBatch> {
+    let mut out = Vec::new();
+    for p in paths {
+        let reader = ParquetRecordBatchReaderBuilder::try_new(File::open(p).unwrap())
+            .unwrap()
+            .build()
+            .unwrap();
+        for b in reader {
+            out.push(b.unwrap());
+        }
+    }
+    out
+}
+
+fn expected_schema() -> Schema {
+    let props = Fields::from(vec![
+        Field::new("amount", DataType::Float64, true),
+        Field::new("country", DataType::Utf8, true),
+        Field::new("experiment_variant", DataType::Utf8, true),
+        Field::new("path", DataType::Utf8, true),
+        Field::new("plan", DataType::Utf8, true),
+        Field::new("platform", DataType::Utf8, true),
+    ]);
+    Schema::new(vec![
+        Field::new("event_name", DataType::Utf8, false),
+        Field::new("user_id", DataType::Utf8, true),
+        Field::new("session_id", DataType::Utf8, true),
+        Field::new(
+            "timestamp",
+            DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+            false,
+        ),
+        Field::new("properties", DataType::Struct(props), true),
+    ])
+}
+
+#[test]
+fn default_end_is_2026_06_13() {
+    assert_eq!(default_end().timestamp_micros(), END_US);
+    let o = GenOptions::new("x");
+    assert_eq!((o.days, o.end), (90, default_end()));
+}
+
+#[test]
+fn same_seed_same_bytes_other_seed_other_bytes() {
+    let a = tempfile::tempdir().unwrap();
+    let b = tempfile::tempdir().unwrap();
+    let c = tempfile::tempdir().unwrap();
+    let sa = generate_events(&opts(a.path(), 20_000, 7), None).unwrap();
+    let sb = generate_events(&opts(b.path(), 20_000, 7), None).unwrap();
+    let sc = generate_events(&opts(c.path(), 20_000, 8), None).unwrap();
+    assert_eq!((sa.files, sc.rows), (1, 20_000));
+    assert_eq!(
+        (sa.rows, sa.files, sa.users, sa.bytes),
+        (sb.rows, sb.files, sb.users, sb.bytes)
+    );
+    let bytes = |dir: &Path| std::fs::read(dir.join("events/part-00000.parquet")).unwrap();
+    assert_eq!(bytes(a.path()), bytes(b.path()));
+    assert_ne!(bytes(a.path()), bytes(c.path()));
+    assert_eq!(
+        std::fs::read(a.path().join("signalql.toml")).unwrap(),
+        std::fs::read(b.path().join("signalql.toml")).unwrap()
+    );
+}
+
+#[test]
+fn shape_ranges_and_realism() {
+    let dir = tempfile::tempdir().unwrap();
+    let summary = generate_events(&opts(dir.path(), 40_001, 42), None).unwrap();
+    assert_eq!(summary.rows, 40_001);
+    assert_eq!(summary.files, 1);
+    assert_eq!(
+        listing(&dir.path().join("events")),
+        vec!["part-00000.parquet"]
+    );
+    assert_eq!(listing(dir.path()), vec!["events", "signalql.toml"]);
+    let on_disk: u64 = summary
+        .paths
+        .iter()
+        .map(|p| std::fs::metadata(p).unwrap().len())
+        .sum();
+    assert_eq!(summary.bytes, on_disk);
+
+    let toml = std::fs::read_to_string(dir.path().join("signalql.toml")).unwrap();
+    assert!(toml.contains("now = \"2026-06-13T00:00:00Z\""), "{toml}");
+    assert!(
+        toml.contains("[units]\n\"properties.amount\" = \"USD\""),
+        "{toml}"
+    );
+
+    let batches = read_all(&summary.paths);
+    assert_eq!(batches[0].schema().as_ref(), &expected_schema());
+    let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+    assert_eq!(rows, 40_001);
+
+    let mut names: BTreeMap<String, usize> = BTreeMap::new();
+    let mut null_users = 0;
+    let mut users = BTreeSet::new();
+    let mut users_by_event: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut session_users: BTreeMap<String, BTreeSet<Option<String>>> = BTreeMap::new();
+    let mut last_ts = i64::MIN;
+    let mut hours = [0usize; 24];
+    for b in &batches {
+        let name = b.column(0).as_string::<i32>();
+        let user = b.column(1).as_string::<i32>();
+        let session = b.column(2).as_string::<i32>();
+        let ts = b.column(3).as_primitive::<TimestampMicrosecondType>();
+        let props = b.column(4).as_struct();
+        assert_eq!(props.null_count(), 0);
+        let amount = props
+            .column_by_name("amount")
+            .unwrap()
+            .as_primitive::<Float64Type>();
+        let path = props.column_by_name("path").unwrap().as_string::<i32>();
+        let plan = props.column_by_name("plan").unwrap().as_string::<i32>();
+        let platform = props.column_by_name("platform").unwrap().as_string::<i32>();
+        let variant = props
+            .column_by_name("experiment_variant")
+            .unwrap()
+            .as_string::<i32>();
+        for i in 0..b.num_rows() {
+            let t = ts.value(i);
+            assert!(
+                (BEGIN_US..END_US).contains(&t),
+                "timestamp {t} out of range"
+            );
+            assert!(t >= last_ts, "file not sorted by timestamp");
+            last_ts = t;
+            hours[((t / 3_600_000_000) % 24) as usize] += 1;
+            let n = name.value(i).to_string();
+            *names.entry(n.clone()).or_default() += 1;
+            assert!(session.is_valid(i));
+            let s = session.value(i);
+            assert!(s.starts_with('s') && s.len() >= 8, "{s}");
+            let u = user.is_valid(i).then(|| user.value(i).to_string());
+            session_users
+                .entry(s.to_string())
+                .or_default()
+                .insert(u.clone());
+            match &u {
+                None => {
+                    null_users += 1;
+                    assert!(plan.is_null(i) && variant.is_null(i));
+                }
+                Some(u) => {
+                    assert!(u.starts_with('u') && u.len() >= 7, "{u}");
+                    assert!(["control", "treatment"].contains(&variant.value(i)));
+                    users.insert(u.clone());
+                    users_by_event
+                        .entry(n.clone())
+                        .or_default()
+                        .insert(u.clone());
+                }
+            }
+            if plan.is_valid(i) {
+                assert!(["free", "pro", "team", "enterprise"].contains(&plan.value(i)));
+            }
+            assert!(["web", "ios", "android"].contains(&platform.value(i)));
+            assert_eq!(path.is_valid(i), n == "page_view", "path only on page_view");
+            if path.is_valid(i) {
+                assert!(path.value(i).starts_with('/'));
+            }
+            let has_amount = n == "checkout" || n == "purchase";
+            assert_eq!(
+                amount.is_valid(i),
+                has_amount,
+                "amount only on checkout/purchase"
+            );
+            if has_amount {
+                let a = amount.value(i);
+                assert!((5.0..=500.0).contains(&a), "amount {a}");
+                assert!(
+                    ((a * 100.0).round() - a * 100.0).abs() < 1e-6,
+                    "amount {a} has > 2 decimals"
+                );
+            }
+        }
+    }
+    // A session belongs to one user (or is anonymous).
+    assert!(session_users.values().all(|u| u.len() == 1));
+    assert_eq!(summary.users, users.len() as u64);
+    // ~40 events per user.
+    assert!((500..=1100).contains(&users.len()), "{} users", users.len());
+    // ~2% anonymous events.
+    let share = null_users as f64 / 40_001.0;
+    assert!((0.005..0.05).contains(&share), "null user share {share}");
+    // page_view is the most frequent event; every event name appears.
+    let top = names.iter().max_by_key(|(_, c)| **c).unwrap().0;
+    assert_eq!(top, "page_view");
+    for n in [
+        "page_view",
+        "session_start",
+        "visit",
+        "signup",
+        "activated",
+        "checkout",
+        "purchase",
+        "error",
+        "click",
+        "logout",
+    ] {
+        assert!(
+            names.get(n).copied().unwrap_or(0) > 0,
+            "no {n} events: {names:?}"
+        );
+    }
+    // Funnels narrow: visit > signup > activated, checkout > purchase (in users).
+    let u = |n: &str| users_by_event.get(n).map_or(0, |s| s.len());
+    assert!(
+        u("visit") > u("signup") && u("signup") > u("activated"),
+        "{}",
+        u("visit")
+    );
+    assert!(u("checkout") > u("purchase") && u("purchase") > 0);
+    // Daily seasonality: the busiest hour has clearly more events than the quietest.
+    let (lo, hi) = (hours.iter().min().unwrap(), hours.iter().max().unwrap());
+    assert!(*hi > 2 * *lo, "{hours:?}");
+}
+
+#[test]
+fn refuses_to_overwrite_and_keeps_existing_config() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("signalql.toml"),
+        "now = \"2020-01-01T00:00:00Z\"\n",
+    )
+    .unwrap();
+    let s = generate_events(&opts(dir.path(), 1_000, 1), None).unwrap();
+    assert_eq!(s.rows, 1_000);
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("signalql.toml")).unwrap(),
+        "now = \"2020-01-01T00:00:00Z\"\n"
+    );
+    let before = std::fs::read(dir.path().join("events/part-00000.parquet")).unwrap();
+    let err = generate_events(&opts(dir.path(), 1_000, 2), None).unwrap_err();
+    assert!(
+        err.to_string().contains("already holds generated data"),
+        "{err}"
+    );
+    assert_eq!(
+        listing(&dir.path().join("events")),
+        vec!["part-00000.parquet"]
+    );
+    assert_eq!(
+        std::fs::read(dir.path().join("events/part-00000.parquet")).unwrap(),
+        before
+    );
+}
+
+#[test]
+fn tiny_and_invalid_options() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = generate_events(&opts(dir.path(), 1, 3), None).unwrap();
+    assert_eq!((s.rows, s.files), (1, 1));
+    let batches = read_all(&s.paths);
+    assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), 1);
+
+    let empty = tempfile::tempdir().unwrap();
+    assert!(generate_events(&opts(empty.path(), 0, 3), None).is_err());
+    let mut o = opts(empty.path(), 10, 3);
+    o.days = 0;
+    assert!(generate_events(&o, None).is_err());
+    assert!(!empty.path().join("events").exists());
+}
+
+#[test]
+fn progress_counts_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let pb = indicatif::ProgressBar::hidden();
+    generate_events(&opts(dir.path(), 5_000, 9), Some(&pb)).unwrap();
+    assert_eq!(pb.position(), 5_000);
+}
+
+#[test]
+fn schema_is_shared_with_library() {
+    let schema = signalql_catalog::r#gen::generated_events_schema();
+    assert_eq!(schema.as_ref(), &expected_schema());
+    let _: Arc<Schema> = schema;
+}
+
+/// Slow in debug builds (2.2 M rows): run with `cargo test -p signalql-catalog -- --ignored`.
+#[test]
+#[ignore]
+fn large_runs_split_into_sorted_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let rows = 2 * 1_048_576 + 100_000;
+    let s = generate_events(&opts(dir.path(), rows, 11), None).unwrap();
+    assert_eq!((s.rows, s.files), (rows, 2));
+    assert_eq!(
+        listing(&dir.path().join("events")),
+        vec!["part-00000.parquet", "part-00001.parquet"]
+    );
+    let mut total = 0;
+    for p in &s.paths {
+        let mut last = i64::MIN;
+        for b in read_all(std::slice::from_ref(p)) {
+            total += b.num_rows() as u64;
+            let ts = b.column(3).as_primitive::<TimestampMicrosecondType>();
+            for t in ts.values().iter() {
+                assert!(*t >= last && (BEGIN_US..END_US).contains(t));
+                last = *t;
+            }
+        }
+    }
+    assert_eq!(total, rows);
+}

@@ -1,0 +1,332 @@
+//! `Engine`: opens a dataset, parses, lowers and runs SignalQL, and builds the envelope.
+
+use std::sync::Arc;
+use std::time::Duration as StdDuration;
+
+use chrono::{DateTime, Utc};
+use datafusion::arrow::array::{Array, AsArray, RecordBatch};
+use datafusion::arrow::datatypes::{SchemaRef, TimestampMicrosecondType};
+use datafusion::execution::SessionStateBuilder;
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::physical_plan::{ExecutionPlan, collect};
+use datafusion::prelude::{SessionConfig, SessionContext};
+use datafusion::sql::unparser::plan_to_sql;
+use sha2::{Digest, Sha256};
+use signalql_catalog::{Dataset, DatasetError, TableInfo};
+
+use crate::envelope::{
+    ColumnInfo, CostEstimate, Envelope, Metadata, SIGNALQL_VERSION, WindowInfo, limits_json, rows,
+    type_name,
+};
+use crate::error::{Error, ErrorKind, Result};
+use crate::lower::retrieve::{data_span_plan, lower_retrieve};
+use crate::lower::time::rfc3339;
+use crate::lower::{Interval, Limits, LowerInput, Lowered, UnitSource};
+use crate::syntax::ast::{RetrieveQuery, Statement};
+use crate::syntax::parse;
+
+/// How an engine evaluates queries.
+#[derive(Debug, Clone, Default)]
+pub struct EngineOptions {
+    /// `T` for queries without AS OF (overrides the dataset's configured `now`).
+    pub now: Option<DateTime<Utc>>,
+    pub limits: Limits,
+}
+
+/// A SignalQL engine over one dataset root.
+pub struct Engine {
+    dataset: Dataset,
+    ctx: SessionContext,
+    options: EngineOptions,
+}
+
+/// A compiled query: its AST, logical plan and the SQL DataFusion's unparser gives for it.
+pub struct Compiled {
+    pub statement: Statement,
+    pub lowered: Lowered,
+    pub sql: Result<String>,
+}
+
+impl From<DatasetError> for Error {
+    fn from(e: DatasetError) -> Self {
+        match &e {
+            DatasetError::BadColumn { .. } => Error::type_error(e.to_string()),
+            DatasetError::Unsupported(_) => Error::new(
+                ErrorKind::Capability {
+                    feature: "s3 datasets".into(),
+                    tier: "engine".into(),
+                },
+                e.to_string(),
+            ),
+            _ => Error::io(e.to_string()),
+        }
+    }
+}
+
+impl Engine {
+    /// Open the dataset at `root` with default options.
+    pub fn open(root: impl AsRef<std::path::Path>) -> Result<Engine> {
+        Engine::open_with(root, EngineOptions::default())
+    }
+
+    pub fn open_with(root: impl AsRef<std::path::Path>, options: EngineOptions) -> Result<Engine> {
+        let dataset = Dataset::open(root)?;
+        let runtime = RuntimeEnvBuilder::new()
+            .with_memory_limit(options.limits.query_memory_bytes as usize, 1.0)
+            .build_arc()?;
+        let config = SessionConfig::new().with_information_schema(false);
+        let state = SessionStateBuilder::new()
+            .with_config(config)
+            .with_runtime_env(runtime)
+            .with_default_features()
+            .build();
+        let ctx = SessionContext::new_with_state(state);
+        signalql_udfs::register_all(&ctx);
+        Ok(Engine {
+            dataset,
+            ctx,
+            options,
+        })
+    }
+
+    pub fn dataset(&self) -> &Dataset {
+        &self.dataset
+    }
+
+    pub fn session(&self) -> &SessionContext {
+        &self.ctx
+    }
+
+    pub fn limits(&self) -> &Limits {
+        &self.options.limits
+    }
+
+    /// `T` for a query without AS OF: `--now`, else the dataset's `now`, else the clock.
+    pub fn now(&self) -> Result<DateTime<Utc>> {
+        if let Some(t) = self.options.now {
+            return Ok(t);
+        }
+        Ok(self.dataset.default_now()?.unwrap_or_else(Utc::now))
+    }
+
+    /// Parse and lower `text` without running it.
+    pub async fn compile(&self, text: &str) -> Result<Compiled> {
+        let statement = parse(text)?;
+        let lowered = match &statement {
+            Statement::Retrieve(q) => self.lower(q).await?,
+            other => return Err(unsupported(other)),
+        };
+        let sql = plan_sql(&lowered.plan);
+        Ok(Compiled {
+            statement,
+            lowered,
+            sql,
+        })
+    }
+
+    /// The physical plan DataFusion makes for a compiled query, as indented text.
+    pub async fn physical_plan_text(&self, compiled: &Compiled) -> Result<String> {
+        let physical = self
+            .ctx
+            .state()
+            .create_physical_plan(&compiled.lowered.plan)
+            .await?;
+        Ok(datafusion::physical_plan::displayable(physical.as_ref())
+            .indent(true)
+            .to_string())
+    }
+
+    async fn events(&self) -> Result<TableInfo> {
+        Ok(self.dataset.events(&self.ctx).await?)
+    }
+
+    async fn lower(&self, q: &RetrieveQuery) -> Result<Lowered> {
+        let table = self.events().await?;
+        let now = self.now()?;
+        let mut input = LowerInput {
+            table: &table,
+            now,
+            limits: &self.options.limits,
+            data_span: None,
+        };
+        if q.bucket.is_some() && q.window.is_none() {
+            input.data_span = self.data_span(q, &input).await?;
+        }
+        lower_retrieve(q, &input)
+    }
+
+    /// The span `[min, max]` of the rows a bucketed query without DURING reads.
+    async fn data_span(
+        &self,
+        q: &RetrieveQuery,
+        input: &LowerInput<'_>,
+    ) -> Result<Option<Interval>> {
+        let plan = data_span_plan(q, input)?;
+        let (batches, _) = self.execute(&plan).await?;
+        let Some(batch) = batches.first() else {
+            return Ok(None);
+        };
+        let col = |i: usize| {
+            batch
+                .column(i)
+                .as_primitive_opt::<TimestampMicrosecondType>()
+                .cloned()
+        };
+        let (Some(lo), Some(hi)) = (col(0), col(1)) else {
+            return Ok(None);
+        };
+        if lo.is_empty() || lo.is_null(0) || hi.is_null(0) {
+            return Ok(None);
+        }
+        let at = |v: i64| DateTime::<Utc>::from_timestamp_micros(v);
+        match (at(lo.value(0)), at(hi.value(0) + 1)) {
+            (Some(start), Some(end)) => Ok(Some(Interval { start, end })),
+            _ => Ok(None),
+        }
+    }
+
+    /// Run a logical plan with the engine's timeout; returns the batches and the physical plan.
+    async fn execute(
+        &self,
+        plan: &LogicalPlan,
+    ) -> Result<(Vec<RecordBatch>, Arc<dyn ExecutionPlan>)> {
+        let state = self.ctx.state();
+        let physical = state.create_physical_plan(plan).await?;
+        let task = self.ctx.task_ctx();
+        let timeout = StdDuration::from_secs(self.options.limits.timeout_seconds);
+        let batches =
+            match tokio::time::timeout(timeout, collect(Arc::clone(&physical), task)).await {
+                Ok(r) => r?,
+                Err(_) => {
+                    let secs = self.options.limits.timeout_seconds;
+                    return Err(Error::limit("timeout_seconds", secs, secs + 1).with_help(
+                        "the query ran longer than the timeout; narrow the window or filter",
+                    ));
+                }
+            };
+        Ok((batches, physical))
+    }
+
+    /// Run one query and return its envelope.
+    pub async fn query(&self, text: &str) -> Result<Envelope> {
+        let compiled = self.compile(text).await?;
+        let lowered = &compiled.lowered;
+        let (batches, physical) = self.execute(&lowered.plan).await?;
+        let total: usize = batches.iter().map(|b| b.num_rows()).sum();
+        let cap = lowered.row_cap.map(|c| c as usize).unwrap_or(usize::MAX);
+        let truncated = total > cap;
+        let rows = rows(&batches, cap)?;
+        let (scanned_rows, scanned_bytes) = scan_metrics(physical.as_ref());
+        let columns = self.columns(lowered, physical.schema());
+        let digest = compiled
+            .sql
+            .as_ref()
+            .ok()
+            .map(|sql| format!("sha256:{}", hex::encode(Sha256::digest(sql))));
+        Ok(Envelope {
+            columns,
+            metadata: Metadata {
+                row_count: rows.len() as u64,
+                truncated,
+                limit_applied: lowered.limit_applied,
+                as_of: rfc3339(lowered.as_of),
+                access_filtered: false,
+                ordered: lowered.ordered,
+                window: lowered.window.map(|w| WindowInfo {
+                    start: rfc3339(w.start),
+                    end: rfc3339(w.end),
+                }),
+                cost_estimate: CostEstimate {
+                    scanned_rows,
+                    scanned_bytes,
+                    engine: "datafusion".into(),
+                },
+                compiled_sql_digest: digest,
+                signalql_version: SIGNALQL_VERSION.into(),
+                engine_version: env!("CARGO_PKG_VERSION").into(),
+                limits: limits_json(&self.options.limits),
+            },
+            rows,
+        })
+    }
+
+    fn columns(&self, lowered: &Lowered, schema: SchemaRef) -> Vec<ColumnInfo> {
+        let units = &self.dataset.config().units;
+        lowered
+            .columns
+            .iter()
+            .zip(schema.fields().iter())
+            .map(|(c, f)| {
+                let unit = units.get(&c.name).cloned().or_else(|| match &c.unit {
+                    UnitSource::Field(p) => units.get(p).cloned(),
+                    UnitSource::Squared(p) => units.get(p).map(|u| format!("{u}^2")),
+                    UnitSource::Count => Some("events".into()),
+                    UnitSource::None => None,
+                });
+                ColumnInfo {
+                    name: c.name.clone(),
+                    data_type: type_name(f.data_type()),
+                    unit,
+                }
+            })
+            .collect()
+    }
+}
+
+/// The SQL text DataFusion's unparser gives for a plan.
+pub fn plan_sql(plan: &LogicalPlan) -> Result<String> {
+    plan_to_sql(plan)
+        .map(|s| s.to_string())
+        .map_err(Error::from)
+}
+
+/// Rows and bytes read by the scans of an executed plan.
+fn scan_metrics(plan: &dyn ExecutionPlan) -> (u64, u64) {
+    let mut rows = 0u64;
+    let mut bytes = 0u64;
+    if plan.children().is_empty()
+        && let Some(m) = plan.metrics()
+    {
+        rows += m.output_rows().unwrap_or(0) as u64;
+        bytes += m
+            .sum_by_name("bytes_scanned")
+            .map(|v| v.as_usize() as u64)
+            .unwrap_or(0);
+    }
+    for child in plan.children() {
+        let (r, b) = scan_metrics(child.as_ref());
+        rows += r;
+        bytes += b;
+    }
+    (rows, bytes)
+}
+
+fn unsupported(s: &Statement) -> Error {
+    let (feature, tier) = match s {
+        Statement::Retrieve(_) => ("retrieve", "v0.3-core"),
+        Statement::Funnel(_) => ("FUNNEL", "v0.3-core"),
+        Statement::Sequence(_) => ("FIND sequence", "v0.3-core"),
+        Statement::Watch(_) => ("WATCH", "v0.3-capability"),
+        Statement::Describe(_) => ("DESCRIBE", "v0.3-capability"),
+        Statement::ContextTask(_) => ("CONTEXT FOR", "v0.5"),
+        Statement::ExplainContext(_) => ("EXPLAIN CONTEXT", "v0.5"),
+        Statement::FindObject(_) => ("FIND OBJECT", "v0.5"),
+        Statement::Explain(_) => ("EXPLAIN", "engine"),
+    };
+    let span = match s {
+        Statement::Funnel(q) => Some(q.span),
+        Statement::Sequence(q) => Some(q.span),
+        Statement::Watch(q) => Some(q.span),
+        Statement::Describe(q) => Some(q.span),
+        Statement::ContextTask(q) => Some(q.span),
+        Statement::ExplainContext(q) => Some(q.span),
+        Statement::FindObject(q) => Some(q.span),
+        _ => None,
+    };
+    let e = Error::capability(feature, tier);
+    match span {
+        Some(sp) => e.at(sp),
+        None => e,
+    }
+}

@@ -1,0 +1,190 @@
+//! The typed result envelope of SignalQL v0.3: columns with name, type and unit; rows as
+//! arrays in column order (structs as JSON objects, timestamps RFC 3339); execution metadata.
+
+use chrono::{DateTime, Utc};
+use datafusion::arrow::array::{Array, RecordBatch};
+use datafusion::arrow::datatypes::DataType;
+use datafusion::common::ScalarValue;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Number, Value, json};
+
+use crate::error::{Error, Result};
+use crate::lower::Limits;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ColumnInfo {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub data_type: String,
+    pub unit: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CostEstimate {
+    pub scanned_rows: u64,
+    pub scanned_bytes: u64,
+    pub engine: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WindowInfo {
+    pub start: String,
+    pub end: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Metadata {
+    pub row_count: u64,
+    pub truncated: bool,
+    pub limit_applied: u64,
+    pub as_of: String,
+    pub access_filtered: bool,
+    pub ordered: bool,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub window: Option<WindowInfo>,
+    pub cost_estimate: CostEstimate,
+    pub compiled_sql_digest: Option<String>,
+    pub signalql_version: String,
+    pub engine_version: String,
+    pub limits: Value,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Envelope {
+    pub columns: Vec<ColumnInfo>,
+    pub rows: Vec<Vec<Value>>,
+    pub metadata: Metadata,
+}
+
+/// The language version the engine implements for analytics.
+pub const SIGNALQL_VERSION: &str = "0.3";
+
+/// The envelope's name for an Arrow type.
+pub fn type_name(dt: &DataType) -> String {
+    match dt {
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => "string".into(),
+        DataType::Int8
+        | DataType::Int16
+        | DataType::Int32
+        | DataType::Int64
+        | DataType::UInt8
+        | DataType::UInt16
+        | DataType::UInt32
+        | DataType::UInt64 => "integer".into(),
+        DataType::Float16 | DataType::Float32 | DataType::Float64 => "number".into(),
+        DataType::Decimal32(..)
+        | DataType::Decimal64(..)
+        | DataType::Decimal128(..)
+        | DataType::Decimal256(..) => "number".into(),
+        DataType::Boolean => "boolean".into(),
+        DataType::Timestamp(..) => "timestamp".into(),
+        DataType::Date32 | DataType::Date64 => "date".into(),
+        DataType::Struct(_) => "struct".into(),
+        DataType::List(_) | DataType::LargeList(_) | DataType::FixedSizeList(..) => "list".into(),
+        DataType::Map(..) => "map".into(),
+        DataType::Null => "null".into(),
+        other => other.to_string(),
+    }
+}
+
+fn float(v: Option<f64>) -> Value {
+    v.and_then(Number::from_f64)
+        .map(Value::Number)
+        .unwrap_or(Value::Null)
+}
+
+fn timestamp(v: Option<i64>, per_second: i64) -> Value {
+    let Some(v) = v else { return Value::Null };
+    let secs = v.div_euclid(per_second);
+    let nanos = v.rem_euclid(per_second) * (1_000_000_000 / per_second);
+    match DateTime::<Utc>::from_timestamp(secs, nanos as u32) {
+        Some(t) => Value::String(crate::lower::time::rfc3339(t)),
+        None => Value::Null,
+    }
+}
+
+/// One value as JSON.
+pub fn scalar_to_json(v: &ScalarValue) -> Result<Value> {
+    use ScalarValue as S;
+    Ok(match v {
+        v if v.is_null() => Value::Null,
+        S::Boolean(b) => json!(b),
+        S::Int8(x) => json!(x),
+        S::Int16(x) => json!(x),
+        S::Int32(x) => json!(x),
+        S::Int64(x) => json!(x),
+        S::UInt8(x) => json!(x),
+        S::UInt16(x) => json!(x),
+        S::UInt32(x) => json!(x),
+        S::UInt64(x) => json!(x),
+        S::Float32(x) => float(x.map(f64::from)),
+        S::Float64(x) => float(*x),
+        S::Utf8(s) | S::LargeUtf8(s) | S::Utf8View(s) => json!(s),
+        S::TimestampSecond(x, _) => timestamp(*x, 1),
+        S::TimestampMillisecond(x, _) => timestamp(*x, 1_000),
+        S::TimestampMicrosecond(x, _) => timestamp(*x, 1_000_000),
+        S::TimestampNanosecond(x, _) => timestamp(*x, 1_000_000_000),
+        S::Date32(Some(d)) => match DateTime::<Utc>::from_timestamp(*d as i64 * 86_400, 0) {
+            Some(t) => json!(t.format("%Y-%m-%d").to_string()),
+            None => Value::Null,
+        },
+        S::Struct(arr) => {
+            let mut obj = Map::new();
+            for (i, field) in arr.fields().iter().enumerate() {
+                let child = ScalarValue::try_from_array(arr.column(i), 0)?;
+                obj.insert(field.name().clone(), scalar_to_json(&child)?);
+            }
+            Value::Object(obj)
+        }
+        S::List(arr) => array_to_json(arr.value(0).as_ref())?,
+        S::LargeList(arr) => array_to_json(arr.value(0).as_ref())?,
+        S::Map(arr) => {
+            let entries = arr.value(0);
+            let mut obj = Map::new();
+            for i in 0..entries.len() {
+                let k = ScalarValue::try_from_array(entries.column(0), i)?;
+                let v = ScalarValue::try_from_array(entries.column(1), i)?;
+                let key = match scalar_to_json(&k)? {
+                    Value::String(s) => s,
+                    other => other.to_string(),
+                };
+                obj.insert(key, scalar_to_json(&v)?);
+            }
+            Value::Object(obj)
+        }
+        other => json!(other.to_string()),
+    })
+}
+
+fn array_to_json(arr: &dyn Array) -> Result<Value> {
+    let mut out = Vec::with_capacity(arr.len());
+    for i in 0..arr.len() {
+        out.push(scalar_to_json(&ScalarValue::try_from_array(arr, i)?)?);
+    }
+    Ok(Value::Array(out))
+}
+
+/// All rows of `batches` as arrays in column order, at most `max_rows` of them.
+pub fn rows(batches: &[RecordBatch], max_rows: usize) -> Result<Vec<Vec<Value>>> {
+    let mut out = Vec::new();
+    for batch in batches {
+        for r in 0..batch.num_rows() {
+            if out.len() >= max_rows {
+                return Ok(out);
+            }
+            let mut row = Vec::with_capacity(batch.num_columns());
+            for c in batch.columns() {
+                row.push(scalar_to_json(
+                    &ScalarValue::try_from_array(c, r).map_err(Error::from)?,
+                )?);
+            }
+            out.push(row);
+        }
+    }
+    Ok(out)
+}
+
+/// `metadata.limits` as JSON.
+pub fn limits_json(l: &Limits) -> Value {
+    serde_json::to_value(l).unwrap_or(Value::Null)
+}

@@ -1,0 +1,201 @@
+//! The one error type of the engine: a kind (with its stable code), a message, an optional
+//! source position and optional help.
+
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+
+use crate::syntax::ast::Span;
+
+/// What went wrong. Each kind has a stable snake_case `code` that agents program against.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ErrorKind {
+    /// The text is not a valid query (lexing or parsing).
+    Parse,
+    /// A field, table or column the query names does not exist.
+    UnknownField,
+    /// A value or column has a type the operation cannot take.
+    Type,
+    /// A construct that parses but this engine does not execute (yet).
+    Capability {
+        feature: String,
+        tier: String,
+    },
+    /// A configured limit was exceeded.
+    LimitExceeded {
+        limit: String,
+        max: u64,
+        value: u64,
+    },
+    /// An address that is not in the context store.
+    UnknownContext,
+    /// Reading or writing data failed (missing dataset, corrupt file, ...).
+    Io,
+    PermissionDenied,
+    /// A bug: something the engine should never do.
+    Internal,
+}
+
+impl ErrorKind {
+    pub fn code(&self) -> &'static str {
+        match self {
+            ErrorKind::Parse => "parse_error",
+            ErrorKind::UnknownField => "unknown_field",
+            ErrorKind::Type => "type_error",
+            ErrorKind::Capability { .. } => "capability_error",
+            ErrorKind::LimitExceeded { .. } => "limit_exceeded",
+            ErrorKind::UnknownContext => "unknown_context",
+            ErrorKind::Io => "io_error",
+            ErrorKind::PermissionDenied => "permission_denied",
+            ErrorKind::Internal => "internal_error",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{}", self.render())]
+pub struct Error {
+    pub kind: ErrorKind,
+    pub message: String,
+    pub span: Option<Span>,
+    pub help: Option<String>,
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Error {
+            kind,
+            message: message.into(),
+            span: None,
+            help: None,
+        }
+    }
+    pub fn parse(message: impl Into<String>, span: Span) -> Self {
+        Error::new(ErrorKind::Parse, message).at(span)
+    }
+    pub fn unknown_field(message: impl Into<String>) -> Self {
+        Error::new(ErrorKind::UnknownField, message)
+    }
+    pub fn type_error(message: impl Into<String>) -> Self {
+        Error::new(ErrorKind::Type, message)
+    }
+    pub fn capability(feature: &str, tier: &str) -> Self {
+        Error::new(
+            ErrorKind::Capability {
+                feature: feature.to_string(),
+                tier: tier.to_string(),
+            },
+            format!("{feature} ({tier}) is not supported by this engine yet"),
+        )
+    }
+    pub fn limit(limit: &str, max: u64, value: u64) -> Self {
+        Error::new(
+            ErrorKind::LimitExceeded {
+                limit: limit.to_string(),
+                max,
+                value,
+            },
+            format!("{limit} is {value}, above the limit of {max}"),
+        )
+    }
+    pub fn io(message: impl Into<String>) -> Self {
+        Error::new(ErrorKind::Io, message)
+    }
+    pub fn internal(message: impl Into<String>) -> Self {
+        Error::new(ErrorKind::Internal, message)
+    }
+    /// Attach a position (kept if one is already set).
+    pub fn at(mut self, span: Span) -> Self {
+        if self.span.is_none() {
+            self.span = Some(span);
+        }
+        self
+    }
+    pub fn with_help(mut self, help: impl Into<String>) -> Self {
+        self.help = Some(help.into());
+        self
+    }
+    pub fn code(&self) -> &'static str {
+        self.kind.code()
+    }
+
+    fn render(&self) -> String {
+        let mut s = format!("{}: {}", self.code(), self.message);
+        if let Some(span) = &self.span {
+            s.push_str(&format!(" at line {}, column {}", span.line, span.column));
+        }
+        if let Some(help) = &self.help {
+            s.push_str(&format!(" (help: {help})"));
+        }
+        s
+    }
+
+    /// The JSON form `{"error": {code, message, line?, column?, ...}}`.
+    pub fn to_json(&self) -> Value {
+        let mut e = Map::new();
+        e.insert("code".into(), json!(self.code()));
+        e.insert("message".into(), json!(self.message));
+        if let Some(span) = &self.span {
+            e.insert("line".into(), json!(span.line));
+            e.insert("column".into(), json!(span.column));
+            e.insert("offset".into(), json!(span.start));
+        }
+        match &self.kind {
+            ErrorKind::Capability { feature, tier } => {
+                e.insert("feature".into(), json!(feature));
+                e.insert("tier".into(), json!(tier));
+            }
+            ErrorKind::LimitExceeded { limit, max, value } => {
+                e.insert("limit".into(), json!(limit));
+                e.insert("max".into(), json!(max));
+                e.insert("value".into(), json!(value));
+            }
+            _ => {}
+        }
+        if let Some(help) = &self.help {
+            e.insert("help".into(), json!(help));
+        }
+        json!({ "error": Value::Object(e) })
+    }
+}
+
+impl Serialize for Error {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        self.to_json().serialize(s)
+    }
+}
+
+impl From<datafusion::error::DataFusionError> for Error {
+    fn from(e: datafusion::error::DataFusionError) -> Self {
+        use datafusion::error::DataFusionError as D;
+        match e {
+            D::ArrowError(a, _)
+                if matches!(*a, datafusion::arrow::error::ArrowError::IoError(..)) =>
+            {
+                Error::io(a.to_string())
+            }
+            D::IoError(io) => Error::io(io.to_string()),
+            D::ParquetError(p) => Error::io(format!("cannot read Parquet data: {p}")),
+            D::ObjectStore(o) => Error::io(o.to_string()),
+            D::ResourcesExhausted(m) => Error::new(
+                ErrorKind::LimitExceeded {
+                    limit: "query_memory".into(),
+                    max: 0,
+                    value: 0,
+                },
+                m,
+            ),
+            D::Context(ctx, inner) => {
+                let mut err = Error::from(*inner);
+                err.message = format!("{ctx}: {}", err.message);
+                err
+            }
+            D::External(ext) => match ext.downcast::<Error>() {
+                Ok(ours) => *ours,
+                Err(other) => Error::internal(other.to_string()),
+            },
+            other => Error::internal(other.to_string()),
+        }
+    }
+}

@@ -1,0 +1,104 @@
+//! Lowering of aggregates: count, count_distinct, sum, avg, min, max, variance and stddev
+//! (sample forms, n − 1), exact percentile (`percentile_cont`), and `stats` (our struct UDAF).
+
+use datafusion::arrow::datatypes::DataType;
+use datafusion::common::DFSchema;
+use datafusion::functions_aggregate::count::count_all;
+use datafusion::functions_aggregate::expr_fn::{
+    avg, count, count_distinct, max, min, percentile_cont, stddev, sum, var_sample,
+};
+use datafusion::logical_expr::{Expr, cast, lit, try_cast};
+use signalql_udfs::aggregate::stats::stats;
+
+use super::fields::{is_numeric, is_text, resolve};
+use crate::error::{Error, Result};
+use crate::syntax::ast::{AggFn, Aggregate, FieldRef, Span};
+
+/// A lowered aggregate: its expression and whether it counts (counts are 0, not NULL, on
+/// an empty bucket of a dense series).
+pub struct LoweredAggregate {
+    pub expr: Expr,
+    pub counts: bool,
+}
+
+fn numeric_input(field: &FieldRef, schema: &DFSchema, span: Span, func: &str) -> Result<Expr> {
+    let r = resolve(field, schema, span)?;
+    if is_numeric(&r.data_type) {
+        Ok(match r.data_type {
+            DataType::Float64 => r.expr,
+            _ if func == "sum" => r.expr,
+            _ => cast(r.expr, DataType::Float64),
+        })
+    } else if is_text(&r.data_type) || r.data_type == DataType::Null {
+        // JSON or text values: numbers are read as numbers, anything else is NULL.
+        Ok(try_cast(r.expr, DataType::Float64))
+    } else {
+        Err(Error::type_error(format!(
+            "{func}() needs a numeric field, and {} has type {}",
+            super::fields::field_text(field),
+            r.data_type
+        ))
+        .at(span))
+    }
+}
+
+/// Lower one aggregate over rows of `schema`.
+pub fn lower_aggregate(agg: &Aggregate, schema: &DFSchema, span: Span) -> Result<LoweredAggregate> {
+    let counting = |expr| LoweredAggregate { expr, counts: true };
+    let other = |expr| LoweredAggregate {
+        expr,
+        counts: false,
+    };
+    Ok(match agg {
+        Aggregate::CountAll => counting(count_all()),
+        Aggregate::Standard(AggFn::Count, f) => counting(count(resolve(f, schema, span)?.expr)),
+        Aggregate::Standard(AggFn::CountDistinct, f) => {
+            let r = resolve(f, schema, span)?;
+            if matches!(
+                r.data_type,
+                DataType::Struct(_) | DataType::Map(_, _) | DataType::List(_)
+            ) {
+                return Err(Error::type_error(format!(
+                    "count_distinct() needs a scalar field, and {} has type {}",
+                    super::fields::field_text(f),
+                    r.data_type
+                ))
+                .at(span));
+            }
+            counting(count_distinct(r.expr))
+        }
+        Aggregate::Standard(AggFn::Sum, f) => other(sum(numeric_input(f, schema, span, "sum")?)),
+        Aggregate::Standard(AggFn::Avg, f) => other(avg(numeric_input(f, schema, span, "avg")?)),
+        Aggregate::Standard(AggFn::Variance, f) => {
+            other(var_sample(numeric_input(f, schema, span, "variance")?))
+        }
+        Aggregate::Standard(AggFn::Stddev, f) => {
+            other(stddev(numeric_input(f, schema, span, "stddev")?))
+        }
+        Aggregate::Standard(func @ (AggFn::Min | AggFn::Max), f) => {
+            let r = resolve(f, schema, span)?;
+            if matches!(
+                r.data_type,
+                DataType::Struct(_) | DataType::Map(_, _) | DataType::List(_)
+            ) {
+                return Err(Error::type_error(format!(
+                    "{}() needs an orderable field, and {} has type {}",
+                    if *func == AggFn::Min { "min" } else { "max" },
+                    super::fields::field_text(f),
+                    r.data_type
+                ))
+                .at(span));
+            }
+            other(if *func == AggFn::Min {
+                min(r.expr)
+            } else {
+                max(r.expr)
+            })
+        }
+        Aggregate::Percentile(f, p) => {
+            let input = numeric_input(f, schema, span, "percentile")?;
+            other(percentile_cont(input.sort(true, false), lit(*p)))
+        }
+        Aggregate::Stats(f) => other(stats(numeric_input(f, schema, span, "stats")?)),
+    })
+}

@@ -1,0 +1,212 @@
+//! Resolution of field paths against a table schema, and the typing of literals against them.
+//!
+//! `properties.plan` reads a struct field, a map key or a JSON key, whichever the column is
+//! (DESIGN.md §3); a missing key is NULL. Literals take the field's type: a text literal against
+//! a numeric field is parsed as a number (`properties.amount = "49"` matches 49 and 49.0), a
+//! numeric literal against a text field compares the text cast to a number, a text literal
+//! against a timestamp is an RFC 3339 instant.
+
+use chrono::DateTime;
+use datafusion::arrow::datatypes::{DataType, TimeUnit as ArrowTimeUnit};
+use datafusion::common::{Column, DFSchema, ScalarValue};
+use datafusion::functions::core::expr_fn::get_field;
+use datafusion::logical_expr::{Expr, ExprSchemable, cast, lit, try_cast};
+use signalql_udfs::scalar::json_get::json_get_text;
+
+use crate::error::{Error, Result};
+use crate::syntax::ast::{FieldRef, Literal, Span};
+
+/// The type every timestamp is compared and bucketed in.
+pub fn ts_type() -> DataType {
+    DataType::Timestamp(ArrowTimeUnit::Microsecond, Some("UTC".into()))
+}
+
+/// A timestamp literal of [`ts_type`].
+pub fn ts_lit(micros: i64) -> Expr {
+    lit(ScalarValue::TimestampMicrosecond(
+        Some(micros),
+        Some("UTC".into()),
+    ))
+}
+
+/// A column reference by exact name (names may contain dots and parentheses).
+pub fn column(name: &str) -> Expr {
+    Expr::Column(Column::from_name(name))
+}
+
+/// A field resolved to an expression and its type.
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    pub expr: Expr,
+    pub data_type: DataType,
+}
+
+/// The dotted text of a field, for messages.
+pub fn field_text(f: &FieldRef) -> String {
+    match f {
+        FieldRef::Path(p) => p.join("."),
+        FieldRef::Signal(n) => format!("signal({n})"),
+        FieldRef::Probability(n) => format!("probability({n})"),
+        FieldRef::SemanticMatch(t) => format!("semantic_match({t:?})"),
+    }
+}
+
+/// Resolve `field` against `schema` (the schema of the scanned table).
+pub fn resolve(field: &FieldRef, schema: &DFSchema, span: Span) -> Result<Resolved> {
+    let path = match field {
+        FieldRef::Path(p) => p,
+        FieldRef::Signal(_) => return Err(Error::capability("signal()", "v0.3-extended").at(span)),
+        FieldRef::Probability(_) => {
+            return Err(Error::capability("probability()", "v0.3-extended").at(span));
+        }
+        FieldRef::SemanticMatch(_) => {
+            return Err(Error::capability("semantic_match()", "v0.3-extended").at(span));
+        }
+    };
+    let Some((first, rest)) = path.split_first() else {
+        return Err(Error::internal("empty field path").at(span));
+    };
+    let Some((_, f)) = schema.qualified_field_with_unqualified_name(first).ok() else {
+        let names: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
+        return Err(Error::unknown_field(format!(
+            "unknown field `{}`: the table has no column `{first}` (columns: {})",
+            path.join("."),
+            names.join(", ")
+        ))
+        .at(span));
+    };
+    let mut expr = column(first);
+    let mut dt = f.data_type().clone();
+    if first == "timestamp" && matches!(dt, DataType::Timestamp(_, _)) && dt != ts_type() {
+        expr = cast(expr, ts_type());
+        dt = ts_type();
+    }
+    for key in rest {
+        (expr, dt) = match &dt {
+            DataType::Struct(fields) => match fields.iter().find(|f| f.name() == key) {
+                Some(child) => (get_field(expr, key.as_str()), child.data_type().clone()),
+                // A key that no file has is NULL, as a missing map or JSON key is.
+                None => (lit(ScalarValue::Utf8(None)), DataType::Utf8),
+            },
+            DataType::Map(entries, _) => {
+                let value_type = match entries.data_type() {
+                    DataType::Struct(kv) if kv.len() == 2 => kv[1].data_type().clone(),
+                    other => {
+                        return Err(
+                            Error::type_error(format!("unexpected map layout {other}")).at(span)
+                        );
+                    }
+                };
+                (get_field(expr, key.as_str()), value_type)
+            }
+            DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => {
+                let text = if dt == DataType::Utf8 {
+                    expr
+                } else {
+                    cast(expr, DataType::Utf8)
+                };
+                (json_get_text(text, lit(key.as_str())), DataType::Utf8)
+            }
+            DataType::Null => (lit(ScalarValue::Utf8(None)), DataType::Utf8),
+            other => {
+                return Err(Error::unknown_field(format!(
+                    "unknown field `{}`: `{}` has type {other} and no keys",
+                    path.join("."),
+                    first
+                ))
+                .at(span));
+            }
+        };
+    }
+    Ok(Resolved {
+        expr,
+        data_type: dt,
+    })
+}
+
+pub fn is_text(dt: &DataType) -> bool {
+    matches!(
+        dt,
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
+    )
+}
+
+pub fn is_numeric(dt: &DataType) -> bool {
+    dt.is_numeric()
+}
+
+fn literal_text(l: &Literal) -> String {
+    match l {
+        Literal::String(s) => format!("{s:?}"),
+        Literal::Integer(i) => i.to_string(),
+        Literal::Decimal(d) => format!("{d:?}"),
+        Literal::Boolean(b) => b.to_string(),
+    }
+}
+
+/// Type `value` against a field of type `dt`, returning the (possibly cast) field expression
+/// and the literal expression to compare it with.
+pub fn coerce_literal(field: &Resolved, value: &Literal, span: Span) -> Result<(Expr, Expr)> {
+    let mismatch = |what: &str| {
+        Error::type_error(format!(
+            "cannot compare a field of type {} with {} ({what})",
+            field.data_type,
+            literal_text(value)
+        ))
+        .at(span)
+    };
+    let dt = &field.data_type;
+    let e = field.expr.clone();
+    if is_numeric(dt) {
+        return match value {
+            Literal::Integer(i) => Ok((e, lit(*i))),
+            Literal::Decimal(d) => Ok((e, lit(*d))),
+            Literal::String(s) => {
+                let t = s.trim();
+                if let Ok(i) = t.parse::<i64>() {
+                    Ok((e, lit(i)))
+                } else if let Ok(f) = t.parse::<f64>() {
+                    Ok((e, lit(f)))
+                } else {
+                    Err(mismatch("the text is not a number"))
+                }
+            }
+            Literal::Boolean(_) => Err(mismatch("a boolean is not a number")),
+        };
+    }
+    if is_text(dt) || *dt == DataType::Null {
+        return match value {
+            Literal::String(s) => Ok((e, lit(s.as_str()))),
+            Literal::Integer(i) => Ok((try_cast(e, DataType::Float64), lit(*i as f64))),
+            Literal::Decimal(d) => Ok((try_cast(e, DataType::Float64), lit(*d))),
+            Literal::Boolean(b) => Ok((e, lit(if *b { "true" } else { "false" }))),
+        };
+    }
+    match (dt, value) {
+        (DataType::Boolean, Literal::Boolean(b)) => Ok((e, lit(*b))),
+        (DataType::Boolean, Literal::String(s)) if s == "true" || s == "false" => {
+            Ok((e, lit(s == "true")))
+        }
+        (DataType::Boolean, _) => Err(mismatch("expected true or false")),
+        (DataType::Timestamp(_, _), Literal::String(s)) => {
+            let t = DateTime::parse_from_rfc3339(s).map_err(|_| {
+                mismatch("expected an RFC 3339 instant such as \"2026-06-13T00:00:00Z\"")
+            })?;
+            let e = if *dt == ts_type() {
+                e
+            } else {
+                cast(e, ts_type())
+            };
+            Ok((e, ts_lit(t.timestamp_micros())))
+        }
+        (DataType::Date32 | DataType::Date64, Literal::String(s)) => {
+            Ok((e, cast(lit(s.as_str()), dt.clone())))
+        }
+        _ => Err(mismatch("unsupported comparison")),
+    }
+}
+
+/// The type of `expr` over `schema`, as an engine error.
+pub fn type_of(expr: &Expr, schema: &DFSchema) -> Result<DataType> {
+    expr.get_type(schema).map_err(Error::from)
+}

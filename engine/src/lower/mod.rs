@@ -1,0 +1,104 @@
+//! Lowering of bound SignalQL queries into DataFusion logical plans.
+
+pub mod aggregate;
+pub mod fields;
+pub mod predicate;
+pub mod retrieve;
+pub mod time;
+
+use chrono::{DateTime, Utc};
+use datafusion::logical_expr::LogicalPlan;
+use serde::Serialize;
+use signalql_catalog::TableInfo;
+
+pub use time::Interval;
+
+/// Engine limits (DESIGN.md §4), all configurable, reported in `metadata.limits`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Limits {
+    pub max_window_days: u64,
+    pub max_funnel_steps: u64,
+    pub max_groups: u64,
+    pub max_result_rows: u64,
+    pub max_buckets: u64,
+    pub query_memory_bytes: u64,
+    pub timeout_seconds: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_window_days: 366,
+            max_funnel_steps: 10,
+            max_groups: 100_000,
+            max_result_rows: 10_000,
+            max_buckets: 10_000,
+            query_memory_bytes: 4 << 30,
+            timeout_seconds: 60,
+        }
+    }
+}
+
+/// What lowering needs besides the query.
+pub struct LowerInput<'a> {
+    /// The events table.
+    pub table: &'a TableInfo,
+    /// `T` for queries without AS OF.
+    pub now: DateTime<Utc>,
+    pub limits: &'a Limits,
+    /// For a bucketed query without DURING: the span of the matching data, so the series
+    /// can still be dense (computed by the engine before lowering).
+    pub data_span: Option<Interval>,
+}
+
+/// Where a result column's unit comes from (units are configured per field or column name).
+#[derive(Debug, Clone, PartialEq)]
+pub enum UnitSource {
+    /// The unit of this field path.
+    Field(String),
+    /// The square of a field's unit (variance).
+    Squared(String),
+    /// Counts of events.
+    Count,
+    None,
+}
+
+#[derive(Debug, Clone)]
+pub struct OutColumn {
+    pub name: String,
+    pub unit: UnitSource,
+}
+
+/// A lowered query: the plan and what the envelope needs to describe its result.
+#[derive(Debug, Clone)]
+pub struct Lowered {
+    pub plan: LogicalPlan,
+    pub columns: Vec<OutColumn>,
+    pub ordered: bool,
+    /// The row limit in force (the user's LIMIT or the engine cap).
+    pub limit_applied: u64,
+    /// When set, the plan fetches one row more than this cap; more rows means truncated.
+    pub row_cap: Option<u64>,
+    pub as_of: DateTime<Utc>,
+    pub window: Option<Interval>,
+}
+
+impl Lowered {
+    pub fn new(
+        plan: LogicalPlan,
+        columns: Vec<OutColumn>,
+        ordered: bool,
+        limit_applied: u64,
+        row_cap: Option<u64>,
+    ) -> Self {
+        Lowered {
+            plan,
+            columns,
+            ordered,
+            limit_applied,
+            row_cap,
+            as_of: DateTime::<Utc>::UNIX_EPOCH,
+            window: None,
+        }
+    }
+}

@@ -1,0 +1,490 @@
+//! Lowering of `FROM events …` retrieve queries into a DataFusion `LogicalPlan`, built with
+//! `LogicalPlanBuilder` (never SQL text), in the plan order of the spec: filters → window →
+//! bucketing → grouping → aggregation → (dense fill) → HAVING → ordering → limit → projection.
+
+use std::collections::BTreeSet;
+
+use datafusion::common::{Column, DFSchemaRef, NullEquality};
+use datafusion::datasource::provider_as_source;
+use datafusion::functions::core::expr_fn::coalesce;
+use datafusion::functions::datetime::expr_fn::date_trunc;
+use datafusion::functions_nested::expr_fn::make_array;
+use datafusion::logical_expr::utils::conjunction;
+use datafusion::logical_expr::{Expr, JoinType, LogicalPlan, LogicalPlanBuilder, SortExpr, lit};
+
+use super::aggregate::lower_aggregate;
+use super::fields::{Resolved, column, field_text, resolve, ts_lit};
+use super::predicate::lower_bool;
+use super::time::{Interval, anchor, bucket_series, micros, trunc_name, window_interval};
+use super::{LowerInput, Lowered, OutColumn, UnitSource};
+use crate::error::{Error, Result};
+use crate::syntax::ast::{
+    AggFn, Aggregate, BoolExpr, FieldRef, Operand, OrderKey, RetrieveQuery, ReturnItem, Source,
+    Span,
+};
+use crate::syntax::format::canonical_name;
+
+/// The internal name of the bucket column until the final projection names it.
+const BUCKET_KEY: &str = "__bucket_start";
+
+fn timestamp_field() -> FieldRef {
+    FieldRef::Path(vec!["timestamp".into()])
+}
+
+fn aggregate_name(a: &Aggregate) -> String {
+    canonical_name(&ReturnItem::Aggregate(a.clone()))
+}
+
+fn unit_of_aggregate(a: &Aggregate) -> UnitSource {
+    match a {
+        Aggregate::CountAll | Aggregate::Standard(AggFn::Count, _) => UnitSource::Count,
+        Aggregate::Standard(AggFn::CountDistinct, _) => UnitSource::None,
+        Aggregate::Standard(AggFn::Variance, f) => UnitSource::Squared(field_text(f)),
+        Aggregate::Standard(_, f) | Aggregate::Percentile(f, _) | Aggregate::Stats(f) => {
+            UnitSource::Field(field_text(f))
+        }
+    }
+}
+
+/// Does this query aggregate (as opposed to listing rows)?
+fn aggregates(q: &RetrieveQuery) -> bool {
+    q.bucket.is_some()
+        || !q.group_by.is_empty()
+        || q.having.is_some()
+        || q.returns.iter().any(|r| !matches!(r, ReturnItem::Field(_)))
+        || q.order_by
+            .iter()
+            .any(|o| !matches!(o.key, OrderKey::Field(_)))
+}
+
+/// Check the parts of a retrieve query this engine does not execute.
+fn check_capabilities(q: &RetrieveQuery) -> Result<()> {
+    match &q.source {
+        Source::Events => {}
+        Source::Entity(_) => {
+            return Err(Error::capability("entity source", "v0.3-extended").at(q.span));
+        }
+        Source::Metric(_) => {
+            return Err(Error::capability("governed metric source", "v0.3-capability").at(q.span));
+        }
+    }
+    if q.traverse.is_some() {
+        return Err(Error::capability("TRAVERSE", "v0.3-extended").at(q.span));
+    }
+    if q.trend.is_some() {
+        return Err(Error::capability("TREND", "v0.3-extended").at(q.span));
+    }
+    Ok(())
+}
+
+fn span_at(spans: &[Span], i: usize, fallback: Span) -> Span {
+    spans.get(i).copied().unwrap_or(fallback)
+}
+
+/// The scan of the events table with the window and WHERE filters applied.
+struct Filtered {
+    builder: LogicalPlanBuilder,
+    scan_schema: DFSchemaRef,
+    ts: Resolved,
+    window: Option<Interval>,
+    as_of: chrono::DateTime<chrono::Utc>,
+}
+
+fn scan_filtered(q: &RetrieveQuery, input: &LowerInput) -> Result<Filtered> {
+    check_capabilities(q)?;
+    let source = provider_as_source(input.table.provider.clone());
+    let mut b = LogicalPlanBuilder::scan("events", source, None)?;
+    let scan_schema = b.schema().clone();
+
+    let as_of = anchor(q.window.as_ref(), input.now)?;
+    let window = match &q.window {
+        Some(w) => Some(window_interval(w, as_of, input.limits.max_window_days)?),
+        None => None,
+    };
+    let ts = resolve(&timestamp_field(), &scan_schema, q.span)?;
+
+    let mut filters = Vec::new();
+    if let Some(i) = window {
+        filters.push(ts.expr.clone().gt_eq(ts_lit(micros(i.start))));
+        filters.push(ts.expr.clone().lt(ts_lit(micros(i.end))));
+    }
+    if let Some(w) = &q.filter {
+        filters.push(lower_bool(w, &|op: &Operand, span: Span| match op {
+            Operand::Field(f) => resolve(f, &scan_schema, span),
+            _ => Err(Error::parse(
+                "aggregates are not allowed in WHERE; use HAVING",
+                span,
+            )),
+        })?);
+    }
+    if let Some(f) = conjunction(filters) {
+        b = b.filter(f)?;
+    }
+    Ok(Filtered {
+        builder: b,
+        scan_schema,
+        ts,
+        window,
+        as_of,
+    })
+}
+
+/// For a bucketed query without DURING: a plan giving `min(timestamp)` and `max(timestamp)`
+/// of the rows the query reads, from which the engine derives the dense series' span.
+pub fn data_span_plan(q: &RetrieveQuery, input: &LowerInput) -> Result<LogicalPlan> {
+    use datafusion::functions_aggregate::expr_fn::{max, min};
+    let f = scan_filtered(q, input)?;
+    Ok(f.builder
+        .aggregate(
+            Vec::<Expr>::new(),
+            vec![
+                min(f.ts.expr.clone()).alias("lo"),
+                max(f.ts.expr).alias("hi"),
+            ],
+        )?
+        .build()?)
+}
+
+/// Lower a retrieve query over the events table.
+pub fn lower_retrieve(q: &RetrieveQuery, input: &LowerInput) -> Result<Lowered> {
+    let Filtered {
+        builder: b,
+        scan_schema,
+        ts,
+        window,
+        as_of,
+    } = scan_filtered(q, input)?;
+    let mut lowered = if aggregates(q) {
+        lower_aggregating(q, input, b, &scan_schema, &ts, window)?
+    } else {
+        lower_listing(q, input, b, &scan_schema)?
+    };
+    lowered.as_of = as_of;
+    lowered.window = window;
+    Ok(lowered)
+}
+
+/// The effective row limit: the user's LIMIT if within the engine's cap, else the cap (and
+/// one more row is fetched so truncation can be detected).
+fn limit_plan(q: &RetrieveQuery, input: &LowerInput) -> (u64, usize, Option<u64>) {
+    let cap = input.limits.max_result_rows;
+    match q.limit {
+        Some(n) if n <= cap => (n, n as usize, None),
+        _ => (cap, cap as usize + 1, Some(cap)),
+    }
+}
+
+/// RETURN of plain fields without grouping: one output row per event.
+fn lower_listing(
+    q: &RetrieveQuery,
+    input: &LowerInput,
+    mut b: LogicalPlanBuilder,
+    schema: &DFSchemaRef,
+) -> Result<Lowered> {
+    let mut projection = Vec::new();
+    let mut columns = Vec::new();
+    let mut default_sort = Vec::new();
+    for (i, item) in q.returns.iter().enumerate() {
+        let ReturnItem::Field(f) = item else {
+            return Err(Error::internal("aggregate in a listing query"));
+        };
+        let name = field_text(f);
+        let r = resolve(f, schema, span_at(&q.return_spans, i, q.span))?;
+        if columns.iter().any(|c: &OutColumn| c.name == name) {
+            return Err(duplicate_column(&name, span_at(&q.return_spans, i, q.span)));
+        }
+        if r.data_type.is_primitive()
+            || super::fields::is_text(&r.data_type)
+            || r.data_type.is_temporal()
+        {
+            default_sort.push(r.expr.clone().sort(true, false));
+        }
+        projection.push(r.expr.alias(name.clone()));
+        columns.push(OutColumn {
+            name: name.clone(),
+            unit: UnitSource::Field(name),
+        });
+    }
+    let ordered = !q.order_by.is_empty();
+    let mut sort: Vec<SortExpr> = Vec::new();
+    for term in &q.order_by {
+        let OrderKey::Field(f) = &term.key else {
+            return Err(Error::internal("aggregate ORDER BY in a listing query"));
+        };
+        let r = resolve(f, schema, term.span)?;
+        sort.push(r.expr.sort(!term.descending, term.descending));
+    }
+    sort.extend(default_sort);
+    let (limit_applied, fetch, row_cap) = limit_plan(q, input);
+    if !sort.is_empty() {
+        b = b.sort_with_limit(sort, Some(fetch))?;
+    }
+    let plan = b.limit(0, Some(fetch))?.project(projection)?.build()?;
+    Ok(Lowered::new(plan, columns, ordered, limit_applied, row_cap))
+}
+
+fn duplicate_column(name: &str, span: Span) -> Error {
+    Error::type_error(format!("RETURN names the column `{name}` twice")).at(span)
+}
+
+/// Grouped and/or aggregated queries, with dense buckets when BUCKET BY is given.
+fn lower_aggregating(
+    q: &RetrieveQuery,
+    input: &LowerInput,
+    b: LogicalPlanBuilder,
+    scan_schema: &DFSchemaRef,
+    ts: &Resolved,
+    window: Option<Interval>,
+) -> Result<Lowered> {
+    let time_col = q
+        .time_column
+        .clone()
+        .unwrap_or_else(|| "timestamp".to_string());
+
+    // Group keys: the bucket first, then the dims in their order.
+    let mut group_exprs = Vec::new();
+    let mut keys: Vec<String> = Vec::new();
+    // The bucket key gets an internal name until the final projection: a group-by alias that
+    // shadows the input column `timestamp` makes DataFusion 55.2 push the dense-fill join's
+    // dynamic filter onto the raw column, dropping rows (tests: golden tiny/months).
+    if let Some(unit) = q.bucket {
+        group_exprs.push(date_trunc(lit(trunc_name(unit)), ts.expr.clone()).alias(BUCKET_KEY));
+        keys.push(BUCKET_KEY.to_string());
+    }
+    let mut dims: Vec<String> = Vec::new();
+    for (i, g) in q.group_by.iter().enumerate() {
+        let name = field_text(g);
+        if keys.contains(&name) {
+            continue;
+        }
+        let r = resolve(g, scan_schema, span_at(&q.group_spans, i, q.span))?;
+        group_exprs.push(r.expr.alias(name.clone()));
+        keys.push(name.clone());
+        dims.push(name);
+    }
+
+    // Every aggregate the query needs (RETURN, HAVING, ORDER BY), once each.
+    let mut aggs: Vec<(String, Expr, bool)> = Vec::new();
+    let mut need = |a: &Aggregate, span: Span| -> Result<()> {
+        let name = aggregate_name(a);
+        if !aggs.iter().any(|(n, _, _)| *n == name) {
+            let l = lower_aggregate(a, scan_schema, span)?;
+            aggs.push((name.clone(), l.expr.alias(name), l.counts));
+        }
+        Ok(())
+    };
+    for (i, item) in q.returns.iter().enumerate() {
+        let span = span_at(&q.return_spans, i, q.span);
+        match item {
+            ReturnItem::Count => need(&Aggregate::CountAll, span)?,
+            ReturnItem::Aggregate(a) => need(a, span)?,
+            ReturnItem::Field(_) => {}
+        }
+    }
+    if let Some(h) = &q.having {
+        for (op, span) in operands(h) {
+            match op {
+                Operand::Aggregate(a) => need(a, span)?,
+                Operand::CountShorthand => need(&Aggregate::CountAll, span)?,
+                Operand::Field(_) => {}
+            }
+        }
+    }
+    for term in &q.order_by {
+        match &term.key {
+            OrderKey::Count => need(&Aggregate::CountAll, term.span)?,
+            OrderKey::Aggregate(a) => need(a, term.span)?,
+            OrderKey::Field(_) => {}
+        }
+    }
+
+    let agg_exprs: Vec<Expr> = aggs.iter().map(|(_, e, _)| e.clone()).collect();
+    let mut b = b.aggregate(group_exprs, agg_exprs)?;
+
+    if let Some(unit) = q.bucket {
+        let span = window.or(input.data_span);
+        if let Some(iv) = span {
+            let buckets = bucket_series(iv, unit, input.limits.max_buckets)?;
+            if !buckets.is_empty() {
+                let counted: Vec<(String, bool)> =
+                    aggs.iter().map(|(n, _, c)| (n.clone(), *c)).collect();
+                let starts: Vec<i64> = buckets.into_iter().map(micros).collect();
+                b = LogicalPlanBuilder::from(densify(b.build()?, &dims, &counted, &starts)?);
+            }
+        }
+    }
+
+    // A grouped field referenced after aggregation resolves to its key column.
+    let key_column = |f: &FieldRef, span: Span, clause: &str| -> Result<String> {
+        let name = if q.bucket.is_some() && *f == timestamp_field() {
+            BUCKET_KEY.to_string()
+        } else {
+            field_text(f)
+        };
+        if keys.contains(&name) {
+            Ok(name)
+        } else {
+            Err(Error::type_error(format!(
+                "`{}` in {clause} is neither in GROUP BY nor an aggregate",
+                field_text(f)
+            ))
+            .at(span))
+        }
+    };
+
+    if let Some(h) = &q.having {
+        let agg_schema = b.schema().clone();
+        let resolve_after = |name: String| -> Result<Resolved> {
+            let expr = column(&name);
+            let data_type = super::fields::type_of(&expr, &agg_schema)?;
+            Ok(Resolved { expr, data_type })
+        };
+        let pred = lower_bool(h, &|op: &Operand, span: Span| match op {
+            Operand::Aggregate(a) => resolve_after(aggregate_name(a)),
+            Operand::CountShorthand => resolve_after("count".into()),
+            Operand::Field(f) => resolve_after(key_column(f, span, "HAVING")?),
+        })?;
+        b = b.filter(pred)?;
+    }
+
+    let mut sort: Vec<SortExpr> = Vec::new();
+    let mut sorted: BTreeSet<String> = BTreeSet::new();
+    for term in &q.order_by {
+        let name = match &term.key {
+            OrderKey::Count => "count".to_string(),
+            OrderKey::Aggregate(a) => aggregate_name(a),
+            OrderKey::Field(f) => key_column(f, term.span, "ORDER BY")?,
+        };
+        sorted.insert(name.clone());
+        sort.push(column(&name).sort(!term.descending, term.descending));
+    }
+    // Deterministic order: the group keys ascending (NULLs last), after any ORDER BY.
+    for k in &keys {
+        if !sorted.contains(k) {
+            sort.push(column(k).sort(true, false));
+        }
+    }
+
+    let (limit_applied, fetch, row_cap) = limit_plan(q, input);
+    if !sort.is_empty() {
+        b = b.sort_with_limit(sort, Some(fetch))?;
+    }
+    b = b.limit(0, Some(fetch))?;
+
+    let mut projection = Vec::new();
+    let mut columns: Vec<OutColumn> = Vec::new();
+    for (i, item) in q.returns.iter().enumerate() {
+        let span = span_at(&q.return_spans, i, q.span);
+        let (source, out, unit) = match item {
+            ReturnItem::Count => ("count".to_string(), "count".to_string(), UnitSource::Count),
+            ReturnItem::Aggregate(a) => {
+                let n = aggregate_name(a);
+                (n.clone(), n, unit_of_aggregate(a))
+            }
+            ReturnItem::Field(f) => {
+                let n = key_column(f, span, "RETURN")?;
+                if n == BUCKET_KEY {
+                    (n, time_col.clone(), UnitSource::None)
+                } else {
+                    (n.clone(), n.clone(), UnitSource::Field(n))
+                }
+            }
+        };
+        if columns.iter().any(|c| c.name == out) {
+            return Err(duplicate_column(&out, span));
+        }
+        projection.push(column(&source).alias(out.clone()));
+        columns.push(OutColumn { name: out, unit });
+    }
+    let plan = b.project(projection)?.build()?;
+    Ok(Lowered::new(
+        plan,
+        columns,
+        !q.order_by.is_empty(),
+        limit_applied,
+        row_cap,
+    ))
+}
+
+/// The predicate operands of a HAVING expression with their spans.
+fn operands(e: &BoolExpr) -> Vec<(&Operand, Span)> {
+    match e {
+        BoolExpr::Or(l, r) | BoolExpr::And(l, r) => {
+            let mut v = operands(l);
+            v.extend(operands(r));
+            v
+        }
+        BoolExpr::Not(x) => operands(x),
+        BoolExpr::Predicate(p) => vec![(&p.lhs, p.span)],
+    }
+}
+
+/// Make a bucketed aggregate dense: every bucket start in `starts`, crossed with every
+/// group seen, left-joined to the aggregate (NULL keys match NULL keys); counts of empty
+/// buckets are 0, other aggregates NULL.
+fn densify(
+    agg: LogicalPlan,
+    dims: &[String],
+    aggs: &[(String, bool)],
+    starts: &[i64],
+) -> Result<LogicalPlan> {
+    // The series is an unnested array literal rather than VALUES, which DataFusion's
+    // unparser cannot turn into SQL inside a join.
+    let series = make_array(starts.iter().map(|s| ts_lit(*s)).collect());
+    let times = LogicalPlanBuilder::empty(true)
+        .project(vec![series.alias("__buckets")])?
+        .unnest_column("__buckets")?
+        .project(vec![column("__buckets").alias("__bucket")])?;
+    let grid = if dims.is_empty() {
+        times
+    } else {
+        let groups = LogicalPlanBuilder::from(agg.clone())
+            .aggregate(
+                dims.iter().map(|d| column(d)).collect::<Vec<_>>(),
+                Vec::<Expr>::new(),
+            )?
+            .project(
+                dims.iter()
+                    .enumerate()
+                    .map(|(i, d)| column(d).alias(format!("__g{i}"))),
+            )?
+            .build()?;
+        times.cross_join(groups)?
+    };
+    let mut right = vec![column(BUCKET_KEY).alias("__rb")];
+    right.extend(
+        dims.iter()
+            .enumerate()
+            .map(|(i, d)| column(d).alias(format!("__rg{i}"))),
+    );
+    right.extend(aggs.iter().map(|(n, _)| column(n).alias(n.clone())));
+    let right = LogicalPlanBuilder::from(agg).project(right)?.build()?;
+
+    let mut left_keys = vec![Column::from_name("__bucket")];
+    let mut right_keys = vec![Column::from_name("__rb")];
+    for i in 0..dims.len() {
+        left_keys.push(Column::from_name(format!("__g{i}")));
+        right_keys.push(Column::from_name(format!("__rg{i}")));
+    }
+    let joined = grid.join_detailed(
+        right,
+        JoinType::Left,
+        (left_keys, right_keys),
+        None,
+        NullEquality::NullEqualsNull,
+    )?;
+    let mut out = vec![column("__bucket").alias(BUCKET_KEY)];
+    out.extend(
+        dims.iter()
+            .enumerate()
+            .map(|(i, d)| column(&format!("__g{i}")).alias(d.clone())),
+    );
+    out.extend(aggs.iter().map(|(n, counts)| {
+        if *counts {
+            coalesce(vec![column(n), lit(0i64)]).alias(n.clone())
+        } else {
+            column(n).alias(n.clone())
+        }
+    }));
+    Ok(joined.project(out)?.build()?)
+}

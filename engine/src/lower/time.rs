@@ -1,0 +1,205 @@
+//! Time arithmetic of the language: the evaluation time `T`, window bounds and bucket series.
+//!
+//! Decided in DESIGN.md §4: UTC throughout; `LAST n unit` is `[T − n·unit, T)` with
+//! h = 3600 s, d = 86 400 s, w = 7 d and m = 30 d; `BETWEEN a AND b` is `[a, b)`;
+//! `BUCKET BY m` truncates to the calendar month and `w` to the ISO week (Monday).
+
+use chrono::{
+    DateTime, Datelike, Duration as ChronoDuration, Months, NaiveDate, TimeZone, Timelike, Utc,
+};
+
+use crate::error::{Error, Result};
+use crate::syntax::ast::{Duration, TimeUnit, TimeWindow, Timestamp, Window};
+
+/// Seconds in one unit when used as a window length.
+pub fn unit_seconds(unit: TimeUnit) -> i64 {
+    match unit {
+        TimeUnit::Hour => 3_600,
+        TimeUnit::Day => 86_400,
+        TimeUnit::Week => 7 * 86_400,
+        TimeUnit::Month => 30 * 86_400,
+    }
+}
+
+/// The length of `n unit` in seconds, or a limit error when it overflows.
+pub fn duration_seconds(d: &Duration) -> Result<i64> {
+    i64::try_from(d.n)
+        .ok()
+        .and_then(|n| n.checked_mul(unit_seconds(d.unit)))
+        .ok_or_else(|| Error::limit("window_seconds", i64::MAX as u64, d.n))
+}
+
+/// Parse a normalised timestamp literal of the AST.
+pub fn parse_timestamp(t: &Timestamp) -> Result<DateTime<Utc>> {
+    DateTime::parse_from_rfc3339(&t.0)
+        .map(|d| d.with_timezone(&Utc))
+        .map_err(|e| Error::internal(format!("timestamp {:?} was not normalised: {e}", t.0)))
+}
+
+/// Microseconds since the epoch.
+pub fn micros(t: DateTime<Utc>) -> i64 {
+    t.timestamp_micros()
+}
+
+/// RFC 3339 text with `Z`, seconds, and sub-seconds only when present.
+pub fn rfc3339(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
+}
+
+/// A half-open interval `[start, end)` in UTC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Interval {
+    pub start: DateTime<Utc>,
+    pub end: DateTime<Utc>,
+}
+
+impl Interval {
+    pub fn days(&self) -> f64 {
+        (self.end - self.start).num_seconds() as f64 / 86_400.0
+    }
+}
+
+/// The evaluation time: the window's AS OF when given, else `default_now`.
+pub fn anchor(window: Option<&Window>, default_now: DateTime<Utc>) -> Result<DateTime<Utc>> {
+    match window.and_then(|w| w.as_of.as_ref()) {
+        Some(t) => parse_timestamp(t),
+        None => Ok(default_now),
+    }
+}
+
+/// The interval a window clause selects, anchored at `t`, checked against `max_days`.
+pub fn window_interval(window: &Window, t: DateTime<Utc>, max_days: u64) -> Result<Interval> {
+    let interval = match &window.range {
+        TimeWindow::Last(d) => {
+            let secs = duration_seconds(d)?;
+            if secs > max_days as i64 * 86_400 {
+                return Err(
+                    Error::limit("max_window_days", max_days, (secs / 86_400) as u64)
+                        .at(window.span),
+                );
+            }
+            Interval {
+                start: t - ChronoDuration::seconds(secs),
+                end: t,
+            }
+        }
+        TimeWindow::Between { start, end } => Interval {
+            start: parse_timestamp(start)?,
+            end: parse_timestamp(end)?,
+        },
+    };
+    let span_secs = (interval.end - interval.start).num_seconds();
+    if span_secs > max_days as i64 * 86_400 {
+        let days = (span_secs as u64).div_ceil(86_400);
+        return Err(Error::limit("max_window_days", max_days, days).at(window.span));
+    }
+    Ok(interval)
+}
+
+/// The start of the bucket containing `t`.
+pub fn truncate(t: DateTime<Utc>, unit: TimeUnit) -> DateTime<Utc> {
+    let date = t.date_naive();
+    let day_start =
+        |d: NaiveDate| Utc.from_utc_datetime(&d.and_hms_opt(0, 0, 0).unwrap_or_default());
+    match unit {
+        TimeUnit::Hour => day_start(date) + ChronoDuration::hours(t.hour() as i64),
+        TimeUnit::Day => day_start(date),
+        TimeUnit::Week => {
+            day_start(date) - ChronoDuration::days(date.weekday().num_days_from_monday() as i64)
+        }
+        TimeUnit::Month => day_start(date.with_day(1).unwrap_or(date)),
+    }
+}
+
+/// The start of the bucket after the one starting at `b`.
+pub fn next_bucket(b: DateTime<Utc>, unit: TimeUnit) -> DateTime<Utc> {
+    match unit {
+        TimeUnit::Hour => b + ChronoDuration::hours(1),
+        TimeUnit::Day => b + ChronoDuration::days(1),
+        TimeUnit::Week => b + ChronoDuration::days(7),
+        TimeUnit::Month => b
+            .checked_add_months(Months::new(1))
+            .unwrap_or(b + ChronoDuration::days(31)),
+    }
+}
+
+/// Every bucket start whose bucket overlaps `[start, end)`, ascending. At most `cap`
+/// buckets (a limit error beyond it).
+pub fn bucket_series(interval: Interval, unit: TimeUnit, cap: u64) -> Result<Vec<DateTime<Utc>>> {
+    let mut out = Vec::new();
+    if interval.start >= interval.end {
+        return Ok(out);
+    }
+    let mut b = truncate(interval.start, unit);
+    while b < interval.end {
+        if out.len() as u64 >= cap {
+            return Err(Error::limit("max_buckets", cap, out.len() as u64 + 1));
+        }
+        out.push(b);
+        b = next_bucket(b, unit);
+    }
+    Ok(out)
+}
+
+/// The `date_trunc` granularity name of a unit.
+pub fn trunc_name(unit: TimeUnit) -> &'static str {
+    match unit {
+        TimeUnit::Hour => "hour",
+        TimeUnit::Day => "day",
+        TimeUnit::Week => "week",
+        TimeUnit::Month => "month",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ts(s: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+    }
+
+    #[test]
+    fn truncation_by_unit() {
+        let t = ts("2026-06-13T17:45:12.5Z"); // a Saturday
+        assert_eq!(truncate(t, TimeUnit::Hour), ts("2026-06-13T17:00:00Z"));
+        assert_eq!(truncate(t, TimeUnit::Day), ts("2026-06-13T00:00:00Z"));
+        assert_eq!(truncate(t, TimeUnit::Week), ts("2026-06-08T00:00:00Z"));
+        assert_eq!(truncate(t, TimeUnit::Month), ts("2026-06-01T00:00:00Z"));
+        assert_eq!(
+            truncate(ts("2026-06-08T00:00:00Z"), TimeUnit::Week),
+            ts("2026-06-08T00:00:00Z")
+        );
+    }
+
+    #[test]
+    fn series_covers_every_overlapping_bucket() {
+        let i = Interval {
+            start: ts("2026-06-10T12:00:00Z"),
+            end: ts("2026-06-13T00:00:00Z"),
+        };
+        let days = bucket_series(i, TimeUnit::Day, 100).unwrap();
+        assert_eq!(
+            days,
+            vec![
+                ts("2026-06-10T00:00:00Z"),
+                ts("2026-06-11T00:00:00Z"),
+                ts("2026-06-12T00:00:00Z")
+            ]
+        );
+        let months = bucket_series(
+            Interval {
+                start: ts("2026-01-31T00:00:00Z"),
+                end: ts("2026-03-01T00:00:00Z"),
+            },
+            TimeUnit::Month,
+            100,
+        )
+        .unwrap();
+        assert_eq!(
+            months,
+            vec![ts("2026-01-01T00:00:00Z"), ts("2026-02-01T00:00:00Z")]
+        );
+        assert!(bucket_series(i, TimeUnit::Hour, 10).is_err());
+    }
+}

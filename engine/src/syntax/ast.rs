@@ -1,0 +1,400 @@
+//! The SignalQL abstract syntax tree (v0.3 analytics, v0.1 desugared, v0.5 context forms).
+//!
+//! The AST is owned, serialisable to JSON, and compares equal ignoring source spans, so
+//! `parse(format(q)) == q` can be asserted directly. v0.1 queries are desugared into these
+//! v0.3 shapes by the parser; the only trace of the v0.1 spelling that survives is
+//! [`RetrieveQuery::time_column`] (v0.1 `GROUP BY DAY` names its time column `day`).
+
+use serde::{Deserialize, Serialize};
+
+/// A byte range in the original (untrimmed) query text with the 1-based line and column
+/// (in Unicode scalar values) of its start. Spans never take part in equality.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+pub struct Span {
+    pub start: usize,
+    pub end: usize,
+    pub line: u32,
+    pub column: u32,
+}
+
+impl PartialEq for Span {
+    fn eq(&self, _other: &Self) -> bool {
+        true
+    }
+}
+impl Eq for Span {}
+
+/// One parsed statement.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Statement {
+    Retrieve(RetrieveQuery),
+    Funnel(FunnelQuery),
+    Sequence(SequenceQuery),
+    Watch(WatchQuery),
+    Describe(DescribeQuery),
+    ContextTask(ContextQuery),
+    ExplainContext(ExplainContext),
+    FindObject(FindObjectQuery),
+    /// `EXPLAIN [ANALYZE] <query>`: execution-plan explain of an analytics query.
+    Explain(ExplainQuery),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Source {
+    Events,
+    Entity(Vec<String>),
+    Metric(Vec<String>),
+}
+
+/// A reference to a value of the current row: a dotted path or a field function.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FieldRef {
+    /// `identifier ( "." identifier )*`, e.g. `["properties", "plan"]`.
+    Path(Vec<String>),
+    Signal(String),
+    Probability(String),
+    SemanticMatch(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", content = "value", rename_all = "snake_case")]
+pub enum Literal {
+    String(String),
+    Integer(i64),
+    /// A decimal literal; the formatter always prints it with a `.`.
+    Decimal(f64),
+    Boolean(bool),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Comparator {
+    #[serde(rename = "=")]
+    Eq,
+    #[serde(rename = "!=")]
+    NotEq,
+    #[serde(rename = ">")]
+    Gt,
+    #[serde(rename = "<")]
+    Lt,
+    #[serde(rename = ">=")]
+    GtEq,
+    #[serde(rename = "<=")]
+    LtEq,
+}
+
+/// The left-hand side of a predicate. WHERE only allows `Field`; HAVING allows all three.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Operand {
+    Field(FieldRef),
+    Aggregate(Aggregate),
+    /// Bare `count` in HAVING, shorthand for `count()`.
+    CountShorthand,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PredicateOp {
+    Compare(Comparator, Literal),
+    In(Vec<Literal>),
+    NotIn(Vec<Literal>),
+    /// Inclusive, as in SQL.
+    Between(Literal, Literal),
+    /// Case-sensitive substring test.
+    Contains(String),
+    IsNull,
+    IsNotNull,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Predicate {
+    pub lhs: Operand,
+    pub op: PredicateOp,
+    #[serde(skip)]
+    pub span: Span,
+}
+
+/// Boolean combination of predicates. Binary and left-associative as parsed
+/// (`a AND b AND c` is `And(And(a, b), c)`); parentheses are not kept, the formatter
+/// re-inserts those needed to preserve the tree.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BoolExpr {
+    Or(Box<BoolExpr>, Box<BoolExpr>),
+    And(Box<BoolExpr>, Box<BoolExpr>),
+    Not(Box<BoolExpr>),
+    Predicate(Predicate),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TimeUnit {
+    Hour,
+    Day,
+    Week,
+    Month,
+}
+
+/// `n unit`, e.g. `7 d`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Duration {
+    pub n: u64,
+    pub unit: TimeUnit,
+}
+
+/// An RFC 3339 instant, normalised by the parser to UTC with microsecond precision
+/// and printed as `YYYY-MM-DDTHH:MM:SS[.ffffff]Z`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Timestamp(pub String);
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TimeWindow {
+    /// `[T − n·unit, T)`.
+    Last(Duration),
+    /// `[start, end)`.
+    Between { start: Timestamp, end: Timestamp },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Window {
+    pub range: TimeWindow,
+    pub as_of: Option<Timestamp>,
+    #[serde(skip)]
+    pub span: Span,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AggFn {
+    Count,
+    CountDistinct,
+    Sum,
+    Avg,
+    Min,
+    Max,
+    Variance,
+    Stddev,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Aggregate {
+    /// `count()`.
+    CountAll,
+    /// `agg_fn(field)`.
+    Standard(AggFn, FieldRef),
+    /// `percentile(field, p)` with 0 <= p <= 1.
+    Percentile(FieldRef, f64),
+    /// `stats(field)`.
+    Stats(FieldRef),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReturnItem {
+    Field(FieldRef),
+    /// Bare `count`.
+    Count,
+    Aggregate(Aggregate),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OrderKey {
+    Field(FieldRef),
+    /// Bare `count` (the column of `RETURN count`).
+    Count,
+    Aggregate(Aggregate),
+}
+
+/// One ORDER BY term. The canonical form always prints the direction.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OrderTerm {
+    pub key: OrderKey,
+    pub descending: bool,
+    #[serde(skip)]
+    pub span: Span,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Traverse {
+    pub relation: String,
+    pub depth: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TrendDir {
+    Up,
+    Down,
+    Flat,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Trend {
+    pub dir: TrendDir,
+    pub over: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RetrieveQuery {
+    pub source: Source,
+    pub filter: Option<BoolExpr>,
+    pub traverse: Option<Traverse>,
+    pub window: Option<Window>,
+    pub bucket: Option<TimeUnit>,
+    pub group_by: Vec<FieldRef>,
+    pub having: Option<BoolExpr>,
+    pub returns: Vec<ReturnItem>,
+    pub order_by: Vec<OrderTerm>,
+    pub limit: Option<u64>,
+    pub trend: Option<Trend>,
+    /// Name of the bucketed time column when it is not `timestamp` (v0.1 `GROUP BY DAY`
+    /// gives `day`). Not printed by the formatter: the canonical text is the v0.3 form.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub time_column: Option<String>,
+    /// Span of the whole query (for errors that point at the query).
+    #[serde(skip)]
+    pub span: Span,
+    /// Spans of the RETURN items, parallel to `returns` (for bind errors).
+    #[serde(skip)]
+    pub return_spans: Vec<Span>,
+    /// Spans of the GROUP BY dims, parallel to `group_by`.
+    #[serde(skip)]
+    pub group_spans: Vec<Span>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FunnelQuery {
+    pub steps: Vec<String>,
+    pub source: Source,
+    pub filter: Option<BoolExpr>,
+    pub window: Option<Window>,
+    pub within: Duration,
+    pub group_by: Vec<FieldRef>,
+    #[serde(skip)]
+    pub span: Span,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SequenceQuery {
+    pub steps: Vec<String>,
+    pub within: Duration,
+    #[serde(skip)]
+    pub span: Span,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WatchQuery {
+    pub query: Box<RetrieveQuery>,
+    pub when: BoolExpr,
+    #[serde(skip)]
+    pub span: Span,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DescribeTarget {
+    Entities,
+    Events,
+    Signals,
+    Metrics,
+    Relationships,
+    Entity(Vec<String>),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DescribeQuery {
+    pub target: DescribeTarget,
+    #[serde(skip)]
+    pub span: Span,
+}
+
+/// Trust levels in their order (`untrusted < … < authoritative`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TrustLevel {
+    Untrusted,
+    Unknown,
+    Inferred,
+    Verified,
+    Authoritative,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    Data,
+    Instruction,
+    Prompt,
+    Policy,
+    Executable,
+    Secret,
+    UntrustedExternal,
+}
+
+/// PREFER items; the derived order is the vocabulary order used by the canonical form.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PreferItem {
+    Current,
+    Trust(TrustLevel),
+    Representation(String),
+}
+
+/// EXCLUDE items; the derived order is the vocabulary order used by the canonical form.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExcludeItem {
+    Untrusted,
+    Stale,
+    Role { role: Role, from: Option<Role> },
+}
+
+/// `CONTEXT FOR "task" …`. PREFER/EXCLUDE items are merged, de-duplicated and sorted into
+/// vocabulary order by the parser, so equal queries have equal ASTs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ContextQuery {
+    pub task: String,
+    pub project: Option<String>,
+    pub budget: Option<u64>,
+    pub prefer: Vec<PreferItem>,
+    pub exclude: Vec<ExcludeItem>,
+    pub max_objects: Option<u64>,
+    pub max_depth: Option<u64>,
+    pub max_age: Option<Duration>,
+    pub with_evidence: bool,
+    pub as_of: Option<Timestamp>,
+    #[serde(skip)]
+    pub span: Span,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExplainContext {
+    /// The full address, `context://ctx_…`.
+    pub address: String,
+    #[serde(skip)]
+    pub span: Span,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FindObjectQuery {
+    pub name: Option<String>,
+    pub about: Option<String>,
+    pub representation: Option<String>,
+    pub filter: Option<BoolExpr>,
+    pub as_of: Option<Timestamp>,
+    pub limit: Option<u64>,
+    #[serde(skip)]
+    pub span: Span,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExplainQuery {
+    pub analyze: bool,
+    pub statement: Box<Statement>,
+}

@@ -1,0 +1,10 @@
+//! The SignalQL syntax: lexer, parser, AST and canonical formatter. Imports nothing from DataFusion.
+
+pub mod ast;
+pub mod format;
+pub mod keywords;
+pub mod lexer;
+pub mod parser;
+
+pub use format::{aggregate_name, canonical_name, field_name};
+pub use parser::parse;

@@ -1,0 +1,36 @@
+//! signalql: SignalQL over Apache Arrow and DataFusion, for AI agents and the engineers who
+//! give them data. This facade re-exports the engine, the catalog and the functions.
+//!
+//! ```no_run
+//! # async fn demo() -> signalql::Result<()> {
+//! let engine = signalql::Engine::open(signalql::sample_dataset())?;
+//! let envelope = engine.query("FROM events DURING LAST 7 d RETURN count").await?;
+//! println!("{}", serde_json::to_string(&envelope).unwrap());
+//! # Ok(()) }
+//! ```
+
+pub mod render;
+
+pub use signalql_catalog as catalog;
+pub use signalql_engine::envelope::{ColumnInfo, Envelope, Metadata};
+pub use signalql_engine::syntax::{ast, parse};
+pub use signalql_engine::{Compiled, Engine, EngineOptions, Error, ErrorKind, Result};
+pub use signalql_udfs as udfs;
+
+use std::path::PathBuf;
+
+/// Add signalql's functions (`stats`, `json_get_text`, …) to a DataFusion context.
+pub fn register(ctx: &datafusion::prelude::SessionContext) {
+    signalql_udfs::register_all(ctx);
+}
+
+/// The bundled sample dataset: `$SIGNALQL_DATA` if set, else `data/sample` of this checkout.
+pub fn sample_dataset() -> PathBuf {
+    std::env::var_os("SIGNALQL_DATA")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("data")
+                .join("sample")
+        })
+}

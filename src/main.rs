@@ -1,0 +1,248 @@
+//! The `signalql` command line: query, fmt, compile, ingest and gen.
+//!
+//! Exit status: 0 on success, 1 on any error (printed as `{"error": {...}}` on stdout with
+//! `--format json`, as text on stderr otherwise), 2 on a usage error (from clap).
+
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use chrono::{DateTime, Utc};
+use clap::{Parser, Subcommand, ValueEnum};
+use signalql::{Engine, EngineOptions, Error, render};
+
+#[derive(Parser)]
+#[command(
+    name = "signalql",
+    version,
+    about = "SignalQL over Parquet on Apache DataFusion"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Format {
+    Table,
+    Json,
+    Csv,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a query and print its result.
+    Query {
+        /// Dataset root (defaults to the bundled sample dataset).
+        #[arg(long)]
+        data: Option<PathBuf>,
+        #[arg(long, value_enum, default_value = "table")]
+        format: Format,
+        /// Evaluation time T for queries without AS OF (RFC 3339).
+        #[arg(long)]
+        now: Option<String>,
+        /// The query text, or `-` to read it from stdin.
+        query: String,
+    },
+    /// Print the canonical text of a query.
+    Fmt {
+        /// The query text, or `-` to read it from stdin.
+        query: String,
+    },
+    /// Print a query's AST (JSON), its DataFusion logical plan and the equivalent SQL.
+    Compile {
+        #[arg(long)]
+        data: Option<PathBuf>,
+        #[arg(long)]
+        now: Option<String>,
+        query: String,
+    },
+    /// Load data into a dataset.
+    Ingest {
+        #[command(subcommand)]
+        what: IngestWhat,
+    },
+    /// Generate deterministic synthetic data.
+    Gen {
+        #[command(subcommand)]
+        what: GenWhat,
+    },
+}
+
+#[derive(Subcommand)]
+enum IngestWhat {
+    /// JSONL or CSV event files into Parquet under ROOT/events/.
+    Events {
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        #[arg(long)]
+        data: PathBuf,
+    },
+}
+
+#[derive(Subcommand)]
+enum GenWhat {
+    /// A synthetic events table of any size under OUT/events/.
+    Events {
+        #[arg(long)]
+        rows: u64,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        #[arg(long)]
+        out: PathBuf,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let json_errors = matches!(
+        &cli.command,
+        Command::Query {
+            format: Format::Json,
+            ..
+        }
+    );
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            if json_errors {
+                println!("{}", e.to_json());
+            } else {
+                eprintln!("error: {e}");
+            }
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn read_query(q: String) -> Result<String, Error> {
+    if q != "-" {
+        return Ok(q);
+    }
+    let mut s = String::new();
+    std::io::stdin()
+        .read_to_string(&mut s)
+        .map_err(|e| Error::io(format!("cannot read the query from stdin: {e}")))?;
+    Ok(s)
+}
+
+fn parse_now(now: Option<String>) -> Result<Option<DateTime<Utc>>, Error> {
+    now.map(|s| {
+        DateTime::parse_from_rfc3339(&s)
+            .map(|t| t.with_timezone(&Utc))
+            .map_err(|e| Error::io(format!("--now {s:?} is not an RFC 3339 instant: {e}")))
+    })
+    .transpose()
+}
+
+fn open(data: Option<PathBuf>, now: Option<String>) -> Result<Engine, Error> {
+    let root = data.unwrap_or_else(signalql::sample_dataset);
+    Engine::open_with(
+        root,
+        EngineOptions {
+            now: parse_now(now)?,
+            ..Default::default()
+        },
+    )
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, Error> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::internal(format!("cannot start the runtime: {e}")))
+}
+
+fn write_out(text: &str) -> Result<(), Error> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+        // A closed pipe (`signalql query … | head`) is not an error of ours.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other.map_err(|e| Error::io(e.to_string())),
+    }
+}
+
+fn run(cli: Cli) -> Result<(), Error> {
+    match cli.command {
+        Command::Query {
+            data,
+            format,
+            now,
+            query,
+        } => {
+            let text = read_query(query)?;
+            let engine = open(data, now)?;
+            let envelope = runtime()?.block_on(engine.query(&text))?;
+            let out = match format {
+                Format::Json => {
+                    let mut s = serde_json::to_string_pretty(&envelope)
+                        .map_err(|e| Error::internal(e.to_string()))?;
+                    s.push('\n');
+                    s
+                }
+                Format::Csv => render::csv(&envelope),
+                Format::Table => render::table(&envelope),
+            };
+            write_out(&out)
+        }
+        Command::Fmt { query } => {
+            let text = read_query(query)?;
+            let stmt = signalql::parse(&text)?;
+            write_out(&format!("{stmt}\n"))
+        }
+        Command::Compile { data, now, query } => {
+            let text = read_query(query)?;
+            let engine = open(data, now)?;
+            let rt = runtime()?;
+            let compiled = rt.block_on(engine.compile(&text))?;
+            let physical = rt.block_on(engine.physical_plan_text(&compiled))?;
+            let ast = serde_json::to_string_pretty(&compiled.statement)
+                .map_err(|e| Error::internal(e.to_string()))?;
+            let sql = match &compiled.sql {
+                Ok(s) => s.clone(),
+                Err(e) => format!("-- the unparser cannot express this plan: {e}"),
+            };
+            write_out(&format!(
+                "-- AST\n{ast}\n\n-- logical plan\n{}\n\n-- physical plan\n{physical}\n-- SQL\n{sql}\n",
+                compiled.lowered.plan.display_indent()
+            ))
+        }
+        Command::Ingest {
+            what: IngestWhat::Events { files, data },
+        } => {
+            let summary = signalql::catalog::ingest::ingest_events(&data, &files)
+                .map_err(|e| Error::io(e.to_string()))?;
+            write_out(&format!(
+                "ingested {} events from {} file(s) into {}\n",
+                summary.rows,
+                summary.files_read,
+                summary.written.display()
+            ))
+        }
+        Command::Gen {
+            what: GenWhat::Events { rows, seed, out },
+        } => {
+            let bar = indicatif::ProgressBar::new(rows);
+            bar.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "{spinner} {bar:40} {pos}/{len} rows ({per_sec}, eta {eta})",
+                )
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            );
+            let opts = signalql::catalog::r#gen::GenOptions {
+                rows,
+                seed,
+                ..signalql::catalog::r#gen::GenOptions::new(&out)
+            };
+            let summary = signalql::catalog::r#gen::generate_events(&opts, Some(&bar))
+                .map_err(|e| Error::io(e.to_string()))?;
+            bar.finish_and_clear();
+            write_out(&format!(
+                "wrote {} events in {} file(s) under {}\n",
+                summary.rows,
+                summary.files,
+                out.join("events").display()
+            ))
+        }
+    }
+}

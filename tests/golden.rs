@@ -1,0 +1,204 @@
+//! Golden tests: every `tests/golden/**/*.case` file is a query in and an expected result out.
+//!
+//! A case file has a header of `key: value` lines (`data: sample|tiny`, `now: RFC3339`), then
+//! sections introduced by `--- name` lines:
+//! - `--- query`: the SignalQL text (required);
+//! - `--- oracle`: optional DuckDB SQL over a view `events` that computes the expectation
+//!   independently; `python3 tests/golden/oracle.py` runs it and rewrites `--- expected`;
+//! - `--- expected`: `{"columns": [names], "rows": [[...]]}` (hand-computed where there is no
+//!   oracle), optionally with `"truncated"`/`"ordered"` to check those flags;
+//! - `--- error`: instead of expected, `{"code": …, "line": …, "column": …}` (any subset).
+//!
+//! Numbers compare with a relative tolerance of 1e-9; everything else exactly.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+use signalql::{Engine, EngineOptions};
+
+struct Case {
+    path: PathBuf,
+    header: BTreeMap<String, String>,
+    sections: BTreeMap<String, String>,
+}
+
+fn parse_case(path: &Path) -> Case {
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut header = BTreeMap::new();
+    let mut sections: BTreeMap<String, String> = BTreeMap::new();
+    let mut current: Option<String> = None;
+    for line in text.lines() {
+        if let Some(name) = line.strip_prefix("--- ") {
+            current = Some(name.trim().to_string());
+            sections.insert(name.trim().to_string(), String::new());
+        } else if let Some(sec) = &current {
+            let s = sections.get_mut(sec).unwrap();
+            s.push_str(line);
+            s.push('\n');
+        } else if let Some((k, v)) = line.split_once(':') {
+            if !line.starts_with('#') {
+                header.insert(k.trim().to_string(), v.trim().to_string());
+            }
+        }
+    }
+    Case {
+        path: path.to_path_buf(),
+        header,
+        sections,
+    }
+}
+
+fn case_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let p = entry.unwrap().path();
+        if p.is_dir() {
+            case_files(&p, out);
+        } else if p.extension().is_some_and(|e| e == "case") {
+            out.push(p);
+        }
+    }
+}
+
+fn close(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => {
+            let (x, y) = (x.as_f64().unwrap(), y.as_f64().unwrap());
+            x == y || (x - y).abs() <= 1e-9 * x.abs().max(y.abs()).max(1e-300)
+        }
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(a, b)| close(a, b))
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len() && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| close(v, w)))
+        }
+        _ => a == b,
+    }
+}
+
+/// The datasets cases can name: the bundled sample, and `tiny` built by ingesting
+/// `tests/data/tiny/events.jsonl` into a temporary folder.
+fn dataset(name: &str, tiny: &Path) -> PathBuf {
+    match name {
+        "sample" => signalql::sample_dataset(),
+        "tiny" => tiny.to_path_buf(),
+        other => panic!("unknown dataset {other}"),
+    }
+}
+
+fn build_tiny() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/tiny");
+    std::fs::copy(src.join("signalql.toml"), dir.path().join("signalql.toml")).unwrap();
+    signalql::catalog::ingest::ingest_events(dir.path(), &[src.join("events.jsonl")]).unwrap();
+    dir
+}
+
+async fn run_case(case: &Case, tiny: &Path) -> Result<(), String> {
+    let query = case.sections.get("query").ok_or("no --- query section")?;
+    let root = dataset(
+        case.header
+            .get("data")
+            .map(String::as_str)
+            .unwrap_or("sample"),
+        tiny,
+    );
+    let now = case.header.get("now").map(|s| {
+        chrono::DateTime::parse_from_rfc3339(s)
+            .unwrap()
+            .with_timezone(&chrono::Utc)
+    });
+    let result = match Engine::open_with(
+        &root,
+        EngineOptions {
+            now,
+            ..Default::default()
+        },
+    ) {
+        Ok(engine) => engine.query(query).await,
+        Err(e) => Err(e),
+    };
+    if let Some(err) = case.sections.get("error") {
+        let want: Value =
+            serde_json::from_str(err).map_err(|e| format!("bad --- error JSON: {e}"))?;
+        let got = match result {
+            Ok(env) => return Err(format!("expected an error, got {} rows", env.rows.len())),
+            Err(e) => e.to_json()["error"].clone(),
+        };
+        for (k, v) in want.as_object().ok_or("--- error must be an object")? {
+            if got.get(k) != Some(v) {
+                return Err(format!(
+                    "error {k}: expected {v}, got {:?}\nfull error: {got}",
+                    got.get(k)
+                ));
+            }
+        }
+        return Ok(());
+    }
+    let want: Value = serde_json::from_str(
+        case.sections
+            .get("expected")
+            .ok_or("no --- expected section")?,
+    )
+    .map_err(|e| format!("bad --- expected JSON: {e}"))?;
+    let env = result.map_err(|e| format!("query failed: {e}"))?;
+    let names: Vec<Value> = env
+        .columns
+        .iter()
+        .map(|c| Value::String(c.name.clone()))
+        .collect();
+    if want["columns"] != Value::Array(names.clone()) {
+        return Err(format!(
+            "columns: expected {}, got {}",
+            want["columns"],
+            Value::Array(names)
+        ));
+    }
+    let rows = Value::Array(env.rows.iter().map(|r| Value::Array(r.clone())).collect());
+    if !close(&want["rows"], &rows) {
+        return Err(format!(
+            "rows differ\nexpected: {}\n     got: {}",
+            want["rows"], rows
+        ));
+    }
+    for flag in ["truncated", "ordered", "row_count"] {
+        if let Some(w) = want.get(flag) {
+            let got = serde_json::to_value(&env.metadata).unwrap()[flag].clone();
+            if *w != got {
+                return Err(format!("metadata.{flag}: expected {w}, got {got}"));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn golden_cases() {
+    let mut files = Vec::new();
+    case_files(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden"),
+        &mut files,
+    );
+    files.sort();
+    assert!(
+        files.len() >= 20,
+        "expected the golden corpus, found {} cases",
+        files.len()
+    );
+    let tiny = build_tiny();
+    let mut failures = Vec::new();
+    for f in &files {
+        let case = parse_case(f);
+        if let Err(msg) = run_case(&case, tiny.path()).await {
+            failures.push(format!("{}:\n{msg}", case.path.display()));
+        }
+    }
+    println!("{} golden cases, {} failed", files.len(), failures.len());
+    assert!(
+        failures.is_empty(),
+        "{} of {} golden cases failed:\n\n{}",
+        failures.len(),
+        files.len(),
+        failures.join("\n\n")
+    );
+}

@@ -1,0 +1,3 @@
+//! Aggregate functions (UDAFs), one per file.
+
+pub mod stats;

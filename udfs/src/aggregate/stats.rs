@@ -1,0 +1,334 @@
+//! `stats(x)`: the sufficient statistics of a numeric column as one struct
+//! `{n, sum, sum_sq, mean, variance, stddev, min, max}` over its non-null values.
+//!
+//! SignalQL: `FROM events WHERE event_name = "purchase" GROUP BY properties.experiment_variant
+//! RETURN properties.experiment_variant, stats(properties.amount)`.
+//!
+//! Decisions (see docs/semantics.md): `n` is the count of non-null values (Int64); `variance`
+//! and `stddev` are the sample forms (n − 1), NULL below two values; `sum` and `sum_sq` are NULL
+//! when `n` is 0, like SQL `SUM`; `mean`, `min`, `max` are NULL when `n` is 0. Mean and variance
+//! use Welford's update and Chan's merge, so they stay accurate when values are large.
+
+use std::sync::{Arc, LazyLock};
+
+use datafusion::arrow::array::{Array, ArrayRef, AsArray};
+use datafusion::arrow::datatypes::{DataType, Field, Fields, Float64Type, Int64Type};
+use datafusion::common::{Result, ScalarValue, exec_err};
+use datafusion::logical_expr::function::{AccumulatorArgs, StateFieldsArgs};
+use datafusion::logical_expr::utils::format_state_name;
+use datafusion::logical_expr::{
+    Accumulator, AggregateUDF, AggregateUDFImpl, Expr, Signature, Volatility,
+};
+use datafusion::scalar::ScalarValue as Sv;
+
+/// The name the function is registered under.
+pub const NAME: &str = "stats";
+
+/// The eight fields of the result struct, in order.
+pub fn stats_fields() -> Fields {
+    let f = |n: &str, t: DataType| Arc::new(Field::new(n, t, true));
+    Fields::from(vec![
+        f("n", DataType::Int64),
+        f("sum", DataType::Float64),
+        f("sum_sq", DataType::Float64),
+        f("mean", DataType::Float64),
+        f("variance", DataType::Float64),
+        f("stddev", DataType::Float64),
+        f("min", DataType::Float64),
+        f("max", DataType::Float64),
+    ])
+}
+
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct Stats {
+    signature: Signature,
+}
+
+impl Default for Stats {
+    fn default() -> Self {
+        Self {
+            signature: Signature::exact(vec![DataType::Float64], Volatility::Immutable),
+        }
+    }
+}
+
+static STATS: LazyLock<Arc<AggregateUDF>> =
+    LazyLock::new(|| Arc::new(AggregateUDF::from(Stats::default())));
+
+/// The singleton UDAF.
+pub fn stats_udaf() -> Arc<AggregateUDF> {
+    Arc::clone(&STATS)
+}
+
+/// `stats(expr)` as an [`Expr`].
+pub fn stats(expr: Expr) -> Expr {
+    stats_udaf().call(vec![expr])
+}
+
+impl AggregateUDFImpl for Stats {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Struct(stats_fields()))
+    }
+
+    fn state_fields(
+        &self,
+        args: StateFieldsArgs,
+    ) -> Result<Vec<datafusion::arrow::datatypes::FieldRef>> {
+        let f = |part: &str, t: DataType| {
+            Arc::new(Field::new(format_state_name(args.name, part), t, true))
+        };
+        Ok(vec![
+            f("n", DataType::Int64),
+            f("sum", DataType::Float64),
+            f("sum_sq", DataType::Float64),
+            f("mean", DataType::Float64),
+            f("m2", DataType::Float64),
+            f("min", DataType::Float64),
+            f("max", DataType::Float64),
+        ])
+    }
+
+    fn accumulator(&self, acc_args: AccumulatorArgs) -> Result<Box<dyn Accumulator>> {
+        if acc_args.is_distinct {
+            return exec_err!("stats(DISTINCT …) is not supported");
+        }
+        Ok(Box::<StatsAccumulator>::default())
+    }
+}
+
+/// Running sufficient statistics of one group.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub struct StatsAccumulator {
+    n: i64,
+    sum: f64,
+    sum_sq: f64,
+    mean: f64,
+    m2: f64,
+    min: f64,
+    max: f64,
+}
+
+impl StatsAccumulator {
+    fn push(&mut self, v: f64) {
+        if self.n == 0 {
+            self.min = v;
+            self.max = v;
+        } else {
+            self.min = self.min.min(v);
+            self.max = self.max.max(v);
+        }
+        self.n += 1;
+        self.sum += v;
+        self.sum_sq += v * v;
+        let delta = v - self.mean;
+        self.mean += delta / self.n as f64;
+        self.m2 += delta * (v - self.mean);
+    }
+
+    fn merge(&mut self, o: &StatsAccumulator) {
+        if o.n == 0 {
+            return;
+        }
+        if self.n == 0 {
+            *self = *o;
+            return;
+        }
+        let n = self.n + o.n;
+        let delta = o.mean - self.mean;
+        self.m2 += o.m2 + delta * delta * (self.n as f64) * (o.n as f64) / n as f64;
+        self.mean += delta * o.n as f64 / n as f64;
+        self.sum += o.sum;
+        self.sum_sq += o.sum_sq;
+        self.min = self.min.min(o.min);
+        self.max = self.max.max(o.max);
+        self.n = n;
+    }
+}
+
+impl Accumulator for StatsAccumulator {
+    fn update_batch(&mut self, values: &[ArrayRef]) -> Result<()> {
+        let Some(arr) = values.first() else {
+            return exec_err!("stats takes one argument");
+        };
+        let Some(arr) = arr.as_primitive_opt::<Float64Type>() else {
+            return exec_err!("stats expects a Float64 input, got {}", arr.data_type());
+        };
+        if arr.null_count() == 0 {
+            arr.values().iter().for_each(|v| self.push(*v));
+        } else {
+            arr.iter().flatten().for_each(|v| self.push(v));
+        }
+        Ok(())
+    }
+
+    fn merge_batch(&mut self, states: &[ArrayRef]) -> Result<()> {
+        if states.len() != 7 {
+            return exec_err!("stats state has {} columns, expected 7", states.len());
+        }
+        let n = states[0].as_primitive::<Int64Type>();
+        let col = |i: usize| states[i].as_primitive::<Float64Type>();
+        let (sum, sum_sq, mean, m2, min, max) = (col(1), col(2), col(3), col(4), col(5), col(6));
+        for i in 0..n.len() {
+            if n.is_null(i) || n.value(i) == 0 {
+                continue;
+            }
+            self.merge(&StatsAccumulator {
+                n: n.value(i),
+                sum: sum.value(i),
+                sum_sq: sum_sq.value(i),
+                mean: mean.value(i),
+                m2: m2.value(i),
+                min: min.value(i),
+                max: max.value(i),
+            });
+        }
+        Ok(())
+    }
+
+    fn state(&mut self) -> Result<Vec<ScalarValue>> {
+        Ok(vec![
+            Sv::Int64(Some(self.n)),
+            Sv::Float64(Some(self.sum)),
+            Sv::Float64(Some(self.sum_sq)),
+            Sv::Float64(Some(self.mean)),
+            Sv::Float64(Some(self.m2)),
+            Sv::Float64(Some(self.min)),
+            Sv::Float64(Some(self.max)),
+        ])
+    }
+
+    fn evaluate(&mut self) -> Result<ScalarValue> {
+        let some = |v: f64| if self.n > 0 { Some(v) } else { None };
+        let variance = if self.n > 1 {
+            Some(self.m2 / (self.n - 1) as f64)
+        } else {
+            None
+        };
+        let values: Vec<ScalarValue> = vec![
+            Sv::Int64(Some(self.n)),
+            Sv::Float64(some(self.sum)),
+            Sv::Float64(some(self.sum_sq)),
+            Sv::Float64(some(self.mean)),
+            Sv::Float64(variance),
+            Sv::Float64(variance.map(f64::sqrt)),
+            Sv::Float64(some(self.min)),
+            Sv::Float64(some(self.max)),
+        ];
+        let arrays = values
+            .iter()
+            .map(|v| v.to_array())
+            .collect::<Result<Vec<_>>>()?;
+        let st = datafusion::arrow::array::StructArray::try_new(stats_fields(), arrays, None)?;
+        Ok(ScalarValue::Struct(Arc::new(st)))
+    }
+
+    fn size(&self) -> usize {
+        size_of_val(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::array::{Float64Array, StructArray};
+
+    fn eval(acc: &mut StatsAccumulator) -> Vec<Option<f64>> {
+        let ScalarValue::Struct(s) = acc.evaluate().unwrap() else {
+            panic!("not a struct")
+        };
+        let s: &StructArray = &s;
+        let n = s.column(0).as_primitive::<Int64Type>().value(0) as f64;
+        let mut out = vec![Some(n)];
+        for i in 1..8 {
+            let c = s.column(i).as_primitive::<Float64Type>();
+            out.push(if c.is_null(0) { None } else { Some(c.value(0)) });
+        }
+        out
+    }
+
+    #[test]
+    fn hand_computed_values_with_nulls() {
+        // 2, 4, 4, 4, 5, 5, 7, 9 (+ two NULLs): n 8, sum 40, sum_sq 232, mean 5,
+        // sample variance 32/7, min 2, max 9.
+        let mut acc = StatsAccumulator::default();
+        let a: ArrayRef = Arc::new(Float64Array::from(vec![
+            Some(2.0),
+            None,
+            Some(4.0),
+            Some(4.0),
+            Some(4.0),
+        ]));
+        let b: ArrayRef = Arc::new(Float64Array::from(vec![
+            Some(5.0),
+            Some(5.0),
+            None,
+            Some(7.0),
+            Some(9.0),
+        ]));
+        acc.update_batch(&[a]).unwrap();
+        acc.update_batch(&[b]).unwrap();
+        let v = eval(&mut acc);
+        assert_eq!(&v[..4], &[Some(8.0), Some(40.0), Some(232.0), Some(5.0)]);
+        assert!((v[4].unwrap() - 32.0 / 7.0).abs() < 1e-12);
+        assert!((v[5].unwrap() - (32.0f64 / 7.0).sqrt()).abs() < 1e-12);
+        assert_eq!(&v[6..], &[Some(2.0), Some(9.0)]);
+    }
+
+    #[test]
+    fn merge_of_partial_states_equals_single_pass() {
+        let all: Vec<f64> = (0..100).map(|i| (i * 37 % 101) as f64 * 0.5).collect();
+        let mut one = StatsAccumulator::default();
+        one.update_batch(&[Arc::new(Float64Array::from(all.clone())) as ArrayRef])
+            .unwrap();
+        let mut left = StatsAccumulator::default();
+        let mut right = StatsAccumulator::default();
+        left.update_batch(&[Arc::new(Float64Array::from(all[..30].to_vec())) as ArrayRef])
+            .unwrap();
+        right
+            .update_batch(&[Arc::new(Float64Array::from(all[30..].to_vec())) as ArrayRef])
+            .unwrap();
+        let state: Vec<ArrayRef> = right
+            .state()
+            .unwrap()
+            .iter()
+            .map(|s| s.to_array().unwrap())
+            .collect();
+        left.merge_batch(&state).unwrap();
+        let (a, b) = (eval(&mut one), eval(&mut left));
+        for (x, y) in a.iter().zip(&b) {
+            assert!((x.unwrap() - y.unwrap()).abs() < 1e-9, "{x:?} vs {y:?}");
+        }
+    }
+
+    #[test]
+    fn empty_and_single() {
+        let mut acc = StatsAccumulator::default();
+        assert_eq!(
+            eval(&mut acc),
+            vec![Some(0.0), None, None, None, None, None, None, None]
+        );
+        acc.update_batch(&[Arc::new(Float64Array::from(vec![3.0])) as ArrayRef])
+            .unwrap();
+        assert_eq!(
+            eval(&mut acc),
+            vec![
+                Some(1.0),
+                Some(3.0),
+                Some(9.0),
+                Some(3.0),
+                None,
+                None,
+                Some(3.0),
+                Some(3.0)
+            ]
+        );
+    }
+}

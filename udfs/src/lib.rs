@@ -1,0 +1,77 @@
+//! DataFusion functions used by signalql, callable from SignalQL and from plain DataFusion SQL.
+//!
+//! One file per function under `aggregate/` (and `scalar/`), each with a singleton, an `Expr`
+//! builder and unit tests; [`register_all`] adds them all to a `SessionContext`.
+
+pub mod aggregate;
+pub mod scalar;
+
+use std::sync::Arc;
+
+use datafusion::logical_expr::{AggregateUDF, ScalarUDF};
+use datafusion::prelude::SessionContext;
+
+/// Every aggregate function this crate provides.
+pub fn all_udafs() -> Vec<Arc<AggregateUDF>> {
+    vec![aggregate::stats::stats_udaf()]
+}
+
+/// Every scalar function this crate provides.
+pub fn all_udfs() -> Vec<Arc<ScalarUDF>> {
+    vec![scalar::json_get::json_get_text_udf()]
+}
+
+/// Register every signalql function with `ctx`.
+pub fn register_all(ctx: &SessionContext) {
+    for f in all_udafs() {
+        ctx.register_udaf(f.as_ref().clone());
+    }
+    for f in all_udfs() {
+        ctx.register_udf(f.as_ref().clone());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[tokio::test]
+    async fn names_are_unique_and_do_not_shadow_builtins() {
+        let ctx = SessionContext::new();
+        let state = ctx.state();
+        let builtin: HashSet<String> = state
+            .aggregate_functions()
+            .keys()
+            .chain(state.scalar_functions().keys())
+            .chain(state.window_functions().keys())
+            .cloned()
+            .collect();
+        let names = all_udafs()
+            .iter()
+            .map(|f| f.name().to_string())
+            .chain(all_udfs().iter().map(|f| f.name().to_string()))
+            .collect::<Vec<_>>();
+        let mut seen = HashSet::new();
+        for name in names {
+            assert!(!builtin.contains(&name), "{name} shadows a built-in");
+            assert!(seen.insert(name.clone()), "{name} registered twice");
+        }
+    }
+
+    #[tokio::test]
+    async fn stats_is_callable_from_sql() {
+        let ctx = SessionContext::new();
+        register_all(&ctx);
+        let df = ctx
+            .sql("SELECT stats(x) AS s FROM (VALUES (1), (2), (3), (NULL)) AS t(x)")
+            .await
+            .unwrap();
+        let batches = df.collect().await.unwrap();
+        let text = datafusion::arrow::util::pretty::pretty_format_batches(&batches)
+            .unwrap()
+            .to_string();
+        // n 3, sum 6, sum_sq 14, mean 2, variance 1, stddev 1, min 1, max 3
+        assert!(text.contains("{n: 3, sum: 6.0, sum_sq: 14.0, mean: 2.0, variance: 1.0, stddev: 1.0, min: 1.0, max: 3.0}"), "{text}");
+    }
+}

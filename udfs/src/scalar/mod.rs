@@ -1,0 +1,3 @@
+//! Scalar functions, one per file.
+
+pub mod json_get;
