@@ -229,12 +229,12 @@ fn run(cli: Cli) -> Result<(), Error> {
                 )
                 .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
             );
-            let opts = signalql::catalog::r#gen::GenOptions {
+            let opts = signalql::catalog::generator::GenOptions {
                 rows,
                 seed,
-                ..signalql::catalog::r#gen::GenOptions::new(&out)
+                ..signalql::catalog::generator::GenOptions::new(&out)
             };
-            let summary = signalql::catalog::r#gen::generate_events(&opts, Some(&bar))
+            let summary = signalql::catalog::generator::generate_events(&opts, Some(&bar))
                 .map_err(|e| Error::io(e.to_string()))?;
             bar.finish_and_clear();
             write_out(&format!(

@@ -2,10 +2,10 @@
 //! listing tables over Parquet, ingest writers and the deterministic data generator.
 
 pub mod dataset;
-
-pub use dataset::{Dataset, DatasetConfig, DatasetError, PropertiesEncoding, TableInfo};
-
 pub mod error;
-pub mod r#gen;
+pub mod generator;
 pub mod ingest;
 pub mod write;
+
+pub use dataset::{Dataset, DatasetConfig, DatasetError, PropertiesEncoding, TableInfo};
+pub use error::CatalogError;

@@ -10,7 +10,7 @@ use datafusion::arrow::datatypes::{
     DataType, Field, Fields, Float64Type, Schema, TimeUnit, TimestampMicrosecondType,
 };
 use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use signalql_catalog::r#gen::{GenOptions, default_end, generate_events};
+use signalql_catalog::generator::{GenOptions, default_end, generate_events};
 
 /// 2026-06-13T00:00:00Z and 2026-03-15T00:00:00Z (90 days before), in microseconds.
 const END_US: i64 = 1_781_308_800_000_000;
@@ -310,7 +310,7 @@ fn progress_counts_rows() {
 
 #[test]
 fn schema_is_shared_with_library() {
-    let schema = signalql_catalog::r#gen::generated_events_schema();
+    let schema = signalql_catalog::generator::generated_events_schema();
     assert_eq!(schema.as_ref(), &expected_schema());
     let _: Arc<Schema> = schema;
 }

@@ -13,7 +13,10 @@ use datafusion::prelude::SessionContext;
 
 /// Every aggregate function this crate provides.
 pub fn all_udafs() -> Vec<Arc<AggregateUDF>> {
-    vec![aggregate::stats::stats_udaf()]
+    vec![
+        aggregate::stats::stats_udaf(),
+        aggregate::percentile::percentile_udaf(),
+    ]
 }
 
 /// Every scalar function this crate provides.

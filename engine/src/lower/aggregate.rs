@@ -1,13 +1,14 @@
 //! Lowering of aggregates: count, count_distinct, sum, avg, min, max, variance and stddev
-//! (sample forms, n − 1), exact percentile (`percentile_cont`), and `stats` (our struct UDAF).
+//! (sample forms, n − 1), exact percentile (our `percentile` UDAF), and `stats` (our struct UDAF).
 
 use datafusion::arrow::datatypes::DataType;
 use datafusion::common::DFSchema;
 use datafusion::functions_aggregate::count::count_all;
 use datafusion::functions_aggregate::expr_fn::{
-    avg, count, count_distinct, max, min, percentile_cont, stddev, sum, var_sample,
+    avg, count, count_distinct, max, min, stddev, sum, var_sample,
 };
-use datafusion::logical_expr::{Expr, cast, lit, try_cast};
+use datafusion::logical_expr::{Expr, cast, try_cast};
+use signalql_udfs::aggregate::percentile::percentile;
 use signalql_udfs::aggregate::stats::stats;
 
 use super::fields::{is_numeric, is_text, resolve};
@@ -97,7 +98,7 @@ pub fn lower_aggregate(agg: &Aggregate, schema: &DFSchema, span: Span) -> Result
         }
         Aggregate::Percentile(f, p) => {
             let input = numeric_input(f, schema, span, "percentile")?;
-            other(percentile_cont(input.sort(true, false), lit(*p)))
+            other(percentile(input, *p))
         }
         Aggregate::Stats(f) => other(stats(numeric_input(f, schema, span, "stats")?)),
     })

@@ -1,3 +1,4 @@
 //! Aggregate functions (UDAFs), one per file.
 
+pub mod percentile;
 pub mod stats;
