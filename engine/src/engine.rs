@@ -20,7 +20,7 @@ use crate::envelope::{
     type_name,
 };
 use crate::error::{Error, ErrorKind, Result};
-use crate::lower::retrieve::{data_span_plan, lower_retrieve};
+use crate::lower::retrieve::{data_span_plan, lower_retrieve, reads_traits};
 use crate::lower::time::rfc3339;
 use crate::lower::{Interval, Limits, LowerInput, Lowered, UnitSource};
 use crate::syntax::ast::{RetrieveQuery, Statement};
@@ -143,9 +143,16 @@ impl Engine {
 
     async fn lower(&self, q: &RetrieveQuery) -> Result<Lowered> {
         let table = self.events().await?;
+        // v0.1 `traits.K` reads the users table unless events carries its own `traits`.
+        let users = if reads_traits(q) && table.schema.field_with_name("traits").is_err() {
+            Some(self.dataset.table(&self.ctx, "users").await?)
+        } else {
+            None
+        };
         let now = self.now()?;
         let mut input = LowerInput {
             table: &table,
+            users: users.as_ref(),
             now,
             limits: &self.options.limits,
             data_span: None,

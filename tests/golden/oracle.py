@@ -41,6 +41,11 @@ def connect(data):
             f"CREATE VIEW events AS SELECT * FROM read_json('{path}', format = 'newline_delimited', "
             f"columns = {TINY_COLUMNS})"
         )
+        users = ROOT / "tests" / "data" / "tiny" / "users.jsonl"
+        con.execute(
+            f"CREATE VIEW users AS SELECT * FROM read_json('{users}', format = 'newline_delimited', "
+            "columns = {'user_id': 'VARCHAR', 'traits': 'STRUCT(company VARCHAR, plan VARCHAR)'})"
+        )
     else:
         raise SystemExit(f"unknown dataset {data}")
     return con

@@ -43,6 +43,8 @@ impl Default for Limits {
 pub struct LowerInput<'a> {
     /// The events table.
     pub table: &'a TableInfo,
+    /// The users table, when the query reads v0.1 `traits.K` and events has no `traits`.
+    pub users: Option<&'a TableInfo>,
     /// `T` for queries without AS OF.
     pub now: DateTime<Utc>,
     pub limits: &'a Limits,

@@ -94,6 +94,9 @@ fn scan_filtered(q: &RetrieveQuery, input: &LowerInput) -> Result<Filtered> {
     check_capabilities(q)?;
     let source = provider_as_source(input.table.provider.clone());
     let mut b = LogicalPlanBuilder::scan("events", source, None)?;
+    if let Some(users) = input.users {
+        b = join_traits(b, users)?;
+    }
     let scan_schema = b.schema().clone();
 
     let as_of = anchor(q.window.as_ref(), input.now)?;
@@ -127,6 +130,83 @@ fn scan_filtered(q: &RetrieveQuery, input: &LowerInput) -> Result<Filtered> {
         window,
         as_of,
     })
+}
+
+/// v0.1 `traits.K`: attach the `users` table's `traits` to each event by `user_id` (a left
+/// join, so events of unknown or anonymous users keep NULL traits). Users are de-duplicated
+/// by `user_id` first so the join can never multiply events.
+fn join_traits(
+    events: LogicalPlanBuilder,
+    users: &signalql_catalog::TableInfo,
+) -> Result<LogicalPlanBuilder> {
+    use datafusion::functions_aggregate::expr_fn::first_value;
+    for col in ["user_id", "traits"] {
+        if users.schema.field_with_name(col).is_err() {
+            return Err(Error::unknown_field(format!(
+                "traits.* reads the users table, which has no `{col}` column"
+            )));
+        }
+    }
+    let users =
+        LogicalPlanBuilder::scan("users", provider_as_source(users.provider.clone()), None)?
+            .aggregate(
+                vec![column("user_id").alias("__traits_user_id")],
+                vec![first_value(column("traits"), vec![]).alias("traits")],
+            )?
+            .build()?;
+    let mut keep: Vec<Expr> = events
+        .schema()
+        .columns()
+        .into_iter()
+        .map(Expr::Column)
+        .collect();
+    keep.push(column("traits"));
+    // Re-qualify everything as `events` so later stages see one flat table.
+    Ok(events
+        .join(
+            users,
+            JoinType::Left,
+            (
+                vec![Column::new(Some("events"), "user_id")],
+                vec![Column::from_name("__traits_user_id")],
+            ),
+            None,
+        )?
+        .project(keep)?
+        .alias("events")?)
+}
+
+/// Does the query read `traits.K` (v0.1), which lives in the users table?
+pub fn reads_traits(q: &RetrieveQuery) -> bool {
+    fn is_traits(f: &FieldRef) -> bool {
+        matches!(f, FieldRef::Path(p) if p.first().is_some_and(|s| s == "traits"))
+    }
+    fn in_bool(e: &BoolExpr) -> bool {
+        operands(e).iter().any(|(op, _)| {
+            matches!(op, Operand::Field(f) if is_traits(f))
+                || matches!(op, Operand::Aggregate(a) if aggregate_field(a).is_some_and(is_traits))
+        })
+    }
+    q.filter.as_ref().is_some_and(in_bool)
+        || q.having.as_ref().is_some_and(in_bool)
+        || q.group_by.iter().any(is_traits)
+        || q.returns.iter().any(|r| match r {
+            ReturnItem::Field(f) => is_traits(f),
+            ReturnItem::Aggregate(a) => aggregate_field(a).is_some_and(is_traits),
+            ReturnItem::Count => false,
+        })
+        || q.order_by.iter().any(|o| match &o.key {
+            OrderKey::Field(f) => is_traits(f),
+            OrderKey::Aggregate(a) => aggregate_field(a).is_some_and(is_traits),
+            OrderKey::Count => false,
+        })
+}
+
+fn aggregate_field(a: &Aggregate) -> Option<&FieldRef> {
+    match a {
+        Aggregate::CountAll => None,
+        Aggregate::Standard(_, f) | Aggregate::Percentile(f, _) | Aggregate::Stats(f) => Some(f),
+    }
 }
 
 /// For a bucketed query without DURING: a plan giving `min(timestamp)` and `max(timestamp)`

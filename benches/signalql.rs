@@ -1,0 +1,2 @@
+//! Criterion benches of signalql (placeholder while being written).
+fn main() {}

@@ -1,0 +1,298 @@
+//! The `signalql` binary's contract, which outside checks rely on: subcommands, formats, exit
+//! status, JSON errors, stdin, `--now`, ingest and gen.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+fn signalql(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_signalql"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8(o.stdout.clone()).unwrap()
+}
+
+fn json(o: &Output) -> Value {
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {}", stdout(o)))
+}
+
+#[test]
+fn query_json_prints_exactly_the_envelope() {
+    // 7 304 page views in [2026-06-06, 2026-06-13): the DuckDB oracle of golden spec/v01_count_events.
+    let o = signalql(&[
+        "query",
+        "--format",
+        "json",
+        r#"FROM events WHERE event_name = "page_view" DURING LAST 7 d RETURN count"#,
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    let env = json(&o);
+    assert_eq!(env["rows"], serde_json::json!([[7304]]));
+    assert_eq!(
+        env["columns"],
+        serde_json::json!([{"name": "count", "type": "integer", "unit": "events"}])
+    );
+    let m = &env["metadata"];
+    assert_eq!(m["as_of"], "2026-06-13T00:00:00Z");
+    assert_eq!(m["row_count"], 1);
+    assert_eq!(m["truncated"], false);
+    assert_eq!(m["ordered"], false);
+    assert_eq!(m["access_filtered"], false);
+    assert_eq!(m["signalql_version"], "0.3");
+    assert_eq!(m["cost_estimate"]["engine"], "datafusion");
+    assert!(m["cost_estimate"]["scanned_rows"].as_u64().unwrap() > 0);
+    assert!(
+        m["compiled_sql_digest"]
+            .as_str()
+            .unwrap()
+            .starts_with("sha256:")
+    );
+    assert_eq!(
+        m["compiled_sql_digest"].as_str().unwrap().len(),
+        "sha256:".len() + 64
+    );
+    assert_eq!(m["limit_applied"], 10_000);
+}
+
+#[test]
+fn errors_exit_1_with_a_json_error() {
+    let o = signalql(&[
+        "query",
+        "--format",
+        "json",
+        "FROM events\nWHERE event_name = \"x\" RETURN",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let e = &json(&o)["error"];
+    assert_eq!(e["code"], "parse_error");
+    assert_eq!(e["line"], 2);
+    assert_eq!(e["column"], 30);
+    assert!(e["message"].as_str().unwrap().contains("expected"), "{e}");
+
+    let o = signalql(&["query", "--format", "json", "DESCRIBE events"]);
+    assert_eq!(o.status.code(), Some(1));
+    let e = &json(&o)["error"];
+    assert_eq!(e["code"], "capability_error");
+    assert_eq!(e["feature"], "DESCRIBE");
+    assert_eq!(e["tier"], "v0.3-capability");
+
+    // Without --format json the error goes to stderr as text.
+    let o = signalql(&["query", "FROM events RETURN nope"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(o.stdout.is_empty());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("unknown_field"));
+
+    let o = signalql(&[
+        "query",
+        "--data",
+        "/no/such/dataset",
+        "FROM events RETURN count",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("io_error"));
+}
+
+#[test]
+fn now_fixes_t_and_as_of_wins() {
+    let o = signalql(&[
+        "query",
+        "--format",
+        "json",
+        "--now",
+        "2026-06-01T00:00:00Z",
+        "FROM events DURING LAST 1 d RETURN count",
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    let env = json(&o);
+    assert_eq!(env["metadata"]["as_of"], "2026-06-01T00:00:00Z");
+    assert_eq!(env["metadata"]["window"]["start"], "2026-05-31T00:00:00Z");
+    let o = signalql(&[
+        "query",
+        "--format",
+        "json",
+        "--now",
+        "2026-06-01T00:00:00Z",
+        r#"FROM events DURING LAST 1 d AS OF "2026-05-01T00:00:00Z" RETURN count"#,
+    ]);
+    assert_eq!(json(&o)["metadata"]["as_of"], "2026-05-01T00:00:00Z");
+    let o = signalql(&["query", "--now", "yesterday", "FROM events RETURN count"]);
+    assert_eq!(o.status.code(), Some(1));
+}
+
+#[test]
+fn query_from_stdin_and_csv_and_table() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_signalql"))
+        .args(["query", "--format", "csv", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"FROM events WHERE event_name = \"page_view\"\nDURING LAST 7 d\nRETURN count")
+        .unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success());
+    assert_eq!(stdout(&o), "count\r\n7304\r\n");
+}
+
+#[test]
+fn table_is_the_default_format() {
+    let o = signalql(&[
+        "query",
+        r#"FROM events WHERE event_name = "page_view" DURING LAST 7 d RETURN count"#,
+    ]);
+    assert!(o.status.success());
+    let text = stdout(&o);
+    assert!(text.starts_with("count\n-----\n7304\n"), "{text}");
+    assert!(
+        text.contains("(1 row; as of 2026-06-13T00:00:00Z)"),
+        "{text}"
+    );
+}
+
+#[test]
+fn fmt_prints_canonical_text() {
+    let o = signalql(&[
+        "fmt",
+        r#"from events where event_name="x" and (properties.plan="a" or properties.plan="b") during last 7 days return count order by count desc"#,
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    assert_eq!(
+        stdout(&o),
+        "FROM events\nWHERE event_name = \"x\" AND (properties.plan = \"a\" OR properties.plan = \"b\")\nDURING LAST 7 d\nRETURN count\nORDER BY count DESC\n"
+    );
+    let o = signalql(&[
+        "fmt",
+        r#"COUNT users FROM events WHERE event_name = "signup" DURING LAST 30 DAYS"#,
+    ]);
+    assert_eq!(
+        stdout(&o),
+        "FROM events\nWHERE event_name = \"signup\"\nDURING LAST 30 d\nRETURN count_distinct(user_id)\n"
+    );
+    let o = signalql(&["fmt", "FROM events RETURN"]);
+    assert_eq!(o.status.code(), Some(1));
+}
+
+#[test]
+fn compile_prints_ast_plan_and_sql() {
+    let o = signalql(&[
+        "compile",
+        "FROM events DURING LAST 7 d GROUP BY event_name RETURN event_name, count",
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    let text = stdout(&o);
+    for part in [
+        "-- AST",
+        "\"kind\": \"retrieve\"",
+        "-- logical plan",
+        "Aggregate:",
+        "TableScan: events",
+        "-- SQL",
+        "SELECT",
+    ] {
+        assert!(text.contains(part), "missing {part:?} in:\n{text}");
+    }
+}
+
+fn events_files(root: &Path) -> Vec<String> {
+    match std::fs::read_dir(root.join("events")) {
+        Ok(rd) => rd
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect(),
+        Err(_) => vec![],
+    }
+}
+
+#[test]
+fn ingest_is_all_or_nothing_then_queryable() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("ds");
+    let bad = dir.path().join("bad.jsonl");
+    std::fs::write(
+        &bad,
+        "{\"event_name\":\"a\",\"timestamp\":\"2026-01-01T00:00:00Z\"}\n{\"event_name\":\"b\",\"timestamp\":\"not a time\"}\n",
+    )
+    .unwrap();
+    let o = signalql(&[
+        "ingest",
+        "events",
+        bad.to_str().unwrap(),
+        "--data",
+        root.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains(":2"), "the line number is reported: {err}");
+    assert!(
+        events_files(&root).is_empty(),
+        "nothing written: {:?}",
+        events_files(&root)
+    );
+
+    let good = dir.path().join("good.csv");
+    std::fs::write(
+        &good,
+        "event_name,user_id,session_id,timestamp,properties\nview,u1,s1,2026-01-01T10:00:00Z,\"{\"\"plan\"\": \"\"pro\"\"}\"\nview,u2,,2026-01-01T11:00:00Z,\n",
+    )
+    .unwrap();
+    let o = signalql(&[
+        "ingest",
+        "events",
+        good.to_str().unwrap(),
+        "--data",
+        root.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = signalql(&[
+        "query",
+        "--data",
+        root.to_str().unwrap(),
+        "--format",
+        "json",
+        r#"FROM events GROUP BY properties.plan RETURN properties.plan, count, count(session_id)"#,
+    ]);
+    assert_eq!(
+        json(&o)["rows"],
+        serde_json::json!([["pro", 1, 1], [null, 1, 0]])
+    );
+}
+
+#[test]
+fn gen_is_deterministic_and_queryable() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("a");
+    let b = dir.path().join("b");
+    for out in [&a, &b] {
+        let o = signalql(&[
+            "gen",
+            "events",
+            "--rows",
+            "5000",
+            "--seed",
+            "7",
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let read = |p: &Path| std::fs::read(p.join("events/part-00000.parquet")).unwrap();
+    assert_eq!(read(&a), read(&b));
+    let o = signalql(&[
+        "query",
+        "--data",
+        a.to_str().unwrap(),
+        "--format",
+        "json",
+        "FROM events RETURN count",
+    ]);
+    assert_eq!(json(&o)["rows"], serde_json::json!([[5000]]));
+}
