@@ -18,7 +18,6 @@ use serde_json::Value;
 use signalql::{Engine, EngineOptions};
 
 struct Case {
-    path: PathBuf,
     header: BTreeMap<String, String>,
     sections: BTreeMap<String, String>,
 }
@@ -42,11 +41,7 @@ fn parse_case(path: &Path) -> Case {
             }
         }
     }
-    Case {
-        path: path.to_path_buf(),
-        header,
-        sections,
-    }
+    Case { header, sections }
 }
 
 fn case_files(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -194,13 +189,13 @@ async fn run_case(case: &Case, tiny: &Path) -> Result<(), String> {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn golden_cases() {
+/// Each case file is its own test (so failures and counts are per case); `cargo test --test
+/// golden -- <filter>` runs a subset.
+fn main() {
+    let args = libtest_mimic::Arguments::from_args();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
     let mut files = Vec::new();
-    case_files(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden"),
-        &mut files,
-    );
+    case_files(&root, &mut files);
     files.sort();
     assert!(
         files.len() >= 20,
@@ -208,19 +203,28 @@ async fn golden_cases() {
         files.len()
     );
     let tiny = build_tiny();
-    let mut failures = Vec::new();
-    for f in &files {
-        let case = parse_case(f);
-        if let Err(msg) = run_case(&case, tiny.path()).await {
-            failures.push(format!("{}:\n{msg}", case.path.display()));
-        }
-    }
-    println!("{} golden cases, {} failed", files.len(), failures.len());
-    assert!(
-        failures.is_empty(),
-        "{} of {} golden cases failed:\n\n{}",
-        failures.len(),
-        files.len(),
-        failures.join("\n\n")
-    );
+    let tiny_path = tiny.path().to_path_buf();
+    let trials = files
+        .into_iter()
+        .map(|f| {
+            let name = f
+                .strip_prefix(&root)
+                .unwrap_or(&f)
+                .with_extension("")
+                .display()
+                .to_string();
+            let tiny = tiny_path.clone();
+            libtest_mimic::Trial::test(name, move || {
+                let case = parse_case(&f);
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()?;
+                rt.block_on(run_case(&case, &tiny))
+                    .map_err(|msg| format!("{}:\n{msg}", f.display()).into())
+            })
+        })
+        .collect();
+    let conclusion = libtest_mimic::run(&args, trials);
+    drop(tiny);
+    conclusion.exit();
 }

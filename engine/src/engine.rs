@@ -204,7 +204,7 @@ impl Engine {
         let timeout = StdDuration::from_secs(self.options.limits.timeout_seconds);
         let batches =
             match tokio::time::timeout(timeout, collect(Arc::clone(&physical), task)).await {
-                Ok(r) => r?,
+                Ok(r) => r.map_err(|e| self.fill_limits(Error::from(e)))?,
                 Err(_) => {
                     let secs = self.options.limits.timeout_seconds;
                     return Err(Error::limit("timeout_seconds", secs, secs + 1).with_help(
@@ -213,6 +213,17 @@ impl Engine {
                 }
             };
         Ok((batches, physical))
+    }
+
+    /// A memory-pool error names the configured pool size.
+    fn fill_limits(&self, mut err: Error) -> Error {
+        if let ErrorKind::LimitExceeded { limit, max, value } = &mut err.kind
+            && limit == "query_memory_bytes"
+        {
+            *max = self.options.limits.query_memory_bytes;
+            *value = max.saturating_add(1);
+        }
+        err
     }
 
     /// Run one query and return its envelope.

@@ -178,9 +178,10 @@ impl From<datafusion::error::DataFusionError> for Error {
             D::IoError(io) => Error::io(io.to_string()),
             D::ParquetError(p) => Error::io(format!("cannot read Parquet data: {p}")),
             D::ObjectStore(o) => Error::io(o.to_string()),
+            // The engine fills in the configured pool size (`Engine::fill_limits`).
             D::ResourcesExhausted(m) => Error::new(
                 ErrorKind::LimitExceeded {
-                    limit: "query_memory".into(),
+                    limit: "query_memory_bytes".into(),
                     max: 0,
                     value: 0,
                 },

@@ -13,12 +13,13 @@ use signalql_catalog::TableInfo;
 
 pub use time::Interval;
 
-/// Engine limits (DESIGN.md §4), all configurable, reported in `metadata.limits`.
+/// Engine limits (DESIGN.md §4), all configurable, reported in `metadata.limits`. Group
+/// cardinality has no separate cap: it is bounded by the query memory pool, and what is
+/// returned by `max_result_rows` (see docs/semantics.md).
 #[derive(Debug, Clone, Serialize)]
 pub struct Limits {
     pub max_window_days: u64,
     pub max_funnel_steps: u64,
-    pub max_groups: u64,
     pub max_result_rows: u64,
     pub max_buckets: u64,
     pub query_memory_bytes: u64,
@@ -30,7 +31,6 @@ impl Default for Limits {
         Limits {
             max_window_days: 366,
             max_funnel_steps: 10,
-            max_groups: 100_000,
             max_result_rows: 10_000,
             max_buckets: 10_000,
             query_memory_bytes: 4 << 30,
