@@ -43,6 +43,23 @@ fn numeric_input(field: &FieldRef, schema: &DFSchema, span: Span, func: &str) ->
     }
 }
 
+/// A field an aggregate can compare or hash: anything but a struct, map or list.
+fn scalar_input(field: &FieldRef, schema: &DFSchema, span: Span, func: &str) -> Result<Expr> {
+    let r = resolve(field, schema, span)?;
+    if matches!(
+        r.data_type,
+        DataType::Struct(_) | DataType::Map(_, _) | DataType::List(_)
+    ) {
+        return Err(Error::type_error(format!(
+            "{func}() needs a scalar field, and {} has type {}",
+            super::fields::field_text(field),
+            r.data_type
+        ))
+        .at(span));
+    }
+    Ok(r.expr)
+}
+
 /// Lower one aggregate over rows of `schema`.
 pub fn lower_aggregate(agg: &Aggregate, schema: &DFSchema, span: Span) -> Result<LoweredAggregate> {
     let counting = |expr| LoweredAggregate { expr, counts: true };
@@ -53,21 +70,12 @@ pub fn lower_aggregate(agg: &Aggregate, schema: &DFSchema, span: Span) -> Result
     Ok(match agg {
         Aggregate::CountAll => counting(count_all()),
         Aggregate::Standard(AggFn::Count, f) => counting(count(resolve(f, schema, span)?.expr)),
-        Aggregate::Standard(AggFn::CountDistinct, f) => {
-            let r = resolve(f, schema, span)?;
-            if matches!(
-                r.data_type,
-                DataType::Struct(_) | DataType::Map(_, _) | DataType::List(_)
-            ) {
-                return Err(Error::type_error(format!(
-                    "count_distinct() needs a scalar field, and {} has type {}",
-                    super::fields::field_text(f),
-                    r.data_type
-                ))
-                .at(span));
-            }
-            counting(count_distinct(r.expr))
-        }
+        Aggregate::Standard(AggFn::CountDistinct, f) => counting(count_distinct(scalar_input(
+            f,
+            schema,
+            span,
+            "count_distinct",
+        )?)),
         Aggregate::Standard(AggFn::Sum, f) => other(sum(numeric_input(f, schema, span, "sum")?)),
         Aggregate::Standard(AggFn::Avg, f) => other(avg(numeric_input(f, schema, span, "avg")?)),
         Aggregate::Standard(AggFn::Variance, f) => {
@@ -76,26 +84,8 @@ pub fn lower_aggregate(agg: &Aggregate, schema: &DFSchema, span: Span) -> Result
         Aggregate::Standard(AggFn::Stddev, f) => {
             other(stddev(numeric_input(f, schema, span, "stddev")?))
         }
-        Aggregate::Standard(func @ (AggFn::Min | AggFn::Max), f) => {
-            let r = resolve(f, schema, span)?;
-            if matches!(
-                r.data_type,
-                DataType::Struct(_) | DataType::Map(_, _) | DataType::List(_)
-            ) {
-                return Err(Error::type_error(format!(
-                    "{}() needs an orderable field, and {} has type {}",
-                    if *func == AggFn::Min { "min" } else { "max" },
-                    super::fields::field_text(f),
-                    r.data_type
-                ))
-                .at(span));
-            }
-            other(if *func == AggFn::Min {
-                min(r.expr)
-            } else {
-                max(r.expr)
-            })
-        }
+        Aggregate::Standard(AggFn::Min, f) => other(min(scalar_input(f, schema, span, "min")?)),
+        Aggregate::Standard(AggFn::Max, f) => other(max(scalar_input(f, schema, span, "max")?)),
         Aggregate::Percentile(f, p) => {
             let input = numeric_input(f, schema, span, "percentile")?;
             other(percentile(input, *p))
