@@ -34,6 +34,9 @@ pub fn column(name: &str) -> Expr {
     Expr::Column(Column::from_name(name))
 }
 
+/// The columns that hold keyed values (struct, map or JSON text), per DESIGN.md §3.
+pub const PROPERTY_BAGS: [&str; 3] = ["properties", "traits", "attributes"];
+
 /// A field resolved to an expression and its type.
 #[derive(Debug, Clone)]
 pub struct Resolved {
@@ -81,6 +84,9 @@ pub fn resolve(field: &FieldRef, schema: &DFSchema, span: Span) -> Result<Resolv
         expr = cast(expr, ts_type());
         dt = ts_type();
     }
+    // Text is read as JSON only under the property-bag columns (where ingest also stores
+    // nested objects as JSON text); `event_name.x` is an error, not a silent NULL.
+    let json_keys = PROPERTY_BAGS.contains(&first.as_str());
     for key in rest {
         (expr, dt) = match &dt {
             DataType::Struct(fields) => match fields.iter().find(|f| f.name() == key) {
@@ -99,7 +105,7 @@ pub fn resolve(field: &FieldRef, schema: &DFSchema, span: Span) -> Result<Resolv
                 };
                 (get_field(expr, key.as_str()), value_type)
             }
-            DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => {
+            DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View if json_keys => {
                 let text = if dt == DataType::Utf8 {
                     expr
                 } else {
