@@ -1,0 +1,95 @@
+//! The typed result envelope: truncation at the result-row cap, limit_applied, ordered, units
+//! from signalql.toml, column types, and the compiled SQL digest.
+
+use serde_json::json;
+use signalql::{Engine, Envelope};
+
+async fn sample(query: &str) -> Envelope {
+    let engine = Engine::open(signalql::sample_dataset()).unwrap();
+    engine
+        .query(query)
+        .await
+        .unwrap_or_else(|e| panic!("{query}: {e}"))
+}
+
+#[tokio::test]
+async fn result_row_cap_truncates_and_says_so() {
+    // The sample has 150 000 events (signalql gen --rows 150000), far above the 10 000 cap.
+    let env = sample("FROM events RETURN user_id, timestamp").await;
+    assert_eq!(env.rows.len(), 10_000);
+    assert_eq!(env.metadata.row_count, 10_000);
+    assert!(env.metadata.truncated);
+    assert_eq!(env.metadata.limit_applied, 10_000);
+
+    let env = sample("FROM events RETURN user_id, timestamp LIMIT 20000").await;
+    assert_eq!(env.metadata.row_count, 10_000);
+    assert!(env.metadata.truncated);
+    assert_eq!(env.metadata.limit_applied, 10_000);
+
+    let env = sample("FROM events RETURN user_id, timestamp ORDER BY timestamp DESC LIMIT 5").await;
+    assert_eq!(env.metadata.row_count, 5);
+    assert!(!env.metadata.truncated);
+    assert_eq!(env.metadata.limit_applied, 5);
+    assert!(env.metadata.ordered);
+    // Descending timestamps, all before T.
+    let ts: Vec<&str> = env.rows.iter().map(|r| r[1].as_str().unwrap()).collect();
+    let mut sorted = ts.clone();
+    sorted.sort_by(|a, b| b.cmp(a));
+    assert_eq!(ts, sorted);
+    assert!(ts[0] < "2026-06-13T00:00:00Z");
+
+    // Exactly the cap is not truncation.
+    let env = sample("FROM events RETURN user_id LIMIT 10000").await;
+    assert_eq!(env.metadata.row_count, 10_000);
+    assert!(!env.metadata.truncated);
+}
+
+#[tokio::test]
+async fn column_types_and_units() {
+    let env = sample(
+        r#"FROM events WHERE event_name = "purchase" DURING LAST 30 d BUCKET BY w GROUP BY properties.platform
+           RETURN timestamp, properties.platform, count, count_distinct(user_id), sum(properties.amount),
+                  variance(properties.amount), stats(properties.amount)"#,
+    )
+    .await;
+    let cols: Vec<_> = env
+        .columns
+        .iter()
+        .map(|c| json!([c.name, c.data_type, c.unit]))
+        .collect();
+    assert_eq!(
+        cols,
+        vec![
+            json!(["timestamp", "timestamp", null]),
+            json!(["properties.platform", "string", null]),
+            json!(["count", "integer", "events"]),
+            json!(["count_distinct(user_id)", "integer", "users"]),
+            json!(["sum(properties.amount)", "number", "USD"]),
+            json!(["variance(properties.amount)", "number", "USD^2"]),
+            json!(["stats(properties.amount)", "struct", "USD"]),
+        ]
+    );
+    // A struct value is a JSON object with the eight sufficient statistics.
+    let stats = env
+        .rows
+        .iter()
+        .find_map(|r| r[6].as_object().cloned())
+        .unwrap();
+    let keys: Vec<&str> = stats.keys().map(String::as_str).collect();
+    assert_eq!(
+        keys,
+        [
+            "n", "sum", "sum_sq", "mean", "variance", "stddev", "min", "max"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn digest_is_stable_and_depends_on_the_plan() {
+    let a = sample("FROM events DURING LAST 7 d RETURN count").await;
+    let b = sample("from events during last 7 DAYS return count").await;
+    let c = sample("FROM events DURING LAST 8 d RETURN count").await;
+    let d = |e: &Envelope| e.metadata.compiled_sql_digest.clone().unwrap();
+    assert_eq!(d(&a), d(&b), "same query, same plan, same digest");
+    assert_ne!(d(&a), d(&c));
+}
