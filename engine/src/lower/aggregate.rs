@@ -30,7 +30,7 @@ fn numeric_input(field: &FieldRef, schema: &DFSchema, span: Span, func: &str) ->
             _ if func == "sum" => r.expr,
             _ => cast(r.expr, DataType::Float64),
         })
-    } else if is_text(&r.data_type) || r.data_type == DataType::Null {
+    } else if r.dynamic && (is_text(&r.data_type) || r.data_type == DataType::Null) {
         // JSON or text values: numbers are read as numbers, anything else is NULL.
         Ok(try_cast(r.expr, DataType::Float64))
     } else {

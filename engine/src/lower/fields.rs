@@ -42,6 +42,10 @@ pub const PROPERTY_BAGS: [&str; 3] = ["properties", "traits", "attributes"];
 pub struct Resolved {
     pub expr: Expr,
     pub data_type: DataType,
+    /// A value from inside a property bag (struct field, map or JSON key), whose text may
+    /// hold numbers: numeric literals and numeric aggregates cast it. A top-level text
+    /// column (`user_id`) is text: `user_id = 5` compares with the text "5".
+    pub dynamic: bool,
 }
 
 /// The dotted text of a field, for messages.
@@ -127,6 +131,7 @@ pub fn resolve(field: &FieldRef, schema: &DFSchema, span: Span) -> Result<Resolv
     Ok(Resolved {
         expr,
         data_type: dt,
+        dynamic: !rest.is_empty(),
     })
 }
 
@@ -183,8 +188,14 @@ pub fn coerce_literal(field: &Resolved, value: &Literal, span: Span) -> Result<(
     if is_text(dt) || *dt == DataType::Null {
         return match value {
             Literal::String(s) => Ok((e, lit(s.as_str()))),
-            Literal::Integer(i) => Ok((try_cast(e, DataType::Float64), lit(*i as f64))),
-            Literal::Decimal(d) => Ok((try_cast(e, DataType::Float64), lit(*d))),
+            Literal::Integer(i) if field.dynamic => {
+                Ok((try_cast(e, DataType::Float64), lit(*i as f64)))
+            }
+            Literal::Decimal(d) if field.dynamic => Ok((try_cast(e, DataType::Float64), lit(*d))),
+            Literal::Integer(i) => Ok((e, lit(i.to_string()))),
+            Literal::Decimal(d) => {
+                Ok((e, lit(crate::syntax::ast::Literal::Decimal(*d).to_string())))
+            }
             Literal::Boolean(b) => Ok((e, lit(if *b { "true" } else { "false" }))),
         };
     }

@@ -417,7 +417,11 @@ fn lower_aggregating(
         let resolve_after = |name: String| -> Result<Resolved> {
             let expr = column(&name);
             let data_type = super::fields::type_of(&expr, &agg_schema)?;
-            Ok(Resolved { expr, data_type })
+            Ok(Resolved {
+                expr,
+                data_type,
+                dynamic: false,
+            })
         };
         let pred = lower_bool(h, &|op: &Operand, span: Span| match op {
             Operand::Aggregate(a) => resolve_after(aggregate_name(a)),
