@@ -25,6 +25,8 @@ struct Cli {
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Format {
     Table,
+    /// The result envelope (also `--format envelope`).
+    #[value(alias = "envelope")]
     Json,
     Csv,
 }
