@@ -12,7 +12,7 @@
 pub mod render;
 
 pub use signalql_catalog as catalog;
-pub use signalql_engine::envelope::{ColumnInfo, Envelope, Metadata};
+pub use signalql_engine::envelope::{self, ColumnInfo, Envelope, Metadata};
 pub use signalql_engine::syntax::{ast, parse};
 pub use signalql_engine::{Compiled, Engine, EngineOptions, Error, ErrorKind, Result};
 pub use signalql_udfs as udfs;

@@ -6,9 +6,10 @@ use std::time::Duration as StdDuration;
 use chrono::{DateTime, Utc};
 use datafusion::arrow::array::{Array, AsArray, RecordBatch};
 use datafusion::arrow::datatypes::{SchemaRef, TimestampMicrosecondType};
+use datafusion::datasource::{MemTable, provider_as_source};
 use datafusion::execution::SessionStateBuilder;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
-use datafusion::logical_expr::LogicalPlan;
+use datafusion::logical_expr::{LogicalPlan, LogicalPlanBuilder};
 use datafusion::physical_plan::{ExecutionPlan, collect};
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion::sql::unparser::plan_to_sql;
@@ -20,7 +21,7 @@ use crate::envelope::{
     type_name,
 };
 use crate::error::{Error, ErrorKind, Result};
-use crate::lower::retrieve::{data_span_plan, lower_retrieve, reads_traits};
+use crate::lower::retrieve::{Staged, data_span_plan, lower_retrieve, reads_traits};
 use crate::lower::time::rfc3339;
 use crate::lower::{Interval, Limits, LowerInput, Lowered, UnitSource};
 use crate::syntax::ast::{RetrieveQuery, Statement};
@@ -215,6 +216,24 @@ impl Engine {
         Ok((batches, physical))
     }
 
+    /// Run a query split at its aggregate: the aggregate once, then the rest of the plan over
+    /// its materialised result. Returns the batches, the final physical plan and the rows and
+    /// bytes the scans read.
+    async fn execute_staged(
+        &self,
+        staged: &Staged,
+    ) -> Result<(Vec<RecordBatch>, Arc<dyn ExecutionPlan>, (u64, u64))> {
+        let (agg_batches, agg_physical) = self.execute(&staged.aggregate).await?;
+        let scanned = scan_metrics(agg_physical.as_ref());
+        let table = MemTable::try_new(agg_physical.schema(), vec![agg_batches])?;
+        let scan =
+            LogicalPlanBuilder::scan("aggregate", provider_as_source(Arc::new(table)), None)?
+                .build()?;
+        let rest = staged.after.finish(scan)?;
+        let (batches, physical) = self.execute(&rest.plan).await?;
+        Ok((batches, physical, scanned))
+    }
+
     /// A memory-pool error names the configured pool size.
     fn fill_limits(&self, mut err: Error) -> Error {
         if let ErrorKind::LimitExceeded { limit, max, value } = &mut err.kind
@@ -230,12 +249,18 @@ impl Engine {
     pub async fn query(&self, text: &str) -> Result<Envelope> {
         let compiled = self.compile(text).await?;
         let lowered = &compiled.lowered;
-        let (batches, physical) = self.execute(&lowered.plan).await?;
+        let (batches, physical, (scanned_rows, scanned_bytes)) = match &lowered.staged {
+            None => {
+                let (batches, physical) = self.execute(&lowered.plan).await?;
+                let scanned = scan_metrics(physical.as_ref());
+                (batches, physical, scanned)
+            }
+            Some(staged) => self.execute_staged(staged).await?,
+        };
         let total: usize = batches.iter().map(|b| b.num_rows()).sum();
         let cap = lowered.row_cap.map(|c| c as usize).unwrap_or(usize::MAX);
         let truncated = total > cap;
         let rows = rows(&batches, cap)?;
-        let (scanned_rows, scanned_bytes) = scan_metrics(physical.as_ref());
         let columns = self.columns(lowered, physical.schema());
         let digest = compiled
             .sql

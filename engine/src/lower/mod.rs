@@ -83,6 +83,9 @@ pub struct Lowered {
     pub row_cap: Option<u64>,
     pub as_of: DateTime<Utc>,
     pub window: Option<Interval>,
+    /// The same query split at its aggregate, when running the aggregate first saves work
+    /// (`plan` is still the whole query, for compile output and the SQL digest).
+    pub staged: Option<retrieve::Staged>,
 }
 
 impl Lowered {
@@ -101,6 +104,7 @@ impl Lowered {
             row_cap,
             as_of: DateTime::<Utc>::UNIX_EPOCH,
             window: None,
+            staged: None,
         }
     }
 }

@@ -379,29 +379,72 @@ fn lower_aggregating(
     }
 
     let agg_exprs: Vec<Expr> = aggs.iter().map(|(_, e, _)| e.clone()).collect();
-    let mut b = b.aggregate(group_exprs, agg_exprs)?;
+    let aggregate = b.aggregate(group_exprs, agg_exprs)?.build()?;
 
-    if let Some(unit) = q.bucket {
-        let span = window.or(input.data_span);
-        if let Some(iv) = span {
-            let buckets = bucket_series(iv, unit, input.limits.max_buckets)?;
-            if !buckets.is_empty() {
-                let counted: Vec<(String, bool)> =
-                    aggs.iter().map(|(n, _, c)| (n.clone(), *c)).collect();
-                let starts: Vec<i64> = buckets.into_iter().map(micros).collect();
-                b = LogicalPlanBuilder::from(densify(b.build()?, &dims, &counted, &starts)?);
-            }
+    let mut dense = None;
+    if let Some(unit) = q.bucket
+        && let Some(iv) = window.or(input.data_span)
+    {
+        let buckets = bucket_series(iv, unit, input.limits.max_buckets)?;
+        if !buckets.is_empty() {
+            dense = Some(Dense {
+                counted: aggs.iter().map(|(n, _, c)| (n.clone(), *c)).collect(),
+                starts: buckets.into_iter().map(micros).collect(),
+            });
         }
     }
+    let after = AfterAggregate {
+        query: q.clone(),
+        keys,
+        dims,
+        time_col,
+        dense,
+        limit: limit_plan(q, input),
+    };
+    let mut lowered = after.finish(aggregate.clone())?;
+    // A dense series per group reads the aggregate twice (for the groups seen and for the
+    // values); DataFusion would compute it twice, so the engine may run it once first.
+    if after.dense.is_some() && !after.dims.is_empty() {
+        lowered.staged = Some(Staged { aggregate, after });
+    }
+    Ok(lowered)
+}
 
-    // A grouped field referenced after aggregation resolves to its key column.
-    let key_column = |f: &FieldRef, span: Span, clause: &str| -> Result<String> {
-        let name = if q.bucket.is_some() && *f == timestamp_field() {
+/// A bucketed query's dense series: the bucket starts and which aggregates count.
+#[derive(Debug, Clone)]
+struct Dense {
+    counted: Vec<(String, bool)>,
+    starts: Vec<i64>,
+}
+
+/// A grouped query split at its aggregate: the aggregate plan, and what follows it.
+#[derive(Debug, Clone)]
+pub struct Staged {
+    /// The aggregate (scan, filters, grouping); its output feeds [`AfterAggregate::finish`].
+    pub aggregate: LogicalPlan,
+    pub after: AfterAggregate,
+}
+
+/// Everything after the aggregate: dense fill, HAVING, ordering, limit and projection.
+#[derive(Debug, Clone)]
+pub struct AfterAggregate {
+    query: RetrieveQuery,
+    keys: Vec<String>,
+    dims: Vec<String>,
+    time_col: String,
+    dense: Option<Dense>,
+    limit: (u64, usize, Option<u64>),
+}
+
+impl AfterAggregate {
+    /// A grouped field referenced after aggregation resolves to its key column.
+    fn key_column(&self, f: &FieldRef, span: Span, clause: &str) -> Result<String> {
+        let name = if self.query.bucket.is_some() && *f == timestamp_field() {
             BUCKET_KEY.to_string()
         } else {
             field_text(f)
         };
-        if keys.contains(&name) {
+        if self.keys.contains(&name) {
             Ok(name)
         } else {
             Err(Error::type_error(format!(
@@ -410,84 +453,96 @@ fn lower_aggregating(
             ))
             .at(span))
         }
-    };
-
-    if let Some(h) = &q.having {
-        let agg_schema = b.schema().clone();
-        let resolve_after = |name: String| -> Result<Resolved> {
-            let expr = column(&name);
-            let data_type = super::fields::type_of(&expr, &agg_schema)?;
-            Ok(Resolved {
-                expr,
-                data_type,
-                dynamic: false,
-            })
-        };
-        let pred = lower_bool(h, &|op: &Operand, span: Span| match op {
-            Operand::Aggregate(a) => resolve_after(aggregate_name(a)),
-            Operand::CountShorthand => resolve_after("count".into()),
-            Operand::Field(f) => resolve_after(key_column(f, span, "HAVING")?),
-        })?;
-        b = b.filter(pred)?;
     }
 
-    let mut sort: Vec<SortExpr> = Vec::new();
-    let mut sorted: BTreeSet<String> = BTreeSet::new();
-    for term in &q.order_by {
-        let name = match &term.key {
-            OrderKey::Count => "count".to_string(),
-            OrderKey::Aggregate(a) => aggregate_name(a),
-            OrderKey::Field(f) => key_column(f, term.span, "ORDER BY")?,
-        };
-        sorted.insert(name.clone());
-        sort.push(column(&name).sort(!term.descending, term.descending));
-    }
-    // Deterministic order: the group keys ascending (NULLs last), after any ORDER BY.
-    for k in &keys {
-        if !sorted.contains(k) {
-            sort.push(column(k).sort(true, false));
-        }
-    }
-
-    let (limit_applied, fetch, row_cap) = limit_plan(q, input);
-    if !sort.is_empty() {
-        b = b.sort_with_limit(sort, Some(fetch))?;
-    }
-    b = b.limit(0, Some(fetch))?;
-
-    let mut projection = Vec::new();
-    let mut columns: Vec<OutColumn> = Vec::new();
-    for (i, item) in q.returns.iter().enumerate() {
-        let span = span_at(&q.return_spans, i, q.span);
-        let (source, out, unit) = match item {
-            ReturnItem::Count => ("count".to_string(), "count".to_string(), UnitSource::Count),
-            ReturnItem::Aggregate(a) => {
-                let n = aggregate_name(a);
-                (n.clone(), n, unit_of_aggregate(a))
+    /// Build the rest of the plan over `aggregate` (the aggregate itself, or a scan of its
+    /// materialised result: columns are referenced by name).
+    pub fn finish(&self, aggregate: LogicalPlan) -> Result<Lowered> {
+        let q = &self.query;
+        let mut b = match &self.dense {
+            Some(d) => {
+                LogicalPlanBuilder::from(densify(aggregate, &self.dims, &d.counted, &d.starts)?)
             }
-            ReturnItem::Field(f) => {
-                let n = key_column(f, span, "RETURN")?;
-                if n == BUCKET_KEY {
-                    (n, time_col.clone(), UnitSource::None)
-                } else {
-                    (n.clone(), n.clone(), UnitSource::Field(n))
+            None => LogicalPlanBuilder::from(aggregate),
+        };
+
+        if let Some(h) = &q.having {
+            let agg_schema = b.schema().clone();
+            let resolve_after = |name: String| -> Result<Resolved> {
+                let expr = column(&name);
+                let data_type = super::fields::type_of(&expr, &agg_schema)?;
+                Ok(Resolved {
+                    expr,
+                    data_type,
+                    dynamic: false,
+                })
+            };
+            let pred = lower_bool(h, &|op: &Operand, span: Span| match op {
+                Operand::Aggregate(a) => resolve_after(aggregate_name(a)),
+                Operand::CountShorthand => resolve_after("count".into()),
+                Operand::Field(f) => resolve_after(self.key_column(f, span, "HAVING")?),
+            })?;
+            b = b.filter(pred)?;
+        }
+
+        let mut sort: Vec<SortExpr> = Vec::new();
+        let mut sorted: BTreeSet<String> = BTreeSet::new();
+        for term in &q.order_by {
+            let name = match &term.key {
+                OrderKey::Count => "count".to_string(),
+                OrderKey::Aggregate(a) => aggregate_name(a),
+                OrderKey::Field(f) => self.key_column(f, term.span, "ORDER BY")?,
+            };
+            sorted.insert(name.clone());
+            sort.push(column(&name).sort(!term.descending, term.descending));
+        }
+        // Deterministic order: the group keys ascending (NULLs last), after any ORDER BY.
+        for k in &self.keys {
+            if !sorted.contains(k) {
+                sort.push(column(k).sort(true, false));
+            }
+        }
+
+        let (limit_applied, fetch, row_cap) = self.limit;
+        if !sort.is_empty() {
+            b = b.sort_with_limit(sort, Some(fetch))?;
+        }
+        b = b.limit(0, Some(fetch))?;
+
+        let mut projection = Vec::new();
+        let mut columns: Vec<OutColumn> = Vec::new();
+        for (i, item) in q.returns.iter().enumerate() {
+            let span = span_at(&q.return_spans, i, q.span);
+            let (source, out, unit) = match item {
+                ReturnItem::Count => ("count".to_string(), "count".to_string(), UnitSource::Count),
+                ReturnItem::Aggregate(a) => {
+                    let n = aggregate_name(a);
+                    (n.clone(), n, unit_of_aggregate(a))
                 }
+                ReturnItem::Field(f) => {
+                    let n = self.key_column(f, span, "RETURN")?;
+                    if n == BUCKET_KEY {
+                        (n, self.time_col.clone(), UnitSource::None)
+                    } else {
+                        (n.clone(), n.clone(), UnitSource::Field(n))
+                    }
+                }
+            };
+            if columns.iter().any(|c| c.name == out) {
+                return Err(duplicate_column(&out, span));
             }
-        };
-        if columns.iter().any(|c| c.name == out) {
-            return Err(duplicate_column(&out, span));
+            projection.push(column(&source).alias(out.clone()));
+            columns.push(OutColumn { name: out, unit });
         }
-        projection.push(column(&source).alias(out.clone()));
-        columns.push(OutColumn { name: out, unit });
+        let plan = b.project(projection)?.build()?;
+        Ok(Lowered::new(
+            plan,
+            columns,
+            !q.order_by.is_empty(),
+            limit_applied,
+            row_cap,
+        ))
     }
-    let plan = b.project(projection)?.build()?;
-    Ok(Lowered::new(
-        plan,
-        columns,
-        !q.order_by.is_empty(),
-        limit_applied,
-        row_cap,
-    ))
 }
 
 /// The predicate operands of a HAVING expression with their spans.
