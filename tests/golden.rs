@@ -86,29 +86,45 @@ fn build_tiny() -> tempfile::TempDir {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/tiny");
     std::fs::copy(src.join("signalql.toml"), dir.path().join("signalql.toml")).unwrap();
     signalql::catalog::ingest::ingest_events(dir.path(), &[src.join("events.jsonl")]).unwrap();
-    write_users(&src.join("users.jsonl"), dir.path());
+    write_side_tables(&src, dir.path());
     dir
 }
 
-/// The tiny dataset's `users` table (for v0.1 `traits.K`), read from JSONL with a fixed schema.
-fn write_users(jsonl: &Path, root: &Path) {
+/// A table of the tiny dataset read from JSONL with a fixed schema and written as Parquet.
+fn write_table(
+    jsonl: &Path,
+    root: &Path,
+    table: &str,
+    schema: datafusion::arrow::datatypes::SchemaRef,
+) {
+    let file = std::io::BufReader::new(std::fs::File::open(jsonl).unwrap());
+    let reader = datafusion::arrow::json::ReaderBuilder::new(schema.clone())
+        .build(file)
+        .unwrap();
+    let batches: Vec<_> = reader.collect::<Result<_, _>>().unwrap();
+    signalql::catalog::write::write_parquet_atomic(&root.join(table), table, schema, &batches)
+        .unwrap();
+}
+
+/// The tiny dataset's `users` (for v0.1 `traits.K`) and `signals` tables.
+fn write_side_tables(src: &Path, root: &Path) {
     use datafusion::arrow::datatypes::{DataType, Field, Fields, Schema};
     use std::sync::Arc;
     let traits = Fields::from(vec![
         Field::new("company", DataType::Utf8, true),
         Field::new("plan", DataType::Utf8, true),
     ]);
-    let schema = Arc::new(Schema::new(vec![
+    let users = Arc::new(Schema::new(vec![
         Field::new("user_id", DataType::Utf8, false),
         Field::new("traits", DataType::Struct(traits), true),
     ]));
-    let file = std::io::BufReader::new(std::fs::File::open(jsonl).unwrap());
-    let reader = datafusion::arrow::json::ReaderBuilder::new(schema.clone())
-        .build(file)
-        .unwrap();
-    let batches: Vec<_> = reader.collect::<Result<_, _>>().unwrap();
-    signalql::catalog::write::write_parquet_atomic(&root.join("users"), "users", schema, &batches)
-        .unwrap();
+    write_table(&src.join("users.jsonl"), root, "users", users);
+    write_table(
+        &src.join("signals.jsonl"),
+        root,
+        "signals",
+        signalql::catalog::generator::signals_schema(),
+    );
 }
 
 async fn run_case(case: &Case, tiny: &Path) -> Result<(), String> {

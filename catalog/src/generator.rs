@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use chrono::{DateTime, TimeZone, Utc};
 use datafusion::arrow::array::{
-    ArrayRef, Float64Builder, StringBuilder, StructArray, TimestampMicrosecondArray,
+    ArrayRef, Float64Array, Float64Builder, StringBuilder, StructArray, TimestampMicrosecondArray,
 };
 use datafusion::arrow::datatypes::{DataType, Field, Fields, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
@@ -77,6 +77,57 @@ pub struct GenSummary {
     pub bytes: u64,
     /// The files, in order.
     pub paths: Vec<PathBuf>,
+    /// The `signals` table's file.
+    pub signals: PathBuf,
+}
+
+/// The schema of the `signals` table (DESIGN.md §3).
+pub fn signals_schema() -> SchemaRef {
+    Arc::new(datafusion::arrow::datatypes::Schema::new(vec![
+        Field::new("entity_id", DataType::Utf8, false),
+        Field::new("name", DataType::Utf8, false),
+        Field::new("value", DataType::Utf8, true),
+        Field::new("probability", DataType::Float64, true),
+        Field::new(
+            "computed_at",
+            DataType::Timestamp(
+                datafusion::arrow::datatypes::TimeUnit::Microsecond,
+                Some("UTC".into()),
+            ),
+            false,
+        ),
+    ]))
+}
+
+/// `signals/part-00000.parquet`: each user who appears in the events gets the signal
+/// `experiment_variant` (the same arm as `properties.experiment_variant`, probability NULL),
+/// computed at the start of the span, so `signal(experiment_variant)` joins it for any T in it.
+fn write_signals(dir: &Path, users: &[User], computed_at: i64) -> Result<PathBuf> {
+    std::fs::create_dir_all(dir).map_err(|e| CatalogError::io(dir, e))?;
+    let seen: Vec<(usize, &User)> = users.iter().enumerate().filter(|(_, u)| u.seen).collect();
+    let n = seen.len();
+    let mut entity = StringBuilder::with_capacity(n, n * 7);
+    let mut name = StringBuilder::with_capacity(n, n * 18);
+    let mut value = StringBuilder::with_capacity(n, n * 9);
+    for (i, u) in &seen {
+        entity.append_value(format!("u{i:06}"));
+        name.append_value("experiment_variant");
+        value.append_value(VARIANTS[u.variant as usize]);
+    }
+    let schema = signals_schema();
+    let batch = RecordBatch::try_new(
+        Arc::clone(&schema),
+        vec![
+            Arc::new(entity.finish()) as ArrayRef,
+            Arc::new(name.finish()),
+            Arc::new(value.finish()),
+            Arc::new(Float64Array::from(vec![None::<f64>; n])),
+            Arc::new(TimestampMicrosecondArray::from(vec![computed_at; n]).with_timezone("UTC")),
+        ],
+    )?;
+    let mut writer = AtomicParquetWriter::new(dir, "part-00000", schema)?;
+    writer.write(&batch)?;
+    writer.finish()
 }
 
 /// The `properties` struct of generated events (fields sorted by name, all nullable).
@@ -592,6 +643,8 @@ pub fn generate_events(
     }
     let dir = opts.out.join("events");
     check_no_parts(&dir)?;
+    let signals_dir = opts.out.join("signals");
+    check_no_parts(&signals_dir)?;
     std::fs::create_dir_all(&dir).map_err(|e| CatalogError::io(&dir, e))?;
     write_config(opts)?;
 
@@ -624,6 +677,11 @@ pub fn generate_events(
             .map_err(|e| CatalogError::io(p, e))?
             .len();
     }
+    let signals = write_signals(
+        &signals_dir,
+        &generator.users,
+        end_us - opts.days as i64 * 86_400_000_000,
+    )?;
     let users = generator.users.iter().filter(|u| u.seen).count() as u64;
     Ok(GenSummary {
         rows: written,
@@ -631,5 +689,6 @@ pub fn generate_events(
         users,
         bytes,
         paths,
+        signals,
     })
 }

@@ -110,7 +110,14 @@ fn shape_ranges_and_realism() {
         listing(&dir.path().join("events")),
         vec!["part-00000.parquet"]
     );
-    assert_eq!(listing(dir.path()), vec!["events", "signalql.toml"]);
+    assert_eq!(
+        listing(dir.path()),
+        vec!["events", "signalql.toml", "signals"]
+    );
+    assert_eq!(
+        listing(&dir.path().join("signals")),
+        vec!["part-00000.parquet"]
+    );
     let on_disk: u64 = summary
         .paths
         .iter()
@@ -340,4 +347,52 @@ fn large_runs_split_into_sorted_files() {
         }
     }
     assert_eq!(total, rows);
+}
+
+/// The signals table gives each user who appears in the events exactly the arm their events
+/// carry in `properties.experiment_variant`, and nothing else.
+#[tokio::test]
+async fn signals_match_the_events_variants() {
+    use datafusion::prelude::{ParquetReadOptions, SessionContext};
+    let dir = tempfile::tempdir().unwrap();
+    generate_events(&opts(dir.path(), 20_000, 5), None).unwrap();
+    let ctx = SessionContext::new();
+    let root = dir.path().display().to_string();
+    ctx.register_parquet(
+        "events",
+        format!("{root}/events/"),
+        ParquetReadOptions::default(),
+    )
+    .await
+    .unwrap();
+    ctx.register_parquet(
+        "signals",
+        format!("{root}/signals/"),
+        ParquetReadOptions::default(),
+    )
+    .await
+    .unwrap();
+    let sql = "SELECT
+        (SELECT count(*) FROM signals) AS n_signals,
+        (SELECT count(DISTINCT user_id) FROM events) AS n_users,
+        (SELECT count(*) FROM (SELECT DISTINCT user_id, properties['experiment_variant'] AS v FROM events WHERE user_id IS NOT NULL) e
+           JOIN signals s ON e.user_id = s.entity_id AND e.v = s.value AND s.name = 'experiment_variant') AS matched";
+    let batches = ctx.sql(sql).await.unwrap().collect().await.unwrap();
+    let text = datafusion::arrow::util::pretty::pretty_format_batches(&batches)
+        .unwrap()
+        .to_string();
+    let nums: Vec<i64> = text
+        .lines()
+        .nth(3)
+        .unwrap()
+        .split('|')
+        .filter_map(|c| c.trim().parse().ok())
+        .collect();
+    assert_eq!(nums.len(), 3, "{text}");
+    assert!(nums[0] > 100, "{text}");
+    assert_eq!(nums[0], nums[1], "one signal per user: {text}");
+    assert_eq!(
+        nums[0], nums[2],
+        "each signal matches the user's events: {text}"
+    );
 }

@@ -21,7 +21,7 @@ use crate::envelope::{
     type_name,
 };
 use crate::error::{Error, ErrorKind, Result};
-use crate::lower::retrieve::{Staged, data_span_plan, lower_retrieve, reads_traits};
+use crate::lower::retrieve::{Staged, data_span_plan, lower_retrieve, reads_traits, signal_names};
 use crate::lower::time::rfc3339;
 use crate::lower::{Interval, Limits, LowerInput, Lowered, UnitSource};
 use crate::syntax::ast::{RetrieveQuery, Statement};
@@ -150,10 +150,16 @@ impl Engine {
         } else {
             None
         };
+        let signals = if signal_names(q).is_empty() {
+            None
+        } else {
+            Some(self.dataset.table(&self.ctx, "signals").await?)
+        };
         let now = self.now()?;
         let mut input = LowerInput {
             table: &table,
             users: users.as_ref(),
+            signals: signals.as_ref(),
             now,
             limits: &self.options.limits,
             data_span: None,

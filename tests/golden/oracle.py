@@ -35,6 +35,8 @@ def connect(data):
     if data == "sample":
         path = ROOT / "data" / "sample" / "events" / "*.parquet"
         con.execute(f"CREATE VIEW events AS SELECT * FROM read_parquet('{path}', union_by_name = true)")
+        signals = ROOT / "data" / "sample" / "signals" / "*.parquet"
+        con.execute(f"CREATE VIEW signals AS SELECT * FROM read_parquet('{signals}')")
     elif data == "tiny":
         path = ROOT / "tests" / "data" / "tiny" / "events.jsonl"
         con.execute(
@@ -45,6 +47,12 @@ def connect(data):
         con.execute(
             f"CREATE VIEW users AS SELECT * FROM read_json('{users}', format = 'newline_delimited', "
             "columns = {'user_id': 'VARCHAR', 'traits': 'STRUCT(company VARCHAR, plan VARCHAR)'})"
+        )
+        signals = ROOT / "tests" / "data" / "tiny" / "signals.jsonl"
+        con.execute(
+            f"CREATE VIEW signals AS SELECT * FROM read_json('{signals}', format = 'newline_delimited', "
+            "columns = {'entity_id': 'VARCHAR', 'name': 'VARCHAR', 'value': 'VARCHAR', "
+            "'probability': 'DOUBLE', 'computed_at': 'TIMESTAMPTZ'})"
         )
     else:
         raise SystemExit(f"unknown dataset {data}")

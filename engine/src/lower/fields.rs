@@ -62,9 +62,17 @@ pub fn field_text(f: &FieldRef) -> String {
 pub fn resolve(field: &FieldRef, schema: &DFSchema, span: Span) -> Result<Resolved> {
     let path = match field {
         FieldRef::Path(p) => p,
-        FieldRef::Signal(_) => return Err(Error::capability("signal()", "v0.3-extended").at(span)),
-        FieldRef::Probability(_) => {
-            return Err(Error::capability("probability()", "v0.3-extended").at(span));
+        // Joined in by the lowering (see `retrieve::join_signal`) as columns of these names.
+        FieldRef::Signal(_) | FieldRef::Probability(_) => {
+            let name = field_text(field);
+            return match schema.qualified_field_with_unqualified_name(&name) {
+                Ok((_, f)) => Ok(Resolved {
+                    expr: column(&name),
+                    data_type: f.data_type().clone(),
+                    dynamic: matches!(field, FieldRef::Signal(_)),
+                }),
+                Err(_) => Err(Error::capability(&name, "v0.3-extended").at(span)),
+            };
         }
         FieldRef::SemanticMatch(_) => {
             return Err(Error::capability("semantic_match()", "v0.3-extended").at(span));

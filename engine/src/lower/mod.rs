@@ -45,6 +45,8 @@ pub struct LowerInput<'a> {
     pub table: &'a TableInfo,
     /// The users table, when the query reads v0.1 `traits.K` and events has no `traits`.
     pub users: Option<&'a TableInfo>,
+    /// The signals table, when the query reads `signal(name)` or `probability(name)`.
+    pub signals: Option<&'a TableInfo>,
     /// `T` for queries without AS OF.
     pub now: DateTime<Utc>,
     pub limits: &'a Limits,

@@ -93,13 +93,22 @@ struct Filtered {
 fn scan_filtered(q: &RetrieveQuery, input: &LowerInput) -> Result<Filtered> {
     check_capabilities(q)?;
     let source = provider_as_source(input.table.provider.clone());
+    let as_of = anchor(q.window.as_ref(), input.now)?;
     let mut b = LogicalPlanBuilder::scan("events", source, None)?;
     if let Some(users) = input.users {
         b = join_traits(b, users)?;
     }
+    let names = signal_names(q);
+    if !names.is_empty() {
+        let Some(signals) = input.signals else {
+            return Err(Error::internal("signal() without the signals table"));
+        };
+        for (i, name) in names.iter().enumerate() {
+            b = join_signal(b, signals, name, i, as_of)?;
+        }
+    }
     let scan_schema = b.schema().clone();
 
-    let as_of = anchor(q.window.as_ref(), input.now)?;
     let window = match &q.window {
         Some(w) => Some(window_interval(w, as_of, input.limits.max_window_days)?),
         None => None,
@@ -176,30 +185,122 @@ fn join_traits(
         .alias("events")?)
 }
 
+/// `signal(name)` / `probability(name)` of an event: the latest `signals` row named `name`
+/// for the event's `user_id` (the entity of an event is its user) with `computed_at <= T`,
+/// attached as the columns `signal(name)` and `probability(name)` by a left join (events of
+/// users without the signal read NULL). Ties at the same `computed_at` take the greatest value.
+fn join_signal(
+    events: LogicalPlanBuilder,
+    signals: &signalql_catalog::TableInfo,
+    name: &str,
+    i: usize,
+    as_of: chrono::DateTime<chrono::Utc>,
+) -> Result<LogicalPlanBuilder> {
+    use datafusion::functions_aggregate::expr_fn::last_value;
+    for col in ["entity_id", "name", "value", "probability", "computed_at"] {
+        if signals.schema.field_with_name(col).is_err() {
+            return Err(Error::unknown_field(format!(
+                "signal() reads the signals table, which has no `{col}` column"
+            )));
+        }
+    }
+    let computed = datafusion::logical_expr::cast(column("computed_at"), super::fields::ts_type());
+    let latest = |c: &str| {
+        last_value(
+            column(c),
+            vec![
+                computed.clone().sort(true, true),
+                column("value").sort(true, true),
+            ],
+        )
+    };
+    let key = format!("__signal_entity_{i}");
+    let sub = LogicalPlanBuilder::scan(
+        format!("signals_{i}"),
+        provider_as_source(signals.provider.clone()),
+        None,
+    )?
+    .filter(
+        column("name")
+            .eq(lit(name))
+            .and(computed.clone().lt_eq(ts_lit(micros(as_of)))),
+    )?
+    .aggregate(
+        vec![column("entity_id").alias(key.clone())],
+        vec![
+            latest("value").alias(format!("signal({name})")),
+            latest("probability").alias(format!("probability({name})")),
+        ],
+    )?
+    .build()?;
+    let mut keep: Vec<Expr> = events
+        .schema()
+        .columns()
+        .into_iter()
+        .map(Expr::Column)
+        .collect();
+    keep.push(column(&format!("signal({name})")));
+    keep.push(column(&format!("probability({name})")));
+    Ok(events
+        .join(
+            sub,
+            JoinType::Left,
+            (
+                vec![Column::new(Some("events"), "user_id")],
+                vec![Column::from_name(key)],
+            ),
+            None,
+        )?
+        .project(keep)?
+        .alias("events")?)
+}
+
+/// The signal names a query reads through `signal(name)` or `probability(name)`, sorted.
+pub fn signal_names(q: &RetrieveQuery) -> Vec<String> {
+    let mut names = BTreeSet::new();
+    for f in query_fields(q) {
+        if let FieldRef::Signal(n) | FieldRef::Probability(n) = f {
+            names.insert(n.clone());
+        }
+    }
+    names.into_iter().collect()
+}
+
+/// Every field a query names, in any clause.
+fn query_fields(q: &RetrieveQuery) -> Vec<&FieldRef> {
+    let mut out: Vec<&FieldRef> = Vec::new();
+    for e in [&q.filter, &q.having].into_iter().flatten() {
+        for (op, _) in operands(e) {
+            match op {
+                Operand::Field(f) => out.push(f),
+                Operand::Aggregate(a) => out.extend(aggregate_field(a)),
+                Operand::CountShorthand => {}
+            }
+        }
+    }
+    out.extend(q.group_by.iter());
+    for r in &q.returns {
+        match r {
+            ReturnItem::Field(f) => out.push(f),
+            ReturnItem::Aggregate(a) => out.extend(aggregate_field(a)),
+            ReturnItem::Count => {}
+        }
+    }
+    for o in &q.order_by {
+        match &o.key {
+            OrderKey::Field(f) => out.push(f),
+            OrderKey::Aggregate(a) => out.extend(aggregate_field(a)),
+            OrderKey::Count => {}
+        }
+    }
+    out
+}
+
 /// Does the query read `traits.K` (v0.1), which lives in the users table?
 pub fn reads_traits(q: &RetrieveQuery) -> bool {
-    fn is_traits(f: &FieldRef) -> bool {
-        matches!(f, FieldRef::Path(p) if p.first().is_some_and(|s| s == "traits"))
-    }
-    fn in_bool(e: &BoolExpr) -> bool {
-        operands(e).iter().any(|(op, _)| {
-            matches!(op, Operand::Field(f) if is_traits(f))
-                || matches!(op, Operand::Aggregate(a) if aggregate_field(a).is_some_and(is_traits))
-        })
-    }
-    q.filter.as_ref().is_some_and(in_bool)
-        || q.having.as_ref().is_some_and(in_bool)
-        || q.group_by.iter().any(is_traits)
-        || q.returns.iter().any(|r| match r {
-            ReturnItem::Field(f) => is_traits(f),
-            ReturnItem::Aggregate(a) => aggregate_field(a).is_some_and(is_traits),
-            ReturnItem::Count => false,
-        })
-        || q.order_by.iter().any(|o| match &o.key {
-            OrderKey::Field(f) => is_traits(f),
-            OrderKey::Aggregate(a) => aggregate_field(a).is_some_and(is_traits),
-            OrderKey::Count => false,
-        })
+    query_fields(q)
+        .into_iter()
+        .any(|f| matches!(f, FieldRef::Path(p) if p.first().is_some_and(|s| s == "traits")))
 }
 
 fn aggregate_field(a: &Aggregate) -> Option<&FieldRef> {
