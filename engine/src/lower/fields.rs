@@ -214,21 +214,30 @@ pub fn coerce_literal(field: &Resolved, value: &Literal, span: Span) -> Result<(
         }
         (DataType::Boolean, _) => Err(mismatch("expected true or false")),
         (DataType::Timestamp(_, _), Literal::String(s)) => {
-            let t = DateTime::parse_from_rfc3339(s).map_err(|_| {
-                mismatch("expected an RFC 3339 instant such as \"2026-06-13T00:00:00Z\"")
+            let micros = parse_instant(s).ok_or_else(|| {
+                mismatch("expected an RFC 3339 instant such as \"2026-06-13T00:00:00Z\" or a date")
             })?;
             let e = if *dt == ts_type() {
                 e
             } else {
                 cast(e, ts_type())
             };
-            Ok((e, ts_lit(t.timestamp_micros())))
+            Ok((e, ts_lit(micros)))
         }
         (DataType::Date32 | DataType::Date64, Literal::String(s)) => {
             Ok((e, cast(lit(s.as_str()), dt.clone())))
         }
         _ => Err(mismatch("unsupported comparison")),
     }
+}
+
+/// An RFC 3339 instant, or a date `YYYY-MM-DD` meaning its UTC midnight, in microseconds.
+fn parse_instant(s: &str) -> Option<i64> {
+    if let Ok(t) = DateTime::parse_from_rfc3339(s) {
+        return Some(t.timestamp_micros());
+    }
+    let d = chrono::NaiveDate::parse_from_str(s, "%Y-%m-%d").ok()?;
+    Some(d.and_hms_opt(0, 0, 0)?.and_utc().timestamp_micros())
 }
 
 /// The type of `expr` over `schema`, as an engine error.
