@@ -21,7 +21,8 @@ use crate::envelope::{
     type_name,
 };
 use crate::error::{Error, ErrorKind, Result};
-use crate::lower::retrieve::{Staged, data_span_plan, lower_retrieve, reads_traits, signal_names};
+use crate::lower::enrich::{reads_traits, signal_names};
+use crate::lower::retrieve::{Staged, data_span_plan, lower_retrieve};
 use crate::lower::time::rfc3339;
 use crate::lower::{Interval, Limits, LowerInput, Lowered, UnitSource};
 use crate::syntax::ast::{RetrieveQuery, Statement};

@@ -1,6 +1,7 @@
 //! Lowering of bound SignalQL queries into DataFusion logical plans.
 
 pub mod aggregate;
+pub mod enrich;
 pub mod fields;
 pub mod predicate;
 pub mod retrieve;

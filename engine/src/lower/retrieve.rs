@@ -13,14 +13,14 @@ use datafusion::logical_expr::utils::conjunction;
 use datafusion::logical_expr::{Expr, JoinType, LogicalPlan, LogicalPlanBuilder, SortExpr, lit};
 
 use super::aggregate::lower_aggregate;
+use super::enrich::{join_signal, join_traits, operands, signal_names};
 use super::fields::{Resolved, column, field_text, resolve, ts_lit};
 use super::predicate::lower_bool;
 use super::time::{Interval, anchor, bucket_series, micros, trunc_name, window_interval};
 use super::{LowerInput, Lowered, OutColumn, UnitSource};
 use crate::error::{Error, Result};
 use crate::syntax::ast::{
-    AggFn, Aggregate, BoolExpr, FieldRef, Operand, OrderKey, RetrieveQuery, ReturnItem, Source,
-    Span,
+    AggFn, Aggregate, FieldRef, Operand, OrderKey, RetrieveQuery, ReturnItem, Source, Span,
 };
 use crate::syntax::format::canonical_name;
 
@@ -139,175 +139,6 @@ fn scan_filtered(q: &RetrieveQuery, input: &LowerInput) -> Result<Filtered> {
         window,
         as_of,
     })
-}
-
-/// v0.1 `traits.K`: attach the `users` table's `traits` to each event by `user_id` (a left
-/// join, so events of unknown or anonymous users keep NULL traits). Users are de-duplicated
-/// by `user_id` first so the join can never multiply events.
-fn join_traits(
-    events: LogicalPlanBuilder,
-    users: &signalql_catalog::TableInfo,
-) -> Result<LogicalPlanBuilder> {
-    use datafusion::functions_aggregate::expr_fn::first_value;
-    for col in ["user_id", "traits"] {
-        if users.schema.field_with_name(col).is_err() {
-            return Err(Error::unknown_field(format!(
-                "traits.* reads the users table, which has no `{col}` column"
-            )));
-        }
-    }
-    let users =
-        LogicalPlanBuilder::scan("users", provider_as_source(users.provider.clone()), None)?
-            .aggregate(
-                vec![column("user_id").alias("__traits_user_id")],
-                vec![first_value(column("traits"), vec![]).alias("traits")],
-            )?
-            .build()?;
-    let mut keep: Vec<Expr> = events
-        .schema()
-        .columns()
-        .into_iter()
-        .map(Expr::Column)
-        .collect();
-    keep.push(column("traits"));
-    // Re-qualify everything as `events` so later stages see one flat table.
-    Ok(events
-        .join(
-            users,
-            JoinType::Left,
-            (
-                vec![Column::new(Some("events"), "user_id")],
-                vec![Column::from_name("__traits_user_id")],
-            ),
-            None,
-        )?
-        .project(keep)?
-        .alias("events")?)
-}
-
-/// `signal(name)` / `probability(name)` of an event: the latest `signals` row named `name`
-/// for the event's `user_id` (the entity of an event is its user) with `computed_at <= T`,
-/// attached as the columns `signal(name)` and `probability(name)` by a left join (events of
-/// users without the signal read NULL). Ties at the same `computed_at` take the greatest value.
-fn join_signal(
-    events: LogicalPlanBuilder,
-    signals: &signalql_catalog::TableInfo,
-    name: &str,
-    i: usize,
-    as_of: chrono::DateTime<chrono::Utc>,
-) -> Result<LogicalPlanBuilder> {
-    use datafusion::functions_aggregate::expr_fn::last_value;
-    for col in ["entity_id", "name", "value", "probability", "computed_at"] {
-        if signals.schema.field_with_name(col).is_err() {
-            return Err(Error::unknown_field(format!(
-                "signal() reads the signals table, which has no `{col}` column"
-            )));
-        }
-    }
-    let computed = datafusion::logical_expr::cast(column("computed_at"), super::fields::ts_type());
-    let latest = |c: &str| {
-        last_value(
-            column(c),
-            vec![
-                computed.clone().sort(true, true),
-                column("value").sort(true, true),
-            ],
-        )
-    };
-    let key = format!("__signal_entity_{i}");
-    let sub = LogicalPlanBuilder::scan(
-        format!("signals_{i}"),
-        provider_as_source(signals.provider.clone()),
-        None,
-    )?
-    .filter(
-        column("name")
-            .eq(lit(name))
-            .and(computed.clone().lt_eq(ts_lit(micros(as_of)))),
-    )?
-    .aggregate(
-        vec![column("entity_id").alias(key.clone())],
-        vec![
-            latest("value").alias(format!("signal({name})")),
-            latest("probability").alias(format!("probability({name})")),
-        ],
-    )?
-    .build()?;
-    let mut keep: Vec<Expr> = events
-        .schema()
-        .columns()
-        .into_iter()
-        .map(Expr::Column)
-        .collect();
-    keep.push(column(&format!("signal({name})")));
-    keep.push(column(&format!("probability({name})")));
-    Ok(events
-        .join(
-            sub,
-            JoinType::Left,
-            (
-                vec![Column::new(Some("events"), "user_id")],
-                vec![Column::from_name(key)],
-            ),
-            None,
-        )?
-        .project(keep)?
-        .alias("events")?)
-}
-
-/// The signal names a query reads through `signal(name)` or `probability(name)`, sorted.
-pub fn signal_names(q: &RetrieveQuery) -> Vec<String> {
-    let mut names = BTreeSet::new();
-    for f in query_fields(q) {
-        if let FieldRef::Signal(n) | FieldRef::Probability(n) = f {
-            names.insert(n.clone());
-        }
-    }
-    names.into_iter().collect()
-}
-
-/// Every field a query names, in any clause.
-fn query_fields(q: &RetrieveQuery) -> Vec<&FieldRef> {
-    let mut out: Vec<&FieldRef> = Vec::new();
-    for e in [&q.filter, &q.having].into_iter().flatten() {
-        for (op, _) in operands(e) {
-            match op {
-                Operand::Field(f) => out.push(f),
-                Operand::Aggregate(a) => out.extend(aggregate_field(a)),
-                Operand::CountShorthand => {}
-            }
-        }
-    }
-    out.extend(q.group_by.iter());
-    for r in &q.returns {
-        match r {
-            ReturnItem::Field(f) => out.push(f),
-            ReturnItem::Aggregate(a) => out.extend(aggregate_field(a)),
-            ReturnItem::Count => {}
-        }
-    }
-    for o in &q.order_by {
-        match &o.key {
-            OrderKey::Field(f) => out.push(f),
-            OrderKey::Aggregate(a) => out.extend(aggregate_field(a)),
-            OrderKey::Count => {}
-        }
-    }
-    out
-}
-
-/// Does the query read `traits.K` (v0.1), which lives in the users table?
-pub fn reads_traits(q: &RetrieveQuery) -> bool {
-    query_fields(q)
-        .into_iter()
-        .any(|f| matches!(f, FieldRef::Path(p) if p.first().is_some_and(|s| s == "traits")))
-}
-
-fn aggregate_field(a: &Aggregate) -> Option<&FieldRef> {
-    match a {
-        Aggregate::CountAll => None,
-        Aggregate::Standard(_, f) | Aggregate::Percentile(f, _) | Aggregate::Stats(f) => Some(f),
-    }
 }
 
 /// For a bucketed query without DURING: a plan giving `min(timestamp)` and `max(timestamp)`
@@ -643,19 +474,6 @@ impl AfterAggregate {
             limit_applied,
             row_cap,
         ))
-    }
-}
-
-/// The predicate operands of a HAVING expression with their spans.
-fn operands(e: &BoolExpr) -> Vec<(&Operand, Span)> {
-    match e {
-        BoolExpr::Or(l, r) | BoolExpr::And(l, r) => {
-            let mut v = operands(l);
-            v.extend(operands(r));
-            v
-        }
-        BoolExpr::Not(x) => operands(x),
-        BoolExpr::Predicate(p) => vec![(&p.lhs, p.span)],
     }
 }
 
