@@ -77,7 +77,13 @@ impl Engine {
         let runtime = RuntimeEnvBuilder::new()
             .with_memory_limit(options.limits.query_memory_bytes as usize, 1.0)
             .build_arc()?;
-        let config = SessionConfig::new().with_information_schema(false);
+        let mut config = SessionConfig::new().with_information_schema(false);
+        // Evaluate filters while decoding Parquet (most selective first), so the columns of
+        // rows a WHERE or window rejects are never decoded: event queries are mostly filters
+        // on event_name and timestamp over wide rows.
+        let parquet = &mut config.options_mut().execution.parquet;
+        parquet.pushdown_filters = true;
+        parquet.reorder_filters = true;
         let state = SessionStateBuilder::new()
             .with_config(config)
             .with_runtime_env(runtime)
