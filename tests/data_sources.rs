@@ -314,3 +314,33 @@ async fn ingests_with_different_property_keys_read_together() {
         json!([["buy", 2, 0, 7], ["view", 1, 1, null]])
     );
 }
+
+#[tokio::test]
+async fn datafusion_settings_from_signalql_toml() {
+    let dir = tempfile::tempdir().unwrap();
+    write_events(dir.path(), json_properties());
+    let toml = "now = \"2026-01-10T00:00:00Z\"\n[datafusion]\n\"datafusion.execution.target_partitions\" = \"1\"\n\"datafusion.execution.parquet.pushdown_filters\" = \"false\"\n";
+    std::fs::write(dir.path().join("signalql.toml"), toml).unwrap();
+    let engine = Engine::open_with(dir.path(), EngineOptions::default()).unwrap();
+    assert_eq!(engine.session().state().config().target_partitions(), 1);
+    assert_eq!(
+        rows(
+            dir.path(),
+            r#"FROM events WHERE properties.plan = "pro" RETURN count"#
+        )
+        .await,
+        json!([[2]])
+    );
+
+    std::fs::write(
+        dir.path().join("signalql.toml"),
+        "[datafusion]\n\"datafusion.no.such.key\" = \"1\"\n",
+    )
+    .unwrap();
+    let e = error(dir.path(), "FROM events RETURN count").await;
+    assert_eq!(e["code"], "io_error", "{e}");
+    assert!(
+        e["message"].as_str().unwrap().contains("signalql.toml"),
+        "{e}"
+    );
+}

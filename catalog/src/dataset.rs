@@ -27,6 +27,10 @@ pub struct DatasetConfig {
     pub units: BTreeMap<String, String>,
     /// Free-form description shown by DESCRIBE.
     pub description: Option<String>,
+    /// DataFusion settings for queries over this dataset, by their full key
+    /// (`"datafusion.execution.parquet.pushdown_filters" = "false"`).
+    #[serde(default)]
+    pub datafusion: BTreeMap<String, String>,
 }
 
 /// Why a dataset or table could not be used. Each names the path involved.

@@ -84,6 +84,14 @@ impl Engine {
         let parquet = &mut config.options_mut().execution.parquet;
         parquet.pushdown_filters = true;
         parquet.reorder_filters = true;
+        for (key, value) in &dataset.config().datafusion {
+            config.options_mut().set(key, value).map_err(|e| {
+                Error::io(format!(
+                    "{}: [datafusion] {key} = {value:?}: {e}",
+                    dataset.root().join("signalql.toml").display()
+                ))
+            })?;
+        }
         let state = SessionStateBuilder::new()
             .with_config(config)
             .with_runtime_env(runtime)
