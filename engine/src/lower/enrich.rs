@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 
 use datafusion::common::Column;
 use datafusion::datasource::provider_as_source;
-use datafusion::logical_expr::{Expr, JoinType, LogicalPlanBuilder, lit};
+use datafusion::logical_expr::{Expr, JoinType, LogicalPlan, LogicalPlanBuilder, lit};
 use signalql_catalog::TableInfo;
 
 use super::fields::{column, ts_lit};
@@ -21,13 +21,7 @@ use crate::syntax::ast::{
 /// by `user_id` first so the join can never multiply events.
 pub fn join_traits(events: LogicalPlanBuilder, users: &TableInfo) -> Result<LogicalPlanBuilder> {
     use datafusion::functions_aggregate::expr_fn::first_value;
-    for col in ["user_id", "traits"] {
-        if users.schema.field_with_name(col).is_err() {
-            return Err(Error::unknown_field(format!(
-                "traits.* reads the users table, which has no `{col}` column"
-            )));
-        }
-    }
+    require_columns(users, &["user_id", "traits"], "traits.*")?;
     let users =
         LogicalPlanBuilder::scan("users", provider_as_source(users.provider.clone()), None)?
             .aggregate(
@@ -35,26 +29,7 @@ pub fn join_traits(events: LogicalPlanBuilder, users: &TableInfo) -> Result<Logi
                 vec![first_value(column("traits"), vec![]).alias("traits")],
             )?
             .build()?;
-    let mut keep: Vec<Expr> = events
-        .schema()
-        .columns()
-        .into_iter()
-        .map(Expr::Column)
-        .collect();
-    keep.push(column("traits"));
-    // Re-qualify everything as `events` so later stages see one flat table.
-    Ok(events
-        .join(
-            users,
-            JoinType::Left,
-            (
-                vec![Column::new(Some("events"), "user_id")],
-                vec![Column::from_name("__traits_user_id")],
-            ),
-            None,
-        )?
-        .project(keep)?
-        .alias("events")?)
+    attach(events, users, "__traits_user_id", &["traits".to_string()])
 }
 
 /// `signal(name)` / `probability(name)` of an event: the latest `signals` row named `name`
@@ -69,13 +44,11 @@ pub fn join_signal(
     as_of: chrono::DateTime<chrono::Utc>,
 ) -> Result<LogicalPlanBuilder> {
     use datafusion::functions_aggregate::expr_fn::last_value;
-    for col in ["entity_id", "name", "value", "probability", "computed_at"] {
-        if signals.schema.field_with_name(col).is_err() {
-            return Err(Error::unknown_field(format!(
-                "signal() reads the signals table, which has no `{col}` column"
-            )));
-        }
-    }
+    require_columns(
+        signals,
+        &["entity_id", "name", "value", "probability", "computed_at"],
+        "signal()",
+    )?;
     let computed = datafusion::logical_expr::cast(column("computed_at"), super::fields::ts_type());
     let latest = |c: &str| {
         last_value(
@@ -105,17 +78,32 @@ pub fn join_signal(
         ],
     )?
     .build()?;
+    attach(
+        events,
+        sub,
+        &key,
+        &[format!("signal({name})"), format!("probability({name})")],
+    )
+}
+
+/// Left-join `side` to the events on `events.user_id = side.<key>` and keep the event columns
+/// plus `columns` of `side`, all re-qualified as `events` so later stages see one flat table.
+fn attach(
+    events: LogicalPlanBuilder,
+    side: LogicalPlan,
+    key: &str,
+    columns: &[String],
+) -> Result<LogicalPlanBuilder> {
     let mut keep: Vec<Expr> = events
         .schema()
         .columns()
         .into_iter()
         .map(Expr::Column)
         .collect();
-    keep.push(column(&format!("signal({name})")));
-    keep.push(column(&format!("probability({name})")));
+    keep.extend(columns.iter().map(|c| column(c)));
     Ok(events
         .join(
-            sub,
+            side,
             JoinType::Left,
             (
                 vec![Column::new(Some("events"), "user_id")],
@@ -125,6 +113,20 @@ pub fn join_signal(
         )?
         .project(keep)?
         .alias("events")?)
+}
+
+/// A side table must have the columns its join reads.
+fn require_columns(table: &TableInfo, columns: &[&str], feature: &str) -> Result<()> {
+    match columns
+        .iter()
+        .find(|c| table.schema.field_with_name(c).is_err())
+    {
+        Some(missing) => Err(Error::unknown_field(format!(
+            "{feature} reads the {} table, which has no `{missing}` column",
+            table.name
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// The signal names a query reads through `signal(name)` or `probability(name)`, sorted.
