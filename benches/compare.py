@@ -67,7 +67,10 @@ WITH a AS (
   WHERE event_name = 'session_start'
     AND "timestamp" >= TIMESTAMPTZ '{DAY30}+00' AND "timestamp" < TIMESTAMPTZ '{T}+00'
   GROUP BY 1, 2),
-g AS (SELECT DISTINCT p FROM a),
+g AS (
+  SELECT DISTINCT properties.platform AS p FROM events
+  WHERE event_name = 'session_start'
+    AND "timestamp" >= TIMESTAMPTZ '{DAY30}+00' AND "timestamp" < TIMESTAMPTZ '{T}+00'),
 b AS (SELECT d FROM generate_series(TIMESTAMPTZ '{DAY30}+00', TIMESTAMPTZ '{LAST_DAY}+00', INTERVAL 1 DAY) t(d))
 SELECT b.d AS "timestamp", g.p AS "properties.platform", coalesce(a.n, 0) AS "count_distinct(user_id)"
 FROM b CROSS JOIN g LEFT JOIN a ON a.d = b.d AND a.p IS NOT DISTINCT FROM g.p
@@ -79,7 +82,10 @@ WITH a AS (
   WHERE event_name = 'session_start'
     AND "timestamp" >= TIMESTAMP '{DAY30}+00:00' AND "timestamp" < TIMESTAMP '{T}+00:00'
   GROUP BY 1, 2),
-g AS (SELECT DISTINCT p FROM a),
+g AS (
+  SELECT DISTINCT properties['platform'] AS p FROM events
+  WHERE event_name = 'session_start'
+    AND "timestamp" >= TIMESTAMP '{DAY30}+00:00' AND "timestamp" < TIMESTAMP '{T}+00:00'),
 b AS (SELECT unnest(generate_series(TIMESTAMP '{DAY30}+00:00', TIMESTAMP '{LAST_DAY}+00:00', INTERVAL '1 day')) AS d)
 SELECT b.d AS "timestamp", g.p AS "properties.platform", coalesce(a.n, 0) AS "count_distinct(user_id)"
 FROM b CROSS JOIN g LEFT JOIN a ON a.d = b.d AND a.p IS NOT DISTINCT FROM g.p

@@ -12,7 +12,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
+use criterion::{BatchSize, Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
 use datafusion::arrow::array::{ArrayRef, Float64Array};
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use datafusion::logical_expr::Accumulator;
@@ -99,7 +99,10 @@ const RUNNABLE: [(&str, &str, &str); 4] = [
   WHERE event_name = 'session_start'
     AND "timestamp" >= TIMESTAMP '2026-05-14 00:00:00+00:00' AND "timestamp" < TIMESTAMP '2026-06-13 00:00:00+00:00'
   GROUP BY 1, 2),
-g AS (SELECT DISTINCT p FROM a),
+g AS (
+  SELECT DISTINCT properties['platform'] AS p FROM events
+  WHERE event_name = 'session_start'
+    AND "timestamp" >= TIMESTAMP '2026-05-14 00:00:00+00:00' AND "timestamp" < TIMESTAMP '2026-06-13 00:00:00+00:00'),
 b AS (SELECT unnest(generate_series(TIMESTAMP '2026-05-14 00:00:00+00:00', TIMESTAMP '2026-06-12 00:00:00+00:00', INTERVAL '1 day')) AS d)
 SELECT b.d AS "timestamp", g.p AS "properties.platform", coalesce(a.n, 0) AS "count_distinct(user_id)"
 FROM b CROSS JOIN g LEFT JOIN a ON a.d = b.d AND a.p IS NOT DISTINCT FROM g.p
@@ -160,8 +163,9 @@ fn generate(dir: &Path, rows: u64) {
 fn bench_syntax(c: &mut Criterion) {
     let mut group = c.benchmark_group("syntax");
     group
+        .sample_size(50)
         .warm_up_time(Duration::from_millis(500))
-        .measurement_time(Duration::from_secs(2));
+        .measurement_time(Duration::from_secs(1));
     for (name, text) in SPEC_EXAMPLES {
         group.bench_function(format!("parse/{name}"), |b| {
             b.iter(|| signalql::parse(black_box(text)).expect("parse"))
@@ -181,6 +185,7 @@ fn bench_lowering(c: &mut Criterion) {
     let engine = Engine::open(dir.path()).expect("open dataset");
     let mut group = c.benchmark_group("lowering");
     group
+        .sample_size(30)
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2));
     // compile = parse + open the events table (list files, infer the schema) + lower + unparse.
@@ -245,6 +250,7 @@ fn bench_udf(c: &mut Criterion) {
     let mut group = c.benchmark_group("udf");
     group
         .sample_size(20)
+        .sampling_mode(SamplingMode::Flat)
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2))
         .throughput(Throughput::Elements(1_000_000));
@@ -317,6 +323,7 @@ fn bench_end_to_end(c: &mut Criterion) {
     let mut group = c.benchmark_group("end_to_end");
     group
         .sample_size(10)
+        .sampling_mode(SamplingMode::Flat)
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(4))
         .throughput(Throughput::Elements(rows));

@@ -77,13 +77,10 @@ impl Engine {
         let runtime = RuntimeEnvBuilder::new()
             .with_memory_limit(options.limits.query_memory_bytes as usize, 1.0)
             .build_arc()?;
+        // DataFusion's defaults, then the dataset's `[datafusion]` settings. (Parquet filter
+        // pushdown was measured on 10M generated rows and did not help: top paths 155 ms on
+        // vs 139 ms off, the other example workloads equal; see benches/README.md.)
         let mut config = SessionConfig::new().with_information_schema(false);
-        // Evaluate filters while decoding Parquet (most selective first), so the columns of
-        // rows a WHERE or window rejects are never decoded: event queries are mostly filters
-        // on event_name and timestamp over wide rows.
-        let parquet = &mut config.options_mut().execution.parquet;
-        parquet.pushdown_filters = true;
-        parquet.reorder_filters = true;
         for (key, value) in &dataset.config().datafusion {
             config.options_mut().set(key, value).map_err(|e| {
                 Error::io(format!(
