@@ -212,6 +212,16 @@ fn events_files(root: &Path) -> Vec<String> {
     }
 }
 
+fn ingest(file: &Path, root: &Path) -> Output {
+    signalql(&[
+        "ingest",
+        "events",
+        file.to_str().unwrap(),
+        "--data",
+        root.to_str().unwrap(),
+    ])
+}
+
 #[test]
 fn ingest_is_all_or_nothing_then_queryable() {
     let dir = tempfile::tempdir().unwrap();
@@ -222,13 +232,7 @@ fn ingest_is_all_or_nothing_then_queryable() {
         "{\"event_name\":\"a\",\"timestamp\":\"2026-01-01T00:00:00Z\"}\n{\"event_name\":\"b\",\"timestamp\":\"not a time\"}\n",
     )
     .unwrap();
-    let o = signalql(&[
-        "ingest",
-        "events",
-        bad.to_str().unwrap(),
-        "--data",
-        root.to_str().unwrap(),
-    ]);
+    let o = ingest(&bad, &root);
     assert_eq!(o.status.code(), Some(1));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains(":2"), "the line number is reported: {err}");
@@ -244,13 +248,7 @@ fn ingest_is_all_or_nothing_then_queryable() {
         "event_name,user_id,session_id,timestamp,properties\nview,u1,s1,2026-01-01T10:00:00Z,\"{\"\"plan\"\": \"\"pro\"\"}\"\nview,u2,,2026-01-01T11:00:00Z,\n",
     )
     .unwrap();
-    let o = signalql(&[
-        "ingest",
-        "events",
-        good.to_str().unwrap(),
-        "--data",
-        root.to_str().unwrap(),
-    ]);
+    let o = ingest(&good, &root);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let o = signalql(&[
         "query",
