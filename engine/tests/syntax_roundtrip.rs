@@ -513,17 +513,34 @@ fn funnel() -> impl Strategy<Value = FunnelQuery> {
         prop::option::of(where_expr()),
         prop::option::of(window()),
         duration(),
+        prop_oneof![
+            Just(FunnelOrder::Ordered),
+            Just(FunnelOrder::Strict),
+            Just(FunnelOrder::Any)
+        ],
+        prop::collection::vec(text(), 0..3),
         prop::collection::vec(field_ref(), 0..3),
     )
         .prop_map(
-            |(steps, source, filter, window, within, group_by)| FunnelQuery {
-                steps,
-                source,
-                filter,
-                window,
-                within,
-                group_by,
-                span: Span::default(),
+            |(steps, source, filter, window, within, order, excluding, group_by)| {
+                // The parser rejects an excluded name that is a step and collapses repeats.
+                let mut excl: Vec<String> = Vec::new();
+                for x in excluding {
+                    if !steps.contains(&x) && !excl.contains(&x) {
+                        excl.push(x);
+                    }
+                }
+                FunnelQuery {
+                    steps,
+                    source,
+                    filter,
+                    window,
+                    within,
+                    order,
+                    excluding: excl,
+                    group_by,
+                    span: Span::default(),
+                }
             },
         )
 }

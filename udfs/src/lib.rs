@@ -16,6 +16,7 @@ pub fn all_udafs() -> Vec<Arc<AggregateUDF>> {
     vec![
         aggregate::stats::stats_udaf(),
         aggregate::percentile::percentile_udaf(),
+        aggregate::funnel::funnel_udaf(),
     ]
 }
 

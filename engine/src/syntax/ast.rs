@@ -275,9 +275,43 @@ pub struct FunnelQuery {
     pub filter: Option<BoolExpr>,
     pub window: Option<Window>,
     pub within: Duration,
+    /// `ORDER STRICT` / `ORDER ANY` (signalql extension); the default is the ordered mode.
+    #[serde(default, skip_serializing_if = "FunnelOrder::is_default")]
+    pub order: FunnelOrder,
+    /// `EXCLUDING "x", "y"` (signalql extension): event names that break a chain.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub excluding: Vec<String>,
     pub group_by: Vec<FieldRef>,
     #[serde(skip)]
     pub span: Span,
+}
+
+/// How a funnel's steps must be ordered (see docs/funnels.md).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FunnelOrder {
+    /// Steps in order, other events may come between them (the default).
+    #[default]
+    Ordered,
+    /// Steps in order with no other event of the user between consecutive steps.
+    Strict,
+    /// Steps in any order within the WITHIN span.
+    Any,
+}
+
+impl FunnelOrder {
+    pub fn is_default(&self) -> bool {
+        *self == FunnelOrder::Ordered
+    }
+
+    /// The mode's name as the funnel UDF takes it.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            FunnelOrder::Ordered => "ordered",
+            FunnelOrder::Strict => "strict",
+            FunnelOrder::Any => "any",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -354,6 +354,15 @@ impl Display for FunnelQuery {
             write!(f, "\n{w}")?;
         }
         write!(f, "\nWITHIN {}", self.within)?;
+        match self.order {
+            FunnelOrder::Ordered => {}
+            FunnelOrder::Strict => f.write_str("\nORDER STRICT")?,
+            FunnelOrder::Any => f.write_str("\nORDER ANY")?,
+        }
+        if !self.excluding.is_empty() {
+            let names: Vec<String> = self.excluding.iter().map(|s| quote(s)).collect();
+            write!(f, "\nEXCLUDING {}", names.join(", "))?;
+        }
         if !self.group_by.is_empty() {
             write!(f, "\nGROUP BY {}", join(&self.group_by, ", "))?;
         }

@@ -1,4 +1,6 @@
-//! Aggregate functions (UDAFs), one per file.
+//! Aggregate functions (UDAFs), one per file; `funnel_chain` is the funnel's per-user search.
 
+pub mod funnel;
+pub mod funnel_chain;
 pub mod percentile;
 pub mod stats;

@@ -6,9 +6,9 @@ use chrono::{DateTime, Utc};
 use super::Parser;
 use crate::error::{Error, Result};
 use crate::syntax::ast::{
-    DescribeQuery, DescribeTarget, Duration, ExplainQuery, FieldRef, FunnelQuery, RetrieveQuery,
-    SequenceQuery, Source, Span, TimeWindow, Timestamp, Traverse, Trend, TrendDir, WatchQuery,
-    Window,
+    DescribeQuery, DescribeTarget, Duration, ExplainQuery, FieldRef, FunnelOrder, FunnelQuery,
+    RetrieveQuery, SequenceQuery, Source, Span, TimeWindow, Timestamp, Traverse, Trend, TrendDir,
+    WatchQuery, Window,
 };
 use crate::syntax::lexer::TokenKind;
 
@@ -258,6 +258,7 @@ impl Parser {
         self.expect_kw("from")?;
         let source = self.parse_source()?;
         let (mut filter, mut window, mut within, mut group_by) = (None, None, None, Vec::new());
+        let (mut order, mut excluding) = (FunnelOrder::Ordered, Vec::new());
         let mut seen = Seen::default();
         let mut as_of: PendingAsOf = None;
         loop {
@@ -282,6 +283,22 @@ impl Parser {
                     seen.once("GROUP BY", t.span)?;
                     group_by = self.parse_group_clause()?.0;
                 }
+                "ORDER" => {
+                    seen.once("ORDER", t.span)?;
+                    self.advance();
+                    order = if self.eat_kw("strict").is_some() {
+                        FunnelOrder::Strict
+                    } else if self.eat_kw("any").is_some() {
+                        FunnelOrder::Any
+                    } else {
+                        return self.expected("STRICT or ANY (a funnel's order mode)");
+                    };
+                }
+                "EXCLUDING" => {
+                    seen.once("EXCLUDING", t.span)?;
+                    self.advance();
+                    excluding = self.parse_excluding(&steps)?;
+                }
                 _ => break,
             }
         }
@@ -295,9 +312,32 @@ impl Parser {
             filter,
             window,
             within,
+            order,
+            excluding,
             group_by,
             span: self.span_from(start),
         })
+    }
+
+    /// excluding ::= "EXCLUDING" step ("," step)* — a name may not also be a step, nor repeat.
+    fn parse_excluding(&mut self, steps: &[String]) -> Result<Vec<String>> {
+        let mut names: Vec<String> = Vec::new();
+        loop {
+            let span = self.peek().span;
+            let name = self.parse_step("an excluded event name (a string or identifier)")?;
+            if steps.contains(&name) {
+                return Err(Error::parse(
+                    format!("\"{name}\" is a step of this funnel and cannot also be excluded"),
+                    span,
+                ));
+            }
+            if !names.contains(&name) {
+                names.push(name);
+            }
+            if self.eat(&TokenKind::Comma).is_none() {
+                return Ok(names);
+            }
+        }
     }
 
     /// "WITHIN" integer time_unit

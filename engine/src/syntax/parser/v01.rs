@@ -4,8 +4,9 @@
 use super::Parser;
 use crate::error::{Error, Result};
 use crate::syntax::ast::{
-    AggFn, Aggregate, BoolExpr, Comparator, Duration, FieldRef, FunnelQuery, Literal, Operand,
-    Predicate, PredicateOp, RetrieveQuery, ReturnItem, Source, TimeUnit, TimeWindow, Window,
+    AggFn, Aggregate, BoolExpr, Comparator, Duration, FieldRef, FunnelOrder, FunnelQuery, Literal,
+    Operand, Predicate, PredicateOp, RetrieveQuery, ReturnItem, Source, TimeUnit, TimeWindow,
+    Window,
 };
 use crate::syntax::lexer::TokenKind;
 
@@ -112,6 +113,8 @@ impl Parser {
             filter: None,
             window: Some(window),
             within: length,
+            order: FunnelOrder::Ordered,
+            excluding: Vec::new(),
             group_by: Vec::new(),
             span: self.span_from(start),
         })
