@@ -1,6 +1,6 @@
 //! Golden tests: every `tests/golden/**/*.case` file is a query in and an expected result out.
 //!
-//! A case file has a header of `key: value` lines (`data: sample|tiny`, `now: RFC3339`), then
+//! A case file has a header of `key: value` lines (`data: sample|tiny|funnel`, `now: RFC3339`), then
 //! sections introduced by `--- name` lines:
 //! - `--- query`: the SignalQL text (required);
 //! - `--- oracle`: optional DuckDB SQL over a view `events` that computes the expectation
@@ -71,23 +71,42 @@ fn close(a: &Value, b: &Value) -> bool {
     }
 }
 
-/// The datasets cases can name: the bundled sample, and `tiny` built by ingesting
-/// `tests/data/tiny/events.jsonl` into a temporary folder.
-fn dataset(name: &str, tiny: &Path) -> PathBuf {
+/// The hand-made datasets under `tests/data/`, each built in a temporary folder.
+const BUILT: &[&str] = &["tiny", "funnel"];
+
+/// The datasets cases can name: the bundled sample, and the built ones (by name, in `built`).
+fn dataset(name: &str, built: &Path) -> PathBuf {
     match name {
         "sample" => signalql::sample_dataset(),
-        "tiny" => tiny.to_path_buf(),
+        other if BUILT.contains(&other) => built.join(other),
         other => panic!("unknown dataset {other}"),
     }
 }
 
-fn build_tiny() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/tiny");
-    std::fs::copy(src.join("signalql.toml"), dir.path().join("signalql.toml")).unwrap();
-    signalql::catalog::ingest::ingest_events(dir.path(), &[src.join("events.jsonl")]).unwrap();
-    write_side_tables(&src, dir.path());
-    dir
+/// Builds `tests/data/<name>` into `root/<name>`: every `events*.jsonl` ingested in name order,
+/// one ingest (so one Parquet file) each, and the `users`/`signals` tables where present.
+fn build(name: &str, root: &Path) {
+    let dir = root.join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(name);
+    std::fs::copy(src.join("signalql.toml"), dir.join("signalql.toml")).unwrap();
+    let mut inputs: Vec<PathBuf> = std::fs::read_dir(&src)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            let n = p.file_name().unwrap().to_string_lossy();
+            n.starts_with("events") && n.ends_with(".jsonl")
+        })
+        .collect();
+    inputs.sort();
+    for input in inputs {
+        signalql::catalog::ingest::ingest_events(&dir, &[input]).unwrap();
+    }
+    if src.join("users.jsonl").exists() {
+        write_side_tables(&src, &dir);
+    }
 }
 
 /// A table of the tiny dataset read from JSONL with a fixed schema and written as Parquet.
@@ -218,7 +237,10 @@ fn main() {
         "expected the golden corpus, found {} cases",
         files.len()
     );
-    let tiny = build_tiny();
+    let tiny = tempfile::tempdir().unwrap();
+    for name in BUILT {
+        build(name, tiny.path());
+    }
     let tiny_path = tiny.path().to_path_buf();
     let trials = files
         .into_iter()

@@ -200,7 +200,12 @@ impl Dataset {
         ctx: &SessionContext,
         table: &str,
     ) -> Result<TableInfo, DatasetError> {
-        let files = self.table_files(table)?;
+        // Canonical paths, as the scan reports them (`input_file_name()`).
+        let files = self
+            .table_files(table)?
+            .into_iter()
+            .map(|(p, size)| (std::fs::canonicalize(&p).unwrap_or(p), size))
+            .collect();
         let unreadable = |message: String| DatasetError::Unreadable {
             table: table.to_string(),
             message,

@@ -22,6 +22,7 @@ use crate::envelope::{
 };
 use crate::error::{Error, ErrorKind, Result};
 use crate::lower::enrich::{reads_traits, signal_names};
+use crate::lower::funnel::{funnel_view, lower_funnel, lower_sequence, sequence_view};
 use crate::lower::retrieve::{Staged, data_span_plan, lower_retrieve};
 use crate::lower::time::rfc3339;
 use crate::lower::{Interval, Limits, LowerInput, Lowered, UnitSource};
@@ -127,7 +128,15 @@ impl Engine {
     pub async fn compile(&self, text: &str) -> Result<Compiled> {
         let statement = parse(text)?;
         let lowered = match &statement {
-            Statement::Retrieve(q) => self.lower(q).await?,
+            Statement::Retrieve(q) => self.lower(q, |i| lower_retrieve(q, i)).await?,
+            Statement::Funnel(q) => {
+                let view = funnel_view(q);
+                self.lower(&view, |i| lower_funnel(q, &view, i)).await?
+            }
+            Statement::Sequence(q) => {
+                let view = sequence_view(q);
+                self.lower(&view, |i| lower_sequence(q, &view, i)).await?
+            }
             other => return Err(unsupported(other)),
         };
         let sql = plan_sql(&lowered.plan);
@@ -154,7 +163,13 @@ impl Engine {
         Ok(self.dataset.events(&self.ctx).await?)
     }
 
-    async fn lower(&self, q: &RetrieveQuery) -> Result<Lowered> {
+    /// Lower `q` (or a funnel or sequence through its retrieve view `q`) with `build`, after
+    /// opening the tables `q` reads.
+    async fn lower(
+        &self,
+        q: &RetrieveQuery,
+        build: impl FnOnce(&LowerInput) -> Result<Lowered>,
+    ) -> Result<Lowered> {
         let table = self.events().await?;
         // v0.1 `traits.K` reads the users table unless events carries its own `traits`.
         let users = if reads_traits(q) && table.schema.field_with_name("traits").is_err() {
@@ -179,7 +194,7 @@ impl Engine {
         if q.bucket.is_some() && q.window.is_none() {
             input.data_span = self.data_span(q, &input).await?;
         }
-        lower_retrieve(q, &input)
+        build(&input)
     }
 
     /// The span `[min, max]` of the rows a bucketed query without DURING reads.
@@ -323,6 +338,7 @@ impl Engine {
                     UnitSource::Field(p) => units.get(p).cloned(),
                     UnitSource::Squared(p) => units.get(p).map(|u| format!("{u}^2")),
                     UnitSource::Count => Some("events".into()),
+                    UnitSource::Fixed(u) => Some(u.to_string()),
                     UnitSource::None => None,
                 });
                 ColumnInfo {

@@ -9,7 +9,9 @@ run by DuckDB over the same data, so expectations never come from the engine und
     python3 tests/golden/oracle.py --check     # exit 1 if any expectation is out of date
 
 Datasets: `data: sample` is data/sample/events/*.parquet; `data: tiny` is
-tests/data/tiny/events.jsonl read with explicit types. Sessions run in UTC.
+tests/data/tiny/events.jsonl read with explicit types; `data: funnel` is
+tests/data/funnel/events-*.jsonl with a column `ord`, each event's position in the files. Sessions
+run in UTC.
 """
 import datetime as dt
 import decimal
@@ -28,13 +30,23 @@ TINY_COLUMNS = (
     "'STRUCT(amount DOUBLE, message VARCHAR, path VARCHAR, plan VARCHAR, platform VARCHAR)'}"
 )
 
+FUNNEL_COLUMNS = (
+    "{'event_name': 'VARCHAR', 'user_id': 'VARCHAR', 'timestamp': 'TIMESTAMPTZ', "
+    "'properties': 'STRUCT(plan VARCHAR)'}"
+)
+
 
 def connect(data):
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")
     if data == "sample":
         path = ROOT / "data" / "sample" / "events" / "*.parquet"
-        con.execute(f"CREATE VIEW events AS SELECT * FROM read_parquet('{path}', union_by_name = true)")
+        # `ord`: each event's position in the files (by file name, then row), as for funnels.
+        con.execute(
+            f"CREATE VIEW events AS SELECT * EXCLUDE (filename, file_row_number), "
+            "row_number() OVER (ORDER BY filename, file_row_number) AS ord "
+            f"FROM read_parquet('{path}', union_by_name = true, filename = true, file_row_number = true)"
+        )
         signals = ROOT / "data" / "sample" / "signals" / "*.parquet"
         con.execute(f"CREATE VIEW signals AS SELECT * FROM read_parquet('{signals}')")
     elif data == "tiny":
@@ -53,6 +65,20 @@ def connect(data):
             f"CREATE VIEW signals AS SELECT * FROM read_json('{signals}', format = 'newline_delimited', "
             "columns = {'entity_id': 'VARCHAR', 'name': 'VARCHAR', 'value': 'VARCHAR', "
             "'probability': 'DOUBLE', 'computed_at': 'TIMESTAMPTZ'})"
+        )
+    elif data == "funnel":
+        # Both files, each read in order; `ord` is the event's position in the files (file by
+        # file, as ingested), the tie-break for equal timestamps.
+        parts = []
+        for i, name in enumerate(["events-1.jsonl", "events-2.jsonl"]):
+            path = ROOT / "tests" / "data" / "funnel" / name
+            parts.append(
+                f"SELECT *, {i} AS file_no, row_number() OVER () AS row_no FROM read_json('{path}', "
+                f"format = 'newline_delimited', columns = {FUNNEL_COLUMNS})"
+            )
+        con.execute(
+            "CREATE VIEW events AS SELECT *, row_number() OVER (ORDER BY file_no, row_no) AS ord "
+            f"FROM ({' UNION ALL '.join(parts)})"
         )
     else:
         raise SystemExit(f"unknown dataset {data}")

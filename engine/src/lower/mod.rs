@@ -3,6 +3,7 @@
 pub mod aggregate;
 pub mod enrich;
 pub mod fields;
+pub mod funnel;
 pub mod predicate;
 pub mod retrieve;
 pub mod time;
@@ -65,6 +66,8 @@ pub enum UnitSource {
     Squared(String),
     /// Counts of events.
     Count,
+    /// A unit fixed by the column's meaning (`users`, `s`).
+    Fixed(&'static str),
     None,
 }
 

@@ -82,15 +82,16 @@ fn span_at(spans: &[Span], i: usize, fallback: Span) -> Span {
 }
 
 /// The scan of the events table with the window and WHERE filters applied.
-struct Filtered {
-    builder: LogicalPlanBuilder,
-    scan_schema: DFSchemaRef,
-    ts: Resolved,
-    window: Option<Interval>,
-    as_of: chrono::DateTime<chrono::Utc>,
+/// The events scan with the query's joins, window and WHERE applied.
+pub(super) struct Filtered {
+    pub builder: LogicalPlanBuilder,
+    pub scan_schema: DFSchemaRef,
+    pub ts: Resolved,
+    pub window: Option<Interval>,
+    pub as_of: chrono::DateTime<chrono::Utc>,
 }
 
-fn scan_filtered(q: &RetrieveQuery, input: &LowerInput) -> Result<Filtered> {
+pub(super) fn scan_filtered(q: &RetrieveQuery, input: &LowerInput) -> Result<Filtered> {
     check_capabilities(q)?;
     let source = provider_as_source(input.table.provider.clone());
     let as_of = anchor(q.window.as_ref(), input.now)?;

@@ -1,3 +1,4 @@
-//! Scalar functions, one per file.
+//! Scalar functions (UDFs), one per file.
 
+pub mod file_rank;
 pub mod json_get;

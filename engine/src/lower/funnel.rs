@@ -1,0 +1,343 @@
+//! Lowering of `FUNNEL …` and `FIND sequence …` (docs/funnels.md).
+//!
+//! Both read the events once: filter (DURING, WHERE, user_id present and, unless the order is
+//! STRICT, only the step and excluded event names), then `GROUP BY user_id` with the
+//! `funnel(...)` UDAF, which walks each user's events once and returns the deepest step
+//! reached and the chains behind it. A funnel then counts users per step (per group); a
+//! sequence keeps the users who reached the last step.
+
+use datafusion::arrow::datatypes::DataType;
+use datafusion::common::ScalarValue;
+use datafusion::functions::core::expr_fn::{
+    file_row_index, get_field, input_file_name, named_struct, nullif,
+};
+use datafusion::functions_aggregate::expr_fn::sum;
+use datafusion::functions_nested::expr_fn::{array_element, make_array};
+use datafusion::logical_expr::{Expr, LogicalPlanBuilder, SortExpr, cast, lit, when};
+use signalql_udfs::aggregate::funnel::{FunnelSpec, MAX_STEPS, funnel};
+use signalql_udfs::aggregate::funnel_chain::Mode;
+use signalql_udfs::aggregate::percentile::percentile;
+use signalql_udfs::scalar::file_rank::{file_rank, rank_shift};
+
+use super::fields::{column, field_text, resolve};
+use super::retrieve::{Filtered, scan_filtered};
+use super::time::duration_seconds;
+use super::{LowerInput, Lowered, OutColumn, UnitSource};
+use crate::error::{Error, Result};
+use crate::syntax::ast::{FunnelOrder, FunnelQuery, RetrieveQuery, SequenceQuery, Source, Span};
+
+/// The retrieve query whose scan and filters a funnel shares (source, WHERE, DURING, and the
+/// GROUP BY dims, so the engine joins the tables they read).
+pub fn funnel_view(q: &FunnelQuery) -> RetrieveQuery {
+    view(
+        q.source.clone(),
+        q.filter.clone(),
+        q.window.clone(),
+        q.group_by.clone(),
+        q.span,
+    )
+}
+
+/// A sequence reads every event of the events table.
+pub fn sequence_view(q: &SequenceQuery) -> RetrieveQuery {
+    view(Source::Events, None, None, Vec::new(), q.span)
+}
+
+fn view(
+    source: Source,
+    filter: Option<crate::syntax::ast::BoolExpr>,
+    window: Option<crate::syntax::ast::Window>,
+    group_by: Vec<crate::syntax::ast::FieldRef>,
+    span: Span,
+) -> RetrieveQuery {
+    RetrieveQuery {
+        source,
+        filter,
+        traverse: None,
+        window,
+        bucket: None,
+        group_by,
+        having: None,
+        returns: Vec::new(),
+        order_by: Vec::new(),
+        limit: None,
+        trend: None,
+        time_column: None,
+        span,
+        return_spans: Vec::new(),
+        group_spans: Vec::new(),
+    }
+}
+
+fn mode(order: FunnelOrder) -> Mode {
+    match order {
+        FunnelOrder::Ordered => Mode::Ordered,
+        FunnelOrder::Strict => Mode::Strict,
+        FunnelOrder::Any => Mode::Any,
+    }
+}
+
+/// Step counts outside 2..=max are `limit_exceeded` (the UDAF itself takes at most 10).
+fn check_steps(n: usize, input: &LowerInput, span: Span) -> Result<()> {
+    let max = input.limits.max_funnel_steps.min(MAX_STEPS as u64);
+    if n as u64 > max {
+        return Err(Error::limit("max_funnel_steps", max, n as u64)
+            .with_help("split the funnel, or raise max_funnel_steps (at most 10)")
+            .at(span));
+    }
+    Ok(())
+}
+
+/// The per-user aggregate shared by funnels and sequences: scan → filter → `GROUP BY user_id`
+/// with `funnel(...)` as column `f`.
+fn per_user(
+    f: Filtered,
+    steps: &[String],
+    excluding: &[String],
+    order: FunnelOrder,
+    within_seconds: i64,
+    group: Expr,
+    input: &LowerInput,
+) -> Result<LogicalPlanBuilder> {
+    let name = column("event_name");
+    let mut b = f.builder.filter(column("user_id").is_not_null())?;
+    if order != FunnelOrder::Strict {
+        let names: Vec<Expr> = steps
+            .iter()
+            .chain(excluding)
+            .map(|s| lit(s.as_str()))
+            .collect();
+        b = b.filter(name.clone().in_list(names, false))?;
+    }
+    // Events with equal timestamps keep their order in the files: (file, row in file).
+    let files = input
+        .table
+        .files
+        .iter()
+        .map(|(p, _)| p.to_string_lossy().into_owned());
+    let seq = file_rank(files, input_file_name()) * lit(rank_shift()) + file_row_index();
+    let excluded = if excluding.is_empty() {
+        lit(false)
+    } else {
+        name.clone()
+            .in_list(excluding.iter().map(|s| lit(s.as_str())).collect(), false)
+    };
+    let step_exprs = steps
+        .iter()
+        .map(|s| name.clone().eq(lit(s.as_str())))
+        .collect();
+    let spec = FunnelSpec {
+        within_seconds,
+        mode: mode(order),
+    };
+    let agg = funnel(f.ts.expr, seq, spec, excluded, group, step_exprs).alias("f");
+    Ok(b.aggregate(vec![column("user_id")], vec![agg])?)
+}
+
+/// `FUNNEL "a" -> "b" … [WHERE] [DURING] WITHIN n unit [ORDER …] [EXCLUDING …] [GROUP BY …]`.
+pub fn lower_funnel(q: &FunnelQuery, view: &RetrieveQuery, input: &LowerInput) -> Result<Lowered> {
+    check_steps(q.steps.len(), input, q.span)?;
+    let within = duration_seconds(&q.within)?;
+    let f = scan_filtered(view, input)?;
+    let (as_of, window) = (f.as_of, f.window);
+
+    // The group value travels with each event; the UDAF returns the one of the counted
+    // chain's first event. Several dims travel as one struct.
+    let dims: Vec<String> = q.group_by.iter().map(field_text).collect();
+    for (i, d) in dims.iter().enumerate() {
+        if dims[..i].contains(d) {
+            return Err(Error::type_error(format!("GROUP BY names `{d}` twice")).at(q.span));
+        }
+    }
+    let mut dim_exprs = Vec::new();
+    for g in &q.group_by {
+        dim_exprs.push(resolve(g, &f.scan_schema, q.span)?.expr);
+    }
+    let group = match dim_exprs.len() {
+        0 => lit(ScalarValue::Null),
+        1 => dim_exprs[0].clone(),
+        _ => named_struct(
+            dim_exprs
+                .iter()
+                .enumerate()
+                .flat_map(|(i, e)| [lit(format!("g{i}")), e.clone()])
+                .collect(),
+        ),
+    };
+    let n = q.steps.len();
+    let users = per_user(f, &q.steps, &q.excluding, q.order, within, group, input)?;
+
+    // Per user: level, seconds to each step, group dims.
+    let fcol = column("f");
+    let mut per_user_cols = vec![get_field(fcol.clone(), "level").alias("level")];
+    for k in 2..=n {
+        per_user_cols.push(
+            array_element(get_field(fcol.clone(), "seconds_to_step"), lit(k as i64))
+                .alias(format!("s{k}")),
+        );
+    }
+    let g = get_field(fcol.clone(), "group");
+    for (i, d) in dims.iter().enumerate() {
+        let e = if dims.len() == 1 {
+            g.clone()
+        } else {
+            get_field(g.clone(), format!("g{i}"))
+        };
+        per_user_cols.push(e.alias(d.clone()));
+    }
+    let users = users
+        .project(per_user_cols)?
+        .filter(column("level").gt_eq(lit(1i32)))?;
+
+    // Per group: users at each step (reached it or a later one) and median seconds.
+    let mut aggs = Vec::new();
+    for k in 1..=n {
+        let reached = when(column("level").gt_eq(lit(k as i32)), lit(1i64)).otherwise(lit(0i64))?;
+        aggs.push(sum(reached).alias(format!("u{k}")));
+    }
+    for k in 2..=n {
+        aggs.push(percentile(column(&format!("s{k}")), 0.5).alias(format!("m{k}")));
+    }
+    let grouped = users.aggregate(dims.iter().map(|d| column(d)).collect::<Vec<_>>(), aggs)?;
+
+    // One row per step: cross with the step numbers and pick each step's columns.
+    let steps = LogicalPlanBuilder::empty(true)
+        .project(vec![
+            make_array((1..=n as i64).map(lit).collect()).alias("__steps"),
+        ])?
+        .unnest_column("__steps")?
+        .project(vec![column("__steps").alias("step")])?
+        .build()?;
+    let long = grouped.cross_join(steps)?;
+    let pick = |value: &dyn Fn(usize) -> Expr, first: Expr| -> Result<Expr> {
+        let mut c = when(column("step").eq(lit(1i64)), first);
+        for k in 2..=n {
+            c = c.when(column("step").eq(lit(k as i64)), value(k));
+        }
+        Ok(c.end()?)
+    };
+    let users_at = |k: usize| {
+        cast(
+            datafusion::functions::core::expr_fn::coalesce(vec![
+                column(&format!("u{k}")),
+                lit(0i64),
+            ]),
+            DataType::Int64,
+        )
+    };
+    let ratio = |num: Expr, den: Expr| {
+        cast(num, DataType::Float64) / nullif(cast(den, DataType::Float64), lit(0f64))
+    };
+    let mut out: Vec<Expr> = dims.iter().map(|d| column(d)).collect();
+    out.push(column("step"));
+    out.push(pick(&|k| lit(q.steps[k - 1].as_str()), lit(q.steps[0].as_str()))?.alias("event"));
+    out.push(pick(&users_at, users_at(1))?.alias("users"));
+    out.push(
+        pick(
+            &|k| ratio(users_at(k), users_at(1)),
+            ratio(users_at(1), users_at(1)),
+        )?
+        .alias("conversion_rate"),
+    );
+    out.push(
+        pick(
+            &|k| ratio(users_at(k), users_at(k - 1)),
+            ratio(users_at(1), users_at(1)),
+        )?
+        .alias("step_conversion_rate"),
+    );
+    out.push(
+        pick(
+            &|k| column(&format!("m{k}")),
+            lit(ScalarValue::Float64(None)),
+        )?
+        .alias("median_seconds_to_convert"),
+    );
+
+    let mut sort: Vec<SortExpr> = dims.iter().map(|d| column(d).sort(true, false)).collect();
+    sort.push(column("step").sort(true, false));
+    let cap = input.limits.max_result_rows;
+    let plan = long
+        .project(out)?
+        .sort_with_limit(sort, Some(cap as usize + 1))?
+        .limit(0, Some(cap as usize + 1))?
+        .build()?;
+
+    let mut columns: Vec<OutColumn> = dims
+        .iter()
+        .map(|d| OutColumn {
+            name: d.clone(),
+            unit: UnitSource::Field(d.clone()),
+        })
+        .collect();
+    for (name, unit) in [
+        ("step", UnitSource::None),
+        ("event", UnitSource::None),
+        ("users", UnitSource::Fixed("users")),
+        ("conversion_rate", UnitSource::None),
+        ("step_conversion_rate", UnitSource::None),
+        ("median_seconds_to_convert", UnitSource::Fixed("s")),
+    ] {
+        columns.push(OutColumn {
+            name: name.to_string(),
+            unit,
+        });
+    }
+    let mut lowered = Lowered::new(plan, columns, true, cap, Some(cap));
+    lowered.as_of = as_of;
+    lowered.window = window;
+    Ok(lowered)
+}
+
+/// `FIND sequence WHERE "a" -> "b" … WITHIN n unit`: one row per user who completed it.
+pub fn lower_sequence(
+    q: &SequenceQuery,
+    view: &RetrieveQuery,
+    input: &LowerInput,
+) -> Result<Lowered> {
+    check_steps(q.steps.len(), input, q.span)?;
+    let within = duration_seconds(&q.within)?;
+    let f = scan_filtered(view, input)?;
+    let as_of = f.as_of;
+    let users = per_user(
+        f,
+        &q.steps,
+        &[],
+        FunnelOrder::Ordered,
+        within,
+        lit(ScalarValue::Null),
+        input,
+    )?;
+    let fcol = column("f");
+    let cap = input.limits.max_result_rows;
+    let plan = users
+        .filter(get_field(fcol.clone(), "level").eq(lit(q.steps.len() as i32)))?
+        .project(vec![
+            column("user_id"),
+            get_field(fcol.clone(), "started_at").alias("started_at"),
+            get_field(fcol, "completed_at").alias("completed_at"),
+        ])?
+        .sort_with_limit(
+            vec![column("user_id").sort(true, false)],
+            Some(cap as usize + 1),
+        )?
+        .limit(0, Some(cap as usize + 1))?
+        .build()?;
+    let columns = vec![
+        OutColumn {
+            name: "user_id".into(),
+            unit: UnitSource::None,
+        },
+        OutColumn {
+            name: "started_at".into(),
+            unit: UnitSource::None,
+        },
+        OutColumn {
+            name: "completed_at".into(),
+            unit: UnitSource::None,
+        },
+    ];
+    let mut lowered = Lowered::new(plan, columns, true, cap, Some(cap));
+    lowered.as_of = as_of;
+    Ok(lowered)
+}
