@@ -47,6 +47,83 @@ DAY30 = "2026-05-14 00:00:00"
 DAY14 = "2026-05-30 00:00:00"
 DAY7 = "2026-06-06 00:00:00"
 LAST_DAY = "2026-06-12 00:00:00"
+DAY28 = "2026-05-16 00:00:00"
+
+
+def funnel_sql(dialect, grouped):
+    """A 3-step funnel (visit -> signup -> activated, WITHIN 7 d, LAST 28 d) with window functions:
+    per visit, the first signup after it and the first activated after that signup (the greedy
+    chain, which reaches the deepest step and each step earliest for that start); per user the
+    deepest level, and per step the chain ending earliest (latest start on ties)."""
+    duck = dialect == "duckdb"
+    ts_lit = (lambda t: f"TIMESTAMPTZ '{t}+00'") if duck else (lambda t: f"TIMESTAMP '{t}+00:00'")
+    plan = "properties.plan" if duck else "properties['plan']"
+    fileorder = "filename, file_row_number" if duck else "fname, frow"
+    source = "events" if duck else (
+        "(SELECT *, input_file_name() AS fname, file_row_index() AS frow FROM events) e")
+    us = (lambda c: f"epoch_us({c})") if duck else (lambda c: f"CAST({c} AS BIGINT)")
+    w = "INTERVAL '7 days'"
+    grp = f"{plan}" if grouped else "CAST(NULL AS VARCHAR)"
+    frame = "OVER (PARTITION BY user_id ORDER BY pos ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING)"
+    sel_g = 'g AS "properties.plan", ' if grouped else ""
+    order_g = "g NULLS LAST, " if grouped else ""
+    return f"""
+WITH ev AS (
+  SELECT user_id, "timestamp" AS ts, event_name AS name, {grp} AS g,
+         row_number() OVER (PARTITION BY user_id ORDER BY "timestamp", {fileorder}) AS pos
+  FROM {source}
+  WHERE user_id IS NOT NULL AND event_name IN ('visit', 'signup', 'activated')
+    AND "timestamp" >= {ts_lit(DAY28)} AND "timestamp" < {ts_lit(T)}),
+w AS (
+  SELECT *, min(CASE WHEN name = 'signup' THEN pos END) {frame} AS n2,
+            min(CASE WHEN name = 'activated' THEN pos END) {frame} AS n3
+  FROM ev),
+c AS (
+  SELECT v.user_id, v.pos AS p1, v.ts AS t1, v.g,
+         CASE WHEN s.ts <= v.ts + {w} THEN s.pos END AS p2,
+         CASE WHEN s.ts <= v.ts + {w} THEN s.ts END AS t2,
+         CASE WHEN s.ts <= v.ts + {w} AND a.ts <= v.ts + {w} THEN a.pos END AS p3,
+         CASE WHEN s.ts <= v.ts + {w} AND a.ts <= v.ts + {w} THEN a.ts END AS t3
+  FROM w v
+  LEFT JOIN w s ON s.user_id = v.user_id AND s.pos = v.n2
+  LEFT JOIN ev a ON a.user_id = v.user_id AND a.pos = s.n3
+  WHERE v.name = 'visit'),
+l AS (
+  SELECT *, CASE WHEN p3 IS NOT NULL THEN 3 WHEN p2 IS NOT NULL THEN 2 ELSE 1 END AS lvl,
+         max(CASE WHEN p3 IS NOT NULL THEN 3 WHEN p2 IS NOT NULL THEN 2 ELSE 1 END) OVER (PARTITION BY user_id) AS lv
+  FROM c),
+r AS (
+  SELECT *,
+    row_number() OVER (PARTITION BY user_id ORDER BY CASE WHEN p2 IS NULL THEN 1 ELSE 0 END, p2, p1 DESC) AS r2,
+    row_number() OVER (PARTITION BY user_id ORDER BY CASE WHEN p3 IS NULL THEN 1 ELSE 0 END, p3, p1 DESC) AS r3,
+    row_number() OVER (PARTITION BY user_id ORDER BY CASE lvl = lv WHEN true THEN 0 ELSE 1 END,
+                       CASE lv WHEN 3 THEN p3 WHEN 2 THEN p2 ELSE p1 END, p1 DESC) AS rc
+  FROM l),
+u AS (
+  SELECT user_id,
+    max(lv) AS lv,
+    max(CASE WHEN rc = 1 THEN g END) AS g,
+    max(CASE WHEN r2 = 1 AND p2 IS NOT NULL THEN ({us('t2')} - {us('t1')}) / 1e6 END) AS s2,
+    max(CASE WHEN r3 = 1 AND p3 IS NOT NULL THEN ({us('t3')} - {us('t1')}) / 1e6 END) AS s3
+  FROM r GROUP BY user_id),
+a AS (
+  SELECT g, count(*) AS u1, sum(CASE WHEN lv >= 2 THEN 1 ELSE 0 END) AS u2,
+         sum(CASE WHEN lv >= 3 THEN 1 ELSE 0 END) AS u3, median(s2) AS m2, median(s3) AS m3
+  FROM u GROUP BY g)
+SELECT {sel_g}step, event, users,
+       CAST(users AS DOUBLE) / nullif(base, 0) AS conversion_rate,
+       CAST(users AS DOUBLE) / nullif(prev, 0) AS step_conversion_rate,
+       m AS median_seconds_to_convert
+FROM (
+  SELECT g, 1 AS step, 'visit' AS event, u1 AS users, u1 + 0 AS base, u1 - 0 AS prev, CAST(NULL AS DOUBLE) AS m FROM a
+  UNION ALL SELECT g, 2, 'signup', u2, u1 AS base, u1 AS prev, m2 FROM a
+  UNION ALL SELECT g, 3, 'activated', u3, u1 AS base, u2 AS prev, m3 FROM a) x
+ORDER BY {order_g}step"""
+
+FUNNEL = """FUNNEL "visit" -> "signup" -> "activated"
+FROM events
+DURING LAST 28 d
+WITHIN 7 d"""
 
 # Each workload: SignalQL text, DuckDB SQL, DataFusion SQL (datafusion-python has no `stats`
 # UDF, so the A/B read spells it out with built-in aggregates; DuckDB does the same).
@@ -160,6 +237,18 @@ FROM events
 WHERE "timestamp" >= TIMESTAMP '{DAY30}+00:00' AND "timestamp" < TIMESTAMP '{T}+00:00'
 GROUP BY 1""",
         "unordered": True,
+    },
+    {
+        "name": "funnel_3step",
+        "signalql": FUNNEL,
+        "duckdb": funnel_sql("duckdb", False),
+        "datafusion": funnel_sql("datafusion", False),
+    },
+    {
+        "name": "funnel_3step_by_plan",
+        "signalql": FUNNEL + "\nGROUP BY properties.plan",
+        "duckdb": funnel_sql("duckdb", True),
+        "datafusion": funnel_sql("datafusion", True),
     },
 ]
 
@@ -304,7 +393,10 @@ def main():
 
         con = duckdb.connect()
         con.execute("SET TimeZone = 'UTC'")
-        con.execute(f"CREATE VIEW events AS SELECT * FROM read_parquet('{files}')")
+        # filename/file_row_number: the funnels break timestamp ties by position in the files.
+        con.execute(
+            f"CREATE VIEW events AS SELECT * FROM read_parquet('{files}', filename = true, file_row_number = true)"
+        )
         ctx = datafusion.SessionContext()
         ctx.register_parquet("events", os.path.join(root, "events") + "/")
 

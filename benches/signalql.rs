@@ -1,4 +1,6 @@
-//! Criterion benches: parse+format, lowering, UDF kernels called directly, end-to-end queries on generated Parquet.
+//! Criterion benches: parse+format, lowering, UDF kernels called directly (stats, percentile,
+//! the funnel's per-user search), end-to-end queries on generated Parquet (the v0.3 examples and
+//! a 3-step funnel, ungrouped and grouped).
 //!
 //! `cargo bench --bench signalql` (add `-- GROUP` to run one of `syntax`, `lowering`, `udf`,
 //! `end_to_end`). The end-to-end dataset has `SIGNALQL_BENCH_ROWS` rows (default 1 000 000),
@@ -20,6 +22,7 @@ use datafusion::logical_expr::function::AccumulatorArgs;
 use datafusion::physical_expr::expressions::{col, lit};
 use signalql::Engine;
 use signalql::catalog::generator::{GenOptions, generate_events};
+use signalql::udfs::aggregate::funnel_chain::{Event, Mode, level, search, sort_events};
 use signalql::udfs::aggregate::percentile::percentile_udaf;
 use signalql::udfs::aggregate::stats::StatsAccumulator;
 use tokio::runtime::Runtime;
@@ -49,6 +52,81 @@ DURING LAST 14 d
 AS OF "2026-06-13T00:00:00Z"
 GROUP BY properties.experiment_variant
 RETURN properties.experiment_variant, count_distinct(user_id), stats(properties.amount)"#;
+
+const FUNNEL: &str = r#"FUNNEL "visit" -> "signup" -> "activated"
+FROM events
+DURING LAST 28 d
+WITHIN 7 d"#;
+
+const FUNNEL_BY_PLAN: &str = r#"FUNNEL "visit" -> "signup" -> "activated"
+FROM events
+DURING LAST 28 d
+WITHIN 7 d
+GROUP BY properties.plan"#;
+
+/// The 3-step funnel as DataFusion SQL with window functions (the same formulation as
+/// `benches/compare.py`): per visit, the first signup after it and the first activated after
+/// that signup; per user the deepest level; per step the chain ending earliest, latest start.
+fn funnel_sql(grouped: bool) -> String {
+    let (group, select_g, order_g) = if grouped {
+        ("properties['plan']", "g AS \"properties.plan\", ", "g NULLS LAST, ")
+    } else {
+        ("CAST(NULL AS VARCHAR)", "", "")
+    };
+    format!(
+        r#"WITH ev AS (
+  SELECT user_id, "timestamp" AS ts, event_name AS name, {group} AS g,
+         row_number() OVER (PARTITION BY user_id ORDER BY "timestamp", fname, frow) AS pos
+  FROM (SELECT *, input_file_name() AS fname, file_row_index() AS frow FROM events) e
+  WHERE user_id IS NOT NULL AND event_name IN ('visit', 'signup', 'activated')
+    AND "timestamp" >= TIMESTAMP '2026-05-16 00:00:00+00:00' AND "timestamp" < TIMESTAMP '2026-06-13 00:00:00+00:00'),
+w AS (
+  SELECT *, min(CASE WHEN name = 'signup' THEN pos END) OVER (PARTITION BY user_id ORDER BY pos ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING) AS n2,
+            min(CASE WHEN name = 'activated' THEN pos END) OVER (PARTITION BY user_id ORDER BY pos ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING) AS n3
+  FROM ev),
+c AS (
+  SELECT v.user_id, v.pos AS p1, v.ts AS t1, v.g,
+         CASE WHEN s.ts <= v.ts + INTERVAL '7 days' THEN s.pos END AS p2,
+         CASE WHEN s.ts <= v.ts + INTERVAL '7 days' THEN s.ts END AS t2,
+         CASE WHEN s.ts <= v.ts + INTERVAL '7 days' AND a.ts <= v.ts + INTERVAL '7 days' THEN a.pos END AS p3,
+         CASE WHEN s.ts <= v.ts + INTERVAL '7 days' AND a.ts <= v.ts + INTERVAL '7 days' THEN a.ts END AS t3
+  FROM w v
+  LEFT JOIN w s ON s.user_id = v.user_id AND s.pos = v.n2
+  LEFT JOIN ev a ON a.user_id = v.user_id AND a.pos = s.n3
+  WHERE v.name = 'visit'),
+l AS (
+  SELECT *, CASE WHEN p3 IS NOT NULL THEN 3 WHEN p2 IS NOT NULL THEN 2 ELSE 1 END AS lvl,
+         max(CASE WHEN p3 IS NOT NULL THEN 3 WHEN p2 IS NOT NULL THEN 2 ELSE 1 END) OVER (PARTITION BY user_id) AS lv
+  FROM c),
+r AS (
+  SELECT *,
+    row_number() OVER (PARTITION BY user_id ORDER BY CASE WHEN p2 IS NULL THEN 1 ELSE 0 END, p2, p1 DESC) AS r2,
+    row_number() OVER (PARTITION BY user_id ORDER BY CASE WHEN p3 IS NULL THEN 1 ELSE 0 END, p3, p1 DESC) AS r3,
+    row_number() OVER (PARTITION BY user_id ORDER BY CASE lvl = lv WHEN true THEN 0 ELSE 1 END,
+                       CASE lv WHEN 3 THEN p3 WHEN 2 THEN p2 ELSE p1 END, p1 DESC) AS rc
+  FROM l),
+u AS (
+  SELECT user_id,
+    max(lv) AS lv,
+    max(CASE WHEN rc = 1 THEN g END) AS g,
+    max(CASE WHEN r2 = 1 AND p2 IS NOT NULL THEN (CAST(t2 AS BIGINT) - CAST(t1 AS BIGINT)) / 1e6 END) AS s2,
+    max(CASE WHEN r3 = 1 AND p3 IS NOT NULL THEN (CAST(t3 AS BIGINT) - CAST(t1 AS BIGINT)) / 1e6 END) AS s3
+  FROM r GROUP BY user_id),
+a AS (
+  SELECT g, count(*) AS u1, sum(CASE WHEN lv >= 2 THEN 1 ELSE 0 END) AS u2,
+         sum(CASE WHEN lv >= 3 THEN 1 ELSE 0 END) AS u3, median(s2) AS m2, median(s3) AS m3
+  FROM u GROUP BY g)
+SELECT {select_g}step, event, users,
+       CAST(users AS DOUBLE) / nullif(base, 0) AS conversion_rate,
+       CAST(users AS DOUBLE) / nullif(prev, 0) AS step_conversion_rate,
+       m AS median_seconds_to_convert
+FROM (
+  SELECT g, 1 AS step, 'visit' AS event, u1 AS users, u1 + 0 AS base, u1 - 0 AS prev, CAST(NULL AS DOUBLE) AS m FROM a
+  UNION ALL SELECT g, 2, 'signup', u2, u1 AS base, u1 AS prev, m2 FROM a
+  UNION ALL SELECT g, 3, 'activated', u3, u1 AS base, u2 AS prev, m3 FROM a) x
+ORDER BY {order_g}step"#
+    )
+}
 
 const BY_EVENT_NAME: &str = r#"FROM events
 DURING LAST 30 d
@@ -136,6 +214,17 @@ GROUP BY 1"#,
     ),
 ];
 
+/// Every runnable workload: the retrieve examples and the funnels.
+fn runnable() -> Vec<(&'static str, &'static str, String)> {
+    let mut all: Vec<(&'static str, &'static str, String)> = RUNNABLE
+        .iter()
+        .map(|(n, t, s)| (*n, *t, s.to_string()))
+        .collect();
+    all.push(("funnel_3step", FUNNEL, funnel_sql(false)));
+    all.push(("funnel_3step_by_plan", FUNNEL_BY_PLAN, funnel_sql(true)));
+    all
+}
+
 fn runtime() -> Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -189,7 +278,7 @@ fn bench_lowering(c: &mut Criterion) {
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2));
     // compile = parse + open the events table (list files, infer the schema) + lower + unparse.
-    for (name, text, _) in RUNNABLE {
+    for (name, text, _) in runnable() {
         group.bench_function(format!("compile/{name}"), |b| {
             b.to_async(&rt)
                 .iter(|| async { engine.compile(black_box(text)).await.expect("compile") })
@@ -223,6 +312,35 @@ fn values(null_every: usize) -> ArrayRef {
     Arc::new(v)
 }
 
+/// 1M events over 50 000 users (20 each, sorted), each matching one of 3 steps or none, with
+/// timestamps spread over 28 days: the per-user input of the funnel search.
+fn funnel_users() -> Vec<Vec<Event>> {
+    let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    (0..50_000)
+        .map(|_| {
+            let mut events: Vec<Event> = (0..20)
+                .map(|i| {
+                    let r = next();
+                    Event {
+                        ts: (r % (28 * 86_400_000_000)) as i64,
+                        seq: i,
+                        steps: [0u16, 1, 2, 4][(r >> 50) as usize % 4],
+                        excluded: false,
+                    }
+                })
+                .collect();
+            sort_events(&mut events);
+            events
+        })
+        .collect()
+}
+
 fn percentile_accumulator(p: f64) -> Box<dyn Accumulator> {
     let schema = Schema::new(vec![Field::new("x", DataType::Float64, true)]);
     let exprs = [col("x", &schema).expect("column x"), lit(p)];
@@ -254,6 +372,18 @@ fn bench_udf(c: &mut Criterion) {
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2))
         .throughput(Throughput::Elements(1_000_000));
+    let users = funnel_users();
+    let within = 7 * 86_400 * 1_000_000;
+    for (label, mode) in [("ordered", Mode::Ordered), ("strict", Mode::Strict), ("any", Mode::Any)] {
+        group.bench_function(format!("funnel_chain/search/{label}"), |b| {
+            b.iter(|| {
+                users
+                    .iter()
+                    .map(|ev| level(&search(black_box(ev), 3, within, mode)))
+                    .sum::<usize>()
+            })
+        });
+    }
     for (label, input) in [("dense", values(0)), ("nulls10", values(10))] {
         let batch = [input];
         group.bench_function(format!("stats/update_batch/{label}"), |b| {
@@ -303,7 +433,8 @@ fn bench_end_to_end(c: &mut Criterion) {
         .expect("register events");
 
     // Both sides must give the same number of rows before they are timed.
-    for (name, text, sql) in RUNNABLE {
+    let workloads = runnable();
+    for (name, text, sql) in &workloads {
         let (q, s) = rt.block_on(async {
             let envelope = engine.query(text).await.expect("signalql query");
             let batches = engine
@@ -327,7 +458,8 @@ fn bench_end_to_end(c: &mut Criterion) {
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(4))
         .throughput(Throughput::Elements(rows));
-    for (name, text, sql) in RUNNABLE {
+    for (name, text, sql) in &workloads {
+        let text: &str = text;
         group.bench_function(format!("{name}/signalql"), |b| {
             b.to_async(&rt)
                 .iter(|| async { engine.query(black_box(text)).await.expect("query") })
@@ -336,7 +468,7 @@ fn bench_end_to_end(c: &mut Criterion) {
             b.to_async(&rt).iter(|| async {
                 engine
                     .session()
-                    .sql(black_box(sql))
+                    .sql(black_box(sql.as_str()))
                     .await
                     .expect("sql plan")
                     .collect()
