@@ -69,7 +69,11 @@ GROUP BY properties.plan"#;
 /// that signup; per user the deepest level; per step the chain ending earliest, latest start.
 fn funnel_sql(grouped: bool) -> String {
     let (group, select_g, order_g) = if grouped {
-        ("properties['plan']", "g AS \"properties.plan\", ", "g NULLS LAST, ")
+        (
+            "properties['plan']",
+            "g AS \"properties.plan\", ",
+            "g NULLS LAST, ",
+        )
     } else {
         ("CAST(NULL AS VARCHAR)", "", "")
     };
@@ -374,7 +378,11 @@ fn bench_udf(c: &mut Criterion) {
         .throughput(Throughput::Elements(1_000_000));
     let users = funnel_users();
     let within = 7 * 86_400 * 1_000_000;
-    for (label, mode) in [("ordered", Mode::Ordered), ("strict", Mode::Strict), ("any", Mode::Any)] {
+    for (label, mode) in [
+        ("ordered", Mode::Ordered),
+        ("strict", Mode::Strict),
+        ("any", Mode::Any),
+    ] {
         group.bench_function(format!("funnel_chain/search/{label}"), |b| {
             b.iter(|| {
                 users

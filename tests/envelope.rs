@@ -119,3 +119,64 @@ async fn staged_execution_equals_the_single_plan() {
         assert_eq!(staged.rows, single, "{q}");
     }
 }
+
+#[tokio::test]
+async fn funnel_envelope_units_types_and_order() {
+    let env = sample(
+        r#"FUNNEL "visit" -> "signup" -> "activated" FROM events DURING LAST 28 d WITHIN 7 d GROUP BY properties.plan"#,
+    )
+    .await;
+    let cols: Vec<(String, String, Option<String>)> = env
+        .columns
+        .iter()
+        .map(|c| (c.name.clone(), c.data_type.clone(), c.unit.clone()))
+        .collect();
+    let names: Vec<&str> = cols.iter().map(|c| c.0.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "properties.plan",
+            "step",
+            "event",
+            "users",
+            "conversion_rate",
+            "step_conversion_rate",
+            "median_seconds_to_convert"
+        ]
+    );
+    assert_eq!(cols[3].2.as_deref(), Some("users"));
+    assert_eq!(cols[6].2.as_deref(), Some("s"));
+    assert_eq!(cols[1].1, cols[3].1, "step and users are both integers");
+    assert!(env.metadata.ordered);
+    assert!(!env.metadata.truncated);
+    // Three rows per group, steps 1..3 in order.
+    assert_eq!(env.rows.len() % 3, 0);
+    for (i, row) in env.rows.iter().enumerate() {
+        assert_eq!(row[1], json!((i % 3) + 1));
+    }
+}
+
+#[tokio::test]
+async fn sequence_is_capped_at_the_row_limit_and_says_so() {
+    let q = r#"FIND sequence WHERE "visit" -> "signup" WITHIN 7 d"#;
+    let full = sample(q).await;
+    assert!(!full.metadata.truncated);
+    assert!(
+        full.rows.len() > 50,
+        "the sample has {} converting users",
+        full.rows.len()
+    );
+    let ids: Vec<&str> = full.rows.iter().map(|r| r[0].as_str().unwrap()).collect();
+    let mut sorted = ids.clone();
+    sorted.sort();
+    assert_eq!(ids, sorted, "rows are ordered by user_id");
+
+    let mut options = signalql::EngineOptions::default();
+    options.limits.max_result_rows = 50;
+    let engine = Engine::open_with(signalql::sample_dataset(), options).unwrap();
+    let capped = engine.query(q).await.unwrap();
+    assert_eq!(capped.rows.len(), 50);
+    assert!(capped.metadata.truncated);
+    assert_eq!(capped.metadata.limit_applied, 50);
+    assert_eq!(capped.rows[..], full.rows[..50]);
+}

@@ -52,8 +52,8 @@ def connect(data):
     elif data == "tiny":
         path = ROOT / "tests" / "data" / "tiny" / "events.jsonl"
         con.execute(
-            f"CREATE VIEW events AS SELECT * FROM read_json('{path}', format = 'newline_delimited', "
-            f"columns = {TINY_COLUMNS})"
+            f"CREATE VIEW events AS SELECT *, row_number() OVER () AS ord FROM read_json('{path}', "
+            f"format = 'newline_delimited', columns = {TINY_COLUMNS})"
         )
         users = ROOT / "tests" / "data" / "tiny" / "users.jsonl"
         con.execute(

@@ -78,4 +78,35 @@ mod tests {
         // n 3, sum 6, sum_sq 14, mean 2, variance 1, stddev 1, min 1, max 3
         assert!(text.contains("{n: 3, sum: 6.0, sum_sq: 14.0, mean: 2.0, variance: 1.0, stddev: 1.0, min: 1.0, max: 3.0}"), "{text}");
     }
+
+    #[tokio::test]
+    async fn funnel_is_callable_from_sql() {
+        let ctx = SessionContext::new();
+        register_all(&ctx);
+        // u1: a@0 b@10 c@20 within 15 s: reaches b (10 s), not c (20 s from the start).
+        // u2: b@0 a@5 b@8 with a tie broken by seq: a then b at 8 → level 2 after 3 s.
+        // u3: only c: level 0.
+        let sql = "SELECT u, f.level AS level, f.seconds_to_step AS secs, f.group AS g FROM (
+              SELECT u, funnel(to_timestamp_seconds(t), s, 15, 'ordered', false, g,
+                               e = 'a', e = 'b', e = 'c') AS f
+              FROM (VALUES ('u1', 0, 1, 'a', 'x'), ('u1', 10, 2, 'b', 'y'), ('u1', 20, 3, 'c', 'z'),
+                           ('u2', 0, 1, 'b', 'p'), ('u2', 8, 3, 'b', 'q'), ('u2', 8, 2, 'a', 'r'),
+                           ('u3', 1, 1, 'c', 'w')) AS v(u, t, s, e, g)
+              GROUP BY u) ORDER BY u";
+        let batches = ctx.sql(sql).await.unwrap().collect().await.unwrap();
+        let text = datafusion::arrow::util::pretty::pretty_format_batches(&batches)
+            .unwrap()
+            .to_string();
+        let expected = [
+            "+----+-------+---------------+---+",
+            "| u  | level | secs          | g |",
+            "+----+-------+---------------+---+",
+            "| u1 | 2     | [0.0, 10.0, ] | x |",
+            "| u2 | 2     | [0.0, 0.0, ]  | r |",
+            "| u3 | 0     | [, , ]        |   |",
+            "+----+-------+---------------+---+",
+        ]
+        .join("\n");
+        assert_eq!(text, expected);
+    }
 }

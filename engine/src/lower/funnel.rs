@@ -20,7 +20,7 @@ use signalql_udfs::aggregate::percentile::percentile;
 use signalql_udfs::scalar::file_rank::{file_rank, rank_shift};
 
 use super::fields::{column, field_text, resolve};
-use super::retrieve::{Filtered, scan_filtered};
+use super::retrieve::{Filtered, scan_filtered_with};
 use super::time::duration_seconds;
 use super::{LowerInput, Lowered, OutColumn, UnitSource};
 use crate::error::{Error, Result};
@@ -88,6 +88,21 @@ fn check_steps(n: usize, input: &LowerInput, span: Span) -> Result<()> {
     Ok(())
 }
 
+/// The order key of events with equal timestamps, computed over the scan.
+const SEQ: &str = "__seq";
+
+/// The events scan, filtered by the view, with [`SEQ`]: the event's position in the files
+/// (file rank in path order, then row in file), so ties keep their order in the files.
+fn scan(view: &RetrieveQuery, input: &LowerInput) -> Result<Filtered> {
+    let files = input
+        .table
+        .files
+        .iter()
+        .map(|(p, _)| p.to_string_lossy().into_owned());
+    let seq = file_rank(files, input_file_name()) * lit(rank_shift()) + file_row_index();
+    scan_filtered_with(view, input, Some((seq, SEQ)))
+}
+
 /// The per-user aggregate shared by funnels and sequences: scan → filter → `GROUP BY user_id`
 /// with `funnel(...)` as column `f`.
 fn per_user(
@@ -109,13 +124,7 @@ fn per_user(
             .collect();
         b = b.filter(name.clone().in_list(names, false))?;
     }
-    // Events with equal timestamps keep their order in the files: (file, row in file).
-    let files = input
-        .table
-        .files
-        .iter()
-        .map(|(p, _)| p.to_string_lossy().into_owned());
-    let seq = file_rank(files, input_file_name()) * lit(rank_shift()) + file_row_index();
+    let seq = column(SEQ);
     let excluded = if excluding.is_empty() {
         lit(false)
     } else {
@@ -138,7 +147,7 @@ fn per_user(
 pub fn lower_funnel(q: &FunnelQuery, view: &RetrieveQuery, input: &LowerInput) -> Result<Lowered> {
     check_steps(q.steps.len(), input, q.span)?;
     let within = duration_seconds(&q.within)?;
-    let f = scan_filtered(view, input)?;
+    let f = scan(view, input)?;
     let (as_of, window) = (f.as_of, f.window);
 
     // The group value travels with each event; the UDAF returns the one of the counted
@@ -297,7 +306,7 @@ pub fn lower_sequence(
 ) -> Result<Lowered> {
     check_steps(q.steps.len(), input, q.span)?;
     let within = duration_seconds(&q.within)?;
-    let f = scan_filtered(view, input)?;
+    let f = scan(view, input)?;
     let as_of = f.as_of;
     let users = per_user(
         f,

@@ -92,10 +92,26 @@ pub(super) struct Filtered {
 }
 
 pub(super) fn scan_filtered(q: &RetrieveQuery, input: &LowerInput) -> Result<Filtered> {
+    scan_filtered_with(q, input, None)
+}
+
+/// [`scan_filtered`], with `extra` (an expression and its name) computed right over the scan,
+/// before any join: file-dependent functions (`input_file_name()`, `file_row_index()`) are only
+/// evaluated inside the Parquet scan, which DataFusion does only for a projection directly on it.
+pub(super) fn scan_filtered_with(
+    q: &RetrieveQuery,
+    input: &LowerInput,
+    extra: Option<(Expr, &str)>,
+) -> Result<Filtered> {
     check_capabilities(q)?;
     let source = provider_as_source(input.table.provider.clone());
     let as_of = anchor(q.window.as_ref(), input.now)?;
     let mut b = LogicalPlanBuilder::scan("events", source, None)?;
+    if let Some((expr, name)) = extra {
+        let mut cols: Vec<Expr> = b.schema().columns().into_iter().map(Expr::Column).collect();
+        cols.push(expr.alias(name));
+        b = b.project(cols)?;
+    }
     if let Some(users) = input.users {
         b = join_traits(b, users)?;
     }
