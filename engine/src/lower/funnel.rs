@@ -112,7 +112,6 @@ fn per_user(
     order: FunnelOrder,
     within_seconds: i64,
     group: Expr,
-    input: &LowerInput,
 ) -> Result<LogicalPlanBuilder> {
     let name = column("event_name");
     let mut b = f.builder.filter(column("user_id").is_not_null())?;
@@ -174,7 +173,7 @@ pub fn lower_funnel(q: &FunnelQuery, view: &RetrieveQuery, input: &LowerInput) -
         ),
     };
     let n = q.steps.len();
-    let users = per_user(f, &q.steps, &q.excluding, q.order, within, group, input)?;
+    let users = per_user(f, &q.steps, &q.excluding, q.order, within, group)?;
 
     // Per user: level, seconds to each step, group dims.
     let fcol = column("f");
@@ -315,7 +314,6 @@ pub fn lower_sequence(
         FunnelOrder::Ordered,
         within,
         lit(ScalarValue::Null),
-        input,
     )?;
     let fcol = column("f");
     let cap = input.limits.max_result_rows;
