@@ -24,7 +24,10 @@ use super::retrieve::{Filtered, scan_filtered_with};
 use super::time::duration_seconds;
 use super::{LowerInput, Lowered, OutColumn, UnitSource};
 use crate::error::{Error, Result};
-use crate::syntax::ast::{FunnelOrder, FunnelQuery, RetrieveQuery, SequenceQuery, Source, Span};
+use crate::syntax::ast::{
+    BoolExpr, FieldRef, FunnelOrder, FunnelQuery, RetrieveQuery, SequenceQuery, Source, Span,
+    Window,
+};
 
 /// The retrieve query whose scan and filters a funnel shares (source, WHERE, DURING, and the
 /// GROUP BY dims, so the engine joins the tables they read).
@@ -45,27 +48,16 @@ pub fn sequence_view(q: &SequenceQuery) -> RetrieveQuery {
 
 fn view(
     source: Source,
-    filter: Option<crate::syntax::ast::BoolExpr>,
-    window: Option<crate::syntax::ast::Window>,
-    group_by: Vec<crate::syntax::ast::FieldRef>,
+    filter: Option<BoolExpr>,
+    window: Option<Window>,
+    group_by: Vec<FieldRef>,
     span: Span,
 ) -> RetrieveQuery {
     RetrieveQuery {
-        source,
         filter,
-        traverse: None,
         window,
-        bucket: None,
         group_by,
-        having: None,
-        returns: Vec::new(),
-        order_by: Vec::new(),
-        limit: None,
-        trend: None,
-        time_column: None,
-        span,
-        return_spans: Vec::new(),
-        group_spans: Vec::new(),
+        ..RetrieveQuery::empty(source, span)
     }
 }
 

@@ -268,6 +268,30 @@ pub struct RetrieveQuery {
     pub group_spans: Vec<Span>,
 }
 
+impl RetrieveQuery {
+    /// `FROM source` with no clause yet (the parser fills it in; funnels build their scan
+    /// from one).
+    pub fn empty(source: Source, span: Span) -> Self {
+        RetrieveQuery {
+            source,
+            filter: None,
+            traverse: None,
+            window: None,
+            bucket: None,
+            group_by: Vec::new(),
+            having: None,
+            returns: Vec::new(),
+            order_by: Vec::new(),
+            limit: None,
+            trend: None,
+            time_column: None,
+            span,
+            return_spans: Vec::new(),
+            group_spans: Vec::new(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FunnelQuery {
     pub steps: Vec<String>,

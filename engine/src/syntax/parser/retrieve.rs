@@ -36,23 +36,7 @@ impl Parser {
     pub(super) fn parse_retrieve_query(&mut self) -> Result<RetrieveQuery> {
         let start = self.expect_kw("from")?.span;
         let source = self.parse_source()?;
-        let mut q = RetrieveQuery {
-            source,
-            filter: None,
-            traverse: None,
-            window: None,
-            bucket: None,
-            group_by: Vec::new(),
-            having: None,
-            returns: Vec::new(),
-            order_by: Vec::new(),
-            limit: None,
-            trend: None,
-            time_column: None,
-            span: start,
-            return_spans: Vec::new(),
-            group_spans: Vec::new(),
-        };
+        let mut q = RetrieveQuery::empty(source, start);
         let mut seen = Seen::default();
         let mut as_of: PendingAsOf = None;
         loop {
