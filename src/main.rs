@@ -80,6 +80,34 @@ enum IngestWhat {
         #[arg(long)]
         data: PathBuf,
     },
+    /// Files and folders (Markdown, text, code, JSON, JSONL messages) into the object tables
+    /// under ROOT (objects, revisions, representations, links); see docs/objects.md.
+    Objects {
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        #[arg(long)]
+        data: PathBuf,
+        /// Project label of the objects.
+        #[arg(long)]
+        project: Option<String>,
+        /// Trust of the new revisions: untrusted, unknown, inferred, verified, authoritative.
+        #[arg(long, default_value = "unknown")]
+        trust: String,
+        /// Origin of the new revisions: human, model, external, system, import, unknown.
+        #[arg(long, default_value = "import")]
+        origin: String,
+        /// Role of the new revisions (repeatable; default data): data, instruction, prompt,
+        /// policy, executable, secret, untrusted_external.
+        #[arg(long = "role")]
+        roles: Vec<String>,
+        /// Do not give files that look like secrets (.env, private keys, credentials) the
+        /// secret role.
+        #[arg(long)]
+        no_secret_detection: bool,
+        /// The ingest time (RFC 3339), for reproducible stores; default now.
+        #[arg(long)]
+        now: Option<String>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -220,6 +248,50 @@ fn run(cli: Cli) -> Result<(), Error> {
                 summary.files_read,
                 summary.written.display()
             ))
+        }
+        Command::Ingest {
+            what:
+                IngestWhat::Objects {
+                    paths,
+                    data,
+                    project,
+                    trust,
+                    origin,
+                    roles,
+                    no_secret_detection,
+                    now,
+                },
+        } => {
+            use signalql::catalog::objects::ingest::{ObjectIngestOptions, ingest_objects};
+            let opts = ObjectIngestOptions {
+                project,
+                trust,
+                origin,
+                roles: if roles.is_empty() {
+                    vec!["data".into()]
+                } else {
+                    roles
+                },
+                detect_secrets: !no_secret_detection,
+                now: parse_now(now)?.unwrap_or_else(chrono::Utc::now),
+            };
+            let s = ingest_objects(&data, &paths, &opts).map_err(|e| Error::io(e.to_string()))?;
+            let mut out = format!(
+                "{} file(s): {} new, {} revised, {} unchanged, {} restored, {} tombstoned, {} secret; {} Parquet file(s) written under {}\n",
+                s.files_seen,
+                s.added,
+                s.revised,
+                s.unchanged,
+                s.restored,
+                s.tombstoned,
+                s.secrets,
+                s.written.len(),
+                data.display()
+            );
+            for (path, why) in &s.skipped {
+                out.push_str(&format!("skipped {}: {why}\n", path.display()));
+            }
+            write_out(&out)
         }
         Command::Gen {
             what: GenWhat::Events { rows, seed, out },

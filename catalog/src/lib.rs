@@ -5,6 +5,7 @@ pub mod dataset;
 pub mod error;
 pub mod generator;
 pub mod ingest;
+pub mod objects;
 pub mod write;
 
 pub use dataset::{Dataset, DatasetConfig, DatasetError, PropertiesEncoding, TableInfo};

@@ -1,0 +1,297 @@
+//! The object tables of the context half (DESIGN.md §3): `objects`, `revisions`,
+//! `representations`, `derivations`, `links`, each a folder of Parquet files under the dataset
+//! root, written append-only by [`ingest`] (see docs/objects.md).
+//!
+//! `objects` rows are records of an object's state: the row with the latest `recorded_at` at or
+//! before T says whether the object is live (`tombstoned_at` NULL) and gives its title; a file
+//! deleted and later restored gets a tombstone row and then a live row. Revisions, their
+//! representations and links are keyed by `(object_id, revision)`.
+
+pub mod ingest;
+pub mod text;
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::Path;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, AsArray, RecordBatch};
+use datafusion::arrow::datatypes::{
+    DataType, Field, Int64Type, Schema, SchemaRef, TimeUnit, TimestampMicrosecondType,
+};
+use datafusion::parquet::arrow::ProjectionMask;
+use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+use crate::error::{CatalogError, Result};
+
+pub const OBJECTS: &str = "objects";
+pub const REVISIONS: &str = "revisions";
+pub const REPRESENTATIONS: &str = "representations";
+pub const DERIVATIONS: &str = "derivations";
+pub const LINKS: &str = "links";
+
+/// Trust levels, lowest first (signalql-v0.5-context.md).
+pub const TRUST_LEVELS: [&str; 5] = [
+    "untrusted",
+    "unknown",
+    "inferred",
+    "verified",
+    "authoritative",
+];
+/// Origins.
+pub const ORIGINS: [&str; 6] = ["human", "model", "external", "system", "import", "unknown"];
+/// Validation levels.
+pub const VALIDATIONS: [&str; 3] = ["none", "automated", "human"];
+/// Roles.
+pub const ROLES: [&str; 7] = [
+    "data",
+    "instruction",
+    "prompt",
+    "policy",
+    "executable",
+    "secret",
+    "untrusted_external",
+];
+/// Dependency states.
+pub const STATES: [&str; 3] = ["current", "stale", "invalid"];
+
+fn ts() -> DataType {
+    DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()))
+}
+
+fn roles_type() -> DataType {
+    DataType::List(Arc::new(Field::new_list_field(DataType::Utf8, true)))
+}
+
+/// `objects`: one row per change of an object's record.
+pub fn objects_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("object_id", DataType::Utf8, false),
+        Field::new("project", DataType::Utf8, true),
+        Field::new("kind", DataType::Utf8, false),
+        Field::new("title", DataType::Utf8, false),
+        Field::new("created_at", ts(), false),
+        Field::new("tombstoned_at", ts(), true),
+        Field::new("recorded_at", ts(), false),
+        Field::new("source_path", DataType::Utf8, true),
+    ]))
+}
+
+/// `revisions`: one row per revision of an object.
+pub fn revisions_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("object_id", DataType::Utf8, false),
+        Field::new("revision", DataType::Int64, false),
+        Field::new("created_at", ts(), false),
+        Field::new("origin", DataType::Utf8, false),
+        Field::new("trust", DataType::Utf8, false),
+        Field::new("validation", DataType::Utf8, false),
+        Field::new("roles", roles_type(), false),
+        Field::new("state", DataType::Utf8, false),
+    ]))
+}
+
+/// `representations`: the forms of a revision's content (`text`, `summary`, …).
+pub fn representations_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("object_id", DataType::Utf8, false),
+        Field::new("revision", DataType::Int64, false),
+        Field::new("name", DataType::Utf8, false),
+        Field::new("media_type", DataType::Utf8, false),
+        Field::new("content", DataType::LargeUtf8, true),
+        Field::new("content_ref", DataType::Utf8, true),
+        Field::new("content_hash", DataType::Utf8, false),
+        Field::new("tokens", DataType::Int64, true),
+        Field::new("roles", roles_type(), false),
+    ]))
+}
+
+/// `derivations`: which object revisions a revision was derived from.
+pub fn derivations_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("object_id", DataType::Utf8, false),
+        Field::new("revision", DataType::Int64, false),
+        Field::new("relation", DataType::Utf8, false),
+        Field::new("source_object_id", DataType::Utf8, false),
+        Field::new("source_revision", DataType::Int64, false),
+    ]))
+}
+
+/// `links`: object↔entity edges (object↔object edges have `entity_type` = `object`).
+pub fn links_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("object_id", DataType::Utf8, false),
+        Field::new("revision", DataType::Int64, false),
+        Field::new("entity_type", DataType::Utf8, false),
+        Field::new("entity_id", DataType::Utf8, false),
+        Field::new("relation", DataType::Utf8, false),
+    ]))
+}
+
+/// The Parquet files of `root/table` (sorted), or none when the table does not exist.
+fn files(root: &Path, table: &str) -> Result<Vec<std::path::PathBuf>> {
+    let dir = root.join(table);
+    if !dir.is_dir() {
+        return Ok(Vec::new());
+    }
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(&dir).map_err(|e| CatalogError::io(&dir, e))? {
+        let path = entry.map_err(|e| CatalogError::io(&dir, e))?.path();
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if name.ends_with(".parquet") && !name.starts_with('.') && !name.starts_with('_') {
+            out.push(path);
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Reads `columns` of every file of `root/table`, calling `f` with each batch (columns in the
+/// order asked).
+fn scan(root: &Path, table: &str, columns: &[&str], mut f: impl FnMut(&RecordBatch)) -> Result<()> {
+    for path in files(root, table)? {
+        let file = File::open(&path).map_err(|e| CatalogError::io(&path, e))?;
+        let builder = ParquetRecordBatchReaderBuilder::try_new(file)?;
+        let schema = builder.parquet_schema();
+        let mut indices = Vec::new();
+        for c in columns {
+            let i = schema
+                .columns()
+                .iter()
+                .position(|d| d.path().string() == *c)
+                .ok_or_else(|| {
+                    CatalogError::Invalid(format!("{}: no column `{c}`", path.display()))
+                })?;
+            indices.push(i);
+        }
+        let mask = ProjectionMask::leaves(schema, indices);
+        let reader = builder.with_projection(mask).build()?;
+        for batch in reader {
+            let batch = batch?;
+            // The projection keeps file order; put the columns in the order asked.
+            let cols = columns
+                .iter()
+                .map(|c| {
+                    batch
+                        .column_by_name(c)
+                        .cloned()
+                        .ok_or_else(|| CatalogError::Invalid(format!("no column `{c}`")))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let schema = Arc::new(Schema::new(
+                columns
+                    .iter()
+                    .zip(&cols)
+                    .map(|(c, a)| Field::new(*c, a.data_type().clone(), true))
+                    .collect::<Vec<_>>(),
+            ));
+            f(&RecordBatch::try_new(schema, cols)?);
+        }
+    }
+    Ok(())
+}
+
+/// An object's latest record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ObjectRecord {
+    pub recorded_at: i64,
+    pub created_at: i64,
+    pub live: bool,
+    pub kind: String,
+    pub title: String,
+    pub project: Option<String>,
+    pub source_path: Option<String>,
+}
+
+/// What ingest needs to know about an object already in the store.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct KnownObject {
+    /// The latest record (by `recorded_at`).
+    pub record: Option<ObjectRecord>,
+    /// The latest revision number, and the content hash of its `text` representation.
+    pub latest: Option<(i64, Option<String>)>,
+}
+
+/// The current state of every object in the store, by object id (for ingest).
+pub fn known_objects(root: &Path) -> Result<HashMap<String, KnownObject>> {
+    let mut known: HashMap<String, KnownObject> = HashMap::new();
+    scan(
+        root,
+        OBJECTS,
+        &[
+            "object_id",
+            "recorded_at",
+            "tombstoned_at",
+            "title",
+            "created_at",
+            "project",
+            "source_path",
+            "kind",
+        ],
+        |b| {
+            let ids = b.column(0).as_string::<i32>();
+            let rec = b.column(1).as_primitive::<TimestampMicrosecondType>();
+            let tomb = b.column(2);
+            let titles = b.column(3).as_string::<i32>();
+            let created = b.column(4).as_primitive::<TimestampMicrosecondType>();
+            let projects = b.column(5).as_string::<i32>();
+            let sources = b.column(6).as_string::<i32>();
+            let kinds = b.column(7).as_string::<i32>();
+            let opt = |a: &datafusion::arrow::array::StringArray, i: usize| {
+                (!a.is_null(i)).then(|| a.value(i).to_string())
+            };
+            for i in 0..b.num_rows() {
+                let entry = known.entry(ids.value(i).to_string()).or_default();
+                let r = rec.value(i);
+                if entry.record.as_ref().is_none_or(|old| r >= old.recorded_at) {
+                    entry.record = Some(ObjectRecord {
+                        recorded_at: r,
+                        created_at: created.value(i),
+                        live: tomb.is_null(i),
+                        kind: kinds.value(i).to_string(),
+                        title: titles.value(i).to_string(),
+                        project: opt(projects, i),
+                        source_path: opt(sources, i),
+                    });
+                }
+            }
+        },
+    )?;
+    scan(root, REVISIONS, &["object_id", "revision"], |b| {
+        let ids = b.column(0).as_string::<i32>();
+        let revs = b.column(1).as_primitive::<Int64Type>();
+        for i in 0..b.num_rows() {
+            let entry = known.entry(ids.value(i).to_string()).or_default();
+            let r = revs.value(i);
+            if entry.latest.as_ref().is_none_or(|(l, _)| r > *l) {
+                entry.latest = Some((r, None));
+            }
+        }
+    })?;
+    scan(
+        root,
+        REPRESENTATIONS,
+        &["object_id", "revision", "name", "content_hash"],
+        |b| {
+            let ids = b.column(0).as_string::<i32>();
+            let revs = b.column(1).as_primitive::<Int64Type>();
+            let names = b.column(2).as_string::<i32>();
+            let hashes = b.column(3).as_string::<i32>();
+            for i in 0..b.num_rows() {
+                if names.value(i) != "text" {
+                    continue;
+                }
+                if let Some(entry) = known.get_mut(ids.value(i))
+                    && let Some((latest, hash)) = entry.latest.as_mut()
+                    && *latest == revs.value(i)
+                {
+                    *hash = Some(hashes.value(i).to_string());
+                }
+            }
+        },
+    )?;
+    Ok(known)
+}
