@@ -22,7 +22,11 @@ pub fn all_udafs() -> Vec<Arc<AggregateUDF>> {
 
 /// Every scalar function this crate provides.
 pub fn all_udfs() -> Vec<Arc<ScalarUDF>> {
-    vec![scalar::json_get::json_get_text_udf()]
+    vec![
+        scalar::json_get::json_get_text_udf(),
+        scalar::lexical::lexical_score_udf(),
+        scalar::lexical::lexical_terms_udf(),
+    ]
 }
 
 /// Register every signalql function with `ctx`.

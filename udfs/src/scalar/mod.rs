@@ -2,3 +2,4 @@
 
 pub mod file_rank;
 pub mod json_get;
+pub mod lexical;

@@ -1,0 +1,359 @@
+//! lexical-v1 relevance (signalql-v0.5-context.md, "Reference algorithm"), as plain functions
+//! and as the UDFs `lexical_score(task, title, summary, text)` (Int64) and
+//! `lexical_terms(task, title, summary, text)` (the matched terms, in term order).
+//!
+//! - Terms: the task lower-cased (full Unicode), split on every character that is not a
+//!   letter (general category L*) or a decimal digit (Nd), tokens shorter than two characters
+//!   and the stopwords dropped, de-duplicated keeping the first occurrence.
+//! - A field contains a term when the term is one of its tokens (same tokenisation).
+//! - Each term weighs its heaviest field: title 3, summary 2, any other text 1; the score is
+//!   `floor(sum × 1 000 000 / (3 × terms))`, 0 when the task has no term.
+//!
+//! `text` is every other packable representation's content; several are joined with a line
+//! break, which cannot join tokens. NULL fields are empty; a NULL task scores 0.
+
+use std::sync::{Arc, LazyLock};
+
+use datafusion::arrow::array::{
+    Array, ArrayRef, AsArray, Int64Builder, ListBuilder, StringBuilder, StringViewArray,
+};
+use datafusion::arrow::datatypes::{DataType, Field};
+use datafusion::common::{Result, ScalarValue, exec_err};
+use datafusion::logical_expr::{
+    ColumnarValue, Expr, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
+};
+use unicode_general_category::{GeneralCategory, get_general_category};
+
+pub const SCORE_NAME: &str = "lexical_score";
+pub const TERMS_NAME: &str = "lexical_terms";
+
+/// The name the bundle reports as its scorer.
+pub const SCORER: &str = "lexical-v1";
+
+/// lexical-v1's stopwords.
+pub const STOPWORDS: [&str; 22] = [
+    "a", "an", "and", "are", "as", "at", "be", "by", "for", "from", "in", "into", "is", "it", "of",
+    "on", "or", "that", "the", "this", "to", "with",
+];
+
+/// Field weights.
+pub const TITLE_WEIGHT: i64 = 3;
+pub const SUMMARY_WEIGHT: i64 = 2;
+pub const TEXT_WEIGHT: i64 = 1;
+
+fn is_word_char(c: char) -> bool {
+    use GeneralCategory::*;
+    matches!(
+        get_general_category(c),
+        UppercaseLetter
+            | LowercaseLetter
+            | TitlecaseLetter
+            | ModifierLetter
+            | OtherLetter
+            | DecimalNumber
+    )
+}
+
+/// The tokens of `text`: lower-cased first (as the spec orders it: lower-casing may turn a
+/// letter into a letter and a combining mark, as `İ` → `i̇`), then split on every character
+/// that is not a letter or decimal digit.
+pub fn tokens(text: &str) -> Vec<String> {
+    split(&text.to_lowercase()).map(str::to_string).collect()
+}
+
+fn split(lower: &str) -> impl Iterator<Item = &str> {
+    lower
+        .split(|c: char| !is_word_char(c))
+        .filter(|t| !t.is_empty())
+}
+
+/// The task's terms.
+pub fn terms(task: &str) -> Vec<String> {
+    let lower = task.to_lowercase();
+    let mut out: Vec<String> = Vec::new();
+    for t in split(&lower) {
+        if t.chars().count() < 2 || STOPWORDS.contains(&t) {
+            continue;
+        }
+        if !out.iter().any(|o| o == t) {
+            out.push(t.to_string());
+        }
+    }
+    out
+}
+
+/// Per term, the weight of the heaviest field containing it (0 when none).
+pub fn weights(terms: &[String], title: &str, summary: &str, text: &str) -> Vec<i64> {
+    let mut w = vec![0i64; terms.len()];
+    for (field, weight) in [
+        (title, TITLE_WEIGHT),
+        (summary, SUMMARY_WEIGHT),
+        (text, TEXT_WEIGHT),
+    ] {
+        if w.iter().all(|&x| x >= weight) {
+            continue;
+        }
+        let lower = field.to_lowercase();
+        for tok in split(&lower) {
+            for (i, t) in terms.iter().enumerate() {
+                if w[i] < weight && t == tok {
+                    w[i] = weight;
+                }
+            }
+            if w.iter().all(|&x| x >= weight) {
+                break;
+            }
+        }
+    }
+    w
+}
+
+/// `floor(sum × 1 000 000 / (3 × terms))`, 0 without terms.
+pub fn score_of(weights: &[i64]) -> i64 {
+    if weights.is_empty() {
+        return 0;
+    }
+    weights.iter().sum::<i64>() * 1_000_000 / (3 * weights.len() as i64)
+}
+
+/// The lexical-v1 score of one object.
+pub fn score(terms: &[String], title: &str, summary: &str, text: &str) -> i64 {
+    score_of(&weights(terms, title, summary, text))
+}
+
+macro_rules! lexical_udf {
+    ($ty:ident, $name:expr, $static:ident, $ctor:ident, $doc:literal) => {
+        #[derive(Debug, PartialEq, Eq, Hash)]
+        pub struct $ty {
+            signature: Signature,
+        }
+
+        impl Default for $ty {
+            fn default() -> Self {
+                Self {
+                    signature: Signature::uniform(
+                        4,
+                        vec![DataType::Utf8View, DataType::Utf8, DataType::LargeUtf8],
+                        Volatility::Immutable,
+                    ),
+                }
+            }
+        }
+
+        static $static: LazyLock<Arc<ScalarUDF>> =
+            LazyLock::new(|| Arc::new(ScalarUDF::from($ty::default())));
+
+        #[doc = $doc]
+        pub fn $ctor() -> Arc<ScalarUDF> {
+            Arc::clone(&$static)
+        }
+    };
+}
+
+lexical_udf!(
+    LexicalScore,
+    SCORE_NAME,
+    LEXICAL_SCORE,
+    lexical_score_udf,
+    "The `lexical_score` UDF."
+);
+lexical_udf!(
+    LexicalTerms,
+    TERMS_NAME,
+    LEXICAL_TERMS,
+    lexical_terms_udf,
+    "The `lexical_terms` UDF."
+);
+
+/// `lexical_score(task, title, summary, text)` as an [`Expr`].
+pub fn lexical_score(task: Expr, title: Expr, summary: Expr, text: Expr) -> Expr {
+    lexical_score_udf().call(vec![task, title, summary, text])
+}
+
+/// `lexical_terms(task, title, summary, text)` as an [`Expr`].
+pub fn lexical_terms(task: Expr, title: Expr, summary: Expr, text: Expr) -> Expr {
+    lexical_terms_udf().call(vec![task, title, summary, text])
+}
+
+/// The four arguments as string views of one length, with the task's terms when it is a
+/// scalar (the usual case) computed once.
+fn columns(args: &ScalarFunctionArgs) -> Result<(usize, Vec<StringViewArray>)> {
+    let n = args.number_rows;
+    let mut out = Vec::with_capacity(4);
+    for a in &args.args {
+        let arr: ArrayRef = a.to_array(n)?;
+        let arr = datafusion::arrow::compute::cast(&arr, &DataType::Utf8View)?;
+        out.push(arr.as_string_view().clone());
+    }
+    if out.len() != 4 {
+        return exec_err!("lexical functions take (task, title, summary, text)");
+    }
+    Ok((n, out))
+}
+
+fn field(c: &StringViewArray, i: usize) -> &str {
+    if c.is_null(i) { "" } else { c.value(i) }
+}
+
+/// Calls `f(row, terms, weights)` for every row with a non-NULL task.
+fn each_row(
+    args: &ScalarFunctionArgs,
+    mut f: impl FnMut(usize, Option<(&[String], Vec<i64>)>),
+) -> Result<()> {
+    let scalar_terms = match &args.args[0] {
+        ColumnarValue::Scalar(
+            ScalarValue::Utf8(t) | ScalarValue::Utf8View(t) | ScalarValue::LargeUtf8(t),
+        ) => Some(t.as_deref().map(terms)),
+        _ => None,
+    };
+    let (n, cols) = columns(args)?;
+    for i in 0..n {
+        let owned;
+        let t: Option<&[String]> = match &scalar_terms {
+            Some(Some(t)) => Some(t),
+            Some(None) => None,
+            None if cols[0].is_null(i) => None,
+            None => {
+                owned = terms(cols[0].value(i));
+                Some(&owned)
+            }
+        };
+        match t {
+            None => f(i, None),
+            Some(t) => {
+                let w = weights(
+                    t,
+                    field(&cols[1], i),
+                    field(&cols[2], i),
+                    field(&cols[3], i),
+                );
+                f(i, Some((t, w)));
+            }
+        }
+    }
+    Ok(())
+}
+
+impl ScalarUDFImpl for LexicalScore {
+    fn name(&self) -> &str {
+        SCORE_NAME
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _args: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Int64)
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let mut out = Int64Builder::with_capacity(args.number_rows);
+        each_row(&args, |_, r| match r {
+            None => out.append_value(0),
+            Some((_, w)) => out.append_value(score_of(&w)),
+        })?;
+        Ok(ColumnarValue::Array(Arc::new(out.finish())))
+    }
+}
+
+impl ScalarUDFImpl for LexicalTerms {
+    fn name(&self) -> &str {
+        TERMS_NAME
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _args: &[DataType]) -> Result<DataType> {
+        Ok(DataType::List(Arc::new(Field::new_list_field(
+            DataType::Utf8,
+            true,
+        ))))
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let mut out = ListBuilder::new(StringBuilder::new());
+        each_row(&args, |_, r| {
+            if let Some((t, w)) = r {
+                for (term, weight) in t.iter().zip(&w) {
+                    if *weight > 0 {
+                        out.values().append_value(term);
+                    }
+                }
+            }
+            out.append(true);
+        })?;
+        Ok(ColumnarValue::Array(Arc::new(out.finish())))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(s: &str) -> Vec<String> {
+        terms(s)
+    }
+
+    #[test]
+    fn terms_follow_the_spec() {
+        // Lower-cased, split on non letters/digits, short tokens and stopwords dropped, de-duplicated.
+        assert_eq!(
+            t("Design the SignalQL object-storage for a CONTEXT store, design x 2 v0.5"),
+            [
+                "design", "signalql", "object", "storage", "context", "store", "v0"
+            ]
+        );
+        // `_` separates; digits are kept; a one-letter token is dropped.
+        assert_eq!(t("snake_case id_7 ab"), ["snake", "case", "id", "ab"]);
+        // Unicode letters and digits; full lower-casing.
+        assert_eq!(
+            t("Ünïcode ΣΟΦΙΑ ٣٤ café"),
+            ["ünïcode", "σοφια", "٣٤", "café"]
+        );
+        assert_eq!(t("the and of"), Vec::<String>::new());
+        // Lower-casing comes first: İ becomes i + U+0307 (a mark), which then splits.
+        assert_eq!(t("İstanbul"), ["stanbul"]);
+        assert_eq!(tokens("İstanbul x"), ["i", "stanbul", "x"]);
+    }
+
+    #[test]
+    fn hand_computed_scores() {
+        let terms = t("object storage design");
+        // title has object (3), summary has storage (2), text has design (1): 6/9.
+        assert_eq!(
+            score(&terms, "Object model", "How storage works", "we design it"),
+            6 * 1_000_000 / 9
+        );
+        // All three in the title: 9/9.
+        assert_eq!(score(&terms, "Object storage design", "", ""), 1_000_000);
+        // Whole tokens only: "objects" and "redesign" do not match "object" and "design".
+        assert_eq!(score(&terms, "Objects", "redesigned", "storage."), 111_111);
+        // floor: one term of three in text = 1/9 → 111111.
+        assert_eq!(score(&terms, "", "", "design"), 111_111);
+        assert_eq!(score(&[], "anything", "", ""), 0);
+    }
+
+    #[tokio::test]
+    async fn callable_from_sql() {
+        let ctx = datafusion::prelude::SessionContext::new();
+        crate::register_all(&ctx);
+        let df = ctx
+            .sql(
+                "SELECT lexical_score('object storage', t, s, x) AS score, \
+                 lexical_terms('object storage', t, s, x) AS terms \
+                 FROM (VALUES ('Object', NULL, 'storage'), ('none', 'here', 'at all')) AS v(t, s, x)",
+            )
+            .await
+            .unwrap();
+        let batches = df.collect().await.unwrap();
+        let text = datafusion::arrow::util::pretty::pretty_format_batches(&batches)
+            .unwrap()
+            .to_string();
+        // (3 + 1) × 1e6 / 6 = 666666; no match = 0.
+        assert!(text.contains("| 666666 | [object, storage] |"), "{text}");
+        assert!(text.contains("| 0      | []                |"), "{text}");
+    }
+}
