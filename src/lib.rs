@@ -12,9 +12,12 @@
 pub mod render;
 
 pub use signalql_catalog as catalog;
+pub use signalql_engine::context::render::render as render_bundle;
 pub use signalql_engine::envelope::{self, ColumnInfo, Envelope, Metadata};
 pub use signalql_engine::syntax::{ast, parse};
-pub use signalql_engine::{Compiled, Engine, EngineOptions, Error, ErrorKind, Result};
+pub use signalql_engine::{
+    Answer, Bundle, Compiled, Engine, EngineOptions, Error, ErrorKind, Explanation, Result,
+};
 pub use signalql_udfs as udfs;
 
 use std::path::PathBuf;

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 
 use chrono::{DateTime, Utc};
 use clap::{Parser, Subcommand, ValueEnum};
-use signalql::{Engine, EngineOptions, Error, render};
+use signalql::{Answer, Engine, EngineOptions, Error, render};
 
 #[derive(Parser)]
 #[command(
@@ -45,6 +45,25 @@ enum Command {
         now: Option<String>,
         /// The query text, or `-` to read it from stdin.
         query: String,
+    },
+    /// Build the context bundle for a task (`CONTEXT FOR "TASK"`) and print it as JSON, or
+    /// with --render as the prompt text an agent pastes.
+    Context {
+        #[arg(long)]
+        data: Option<PathBuf>,
+        /// Token budget (BUDGET n TOKENS).
+        #[arg(long)]
+        budget: Option<u64>,
+        /// Project (USING PROJECT).
+        #[arg(long)]
+        project: Option<String>,
+        /// Print the prompt text instead of the JSON bundle.
+        #[arg(long)]
+        render: bool,
+        /// Evaluation time T (RFC 3339) when the bundle has no AS OF.
+        #[arg(long)]
+        now: Option<String>,
+        task: String,
     },
     /// Print the canonical text of a query.
     Fmt {
@@ -183,6 +202,12 @@ fn runtime() -> Result<tokio::runtime::Runtime, Error> {
         .map_err(|e| Error::internal(format!("cannot start the runtime: {e}")))
 }
 
+fn write_json(v: &impl serde::Serialize) -> Result<(), Error> {
+    let mut s = serde_json::to_string_pretty(v).map_err(|e| Error::internal(e.to_string()))?;
+    s.push('\n');
+    write_out(&s)
+}
+
 fn write_out(text: &str) -> Result<(), Error> {
     let mut out = std::io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
@@ -202,7 +227,11 @@ fn run(cli: Cli) -> Result<(), Error> {
         } => {
             let text = read_query(query)?;
             let engine = open(data, now)?;
-            let envelope = runtime()?.block_on(engine.query(&text))?;
+            let envelope = match runtime()?.block_on(engine.answer(&text))? {
+                Answer::Envelope(e) => *e,
+                Answer::Bundle(b) => return write_json(&*b),
+                Answer::Explanation(x) => return write_json(&*x),
+            };
             let out = match format {
                 Format::Json => {
                     let mut s = serde_json::to_string_pretty(&envelope)
@@ -214,6 +243,40 @@ fn run(cli: Cli) -> Result<(), Error> {
                 Format::Table => render::table(&envelope),
             };
             write_out(&out)
+        }
+        Command::Context {
+            data,
+            budget,
+            project,
+            render,
+            now,
+            task,
+        } => {
+            let mut q = signalql::ast::ContextQuery {
+                task,
+                project,
+                budget,
+                prefer: Vec::new(),
+                exclude: Vec::new(),
+                max_objects: None,
+                max_depth: None,
+                max_age: None,
+                with_evidence: false,
+                as_of: None,
+                span: Default::default(),
+            };
+            // The canonical text round-trips, so the bundle is the one the query text gives.
+            if let signalql::ast::Statement::ContextTask(parsed) = signalql::parse(&q.to_string())?
+            {
+                q = parsed;
+            }
+            let engine = open(data, now)?;
+            let bundle = runtime()?.block_on(engine.context(&q))?;
+            if render {
+                write_out(&signalql::render_bundle(&bundle))
+            } else {
+                write_json(&bundle)
+            }
         }
         Command::Fmt { query } => {
             let text = read_query(query)?;

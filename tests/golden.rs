@@ -167,7 +167,11 @@ async fn run_case(case: &Case, tiny: &Path) -> Result<(), String> {
             ..Default::default()
         },
     ) {
-        Ok(engine) => engine.query(query).await,
+        Ok(engine) => match engine.answer(query).await {
+            Ok(signalql::Answer::Envelope(env)) => Ok(*env),
+            Ok(_) => return Err("a golden case must give a result envelope or an error".into()),
+            Err(e) => Err(e),
+        },
         Err(e) => Err(e),
     };
     if let Some(err) = case.sections.get("error") {

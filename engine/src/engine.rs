@@ -16,6 +16,7 @@ use datafusion::sql::unparser::plan_to_sql;
 use sha2::{Digest, Sha256};
 use signalql_catalog::{Dataset, DatasetError, TableInfo};
 
+use crate::context::{Bundle, Explanation};
 use crate::envelope::{
     ColumnInfo, CostEstimate, Envelope, Metadata, SIGNALQL_VERSION, WindowInfo, limits_json, rows,
     type_name,
@@ -24,9 +25,9 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::lower::enrich::{reads_traits, signal_names};
 use crate::lower::funnel::{funnel_view, lower_funnel, lower_sequence, sequence_view};
 use crate::lower::retrieve::{Staged, data_span_plan, lower_retrieve};
-use crate::lower::time::rfc3339;
+use crate::lower::time::{parse_timestamp, rfc3339};
 use crate::lower::{Interval, Limits, LowerInput, Lowered, UnitSource};
-use crate::syntax::ast::{RetrieveQuery, Statement};
+use crate::syntax::ast::{ContextQuery, RetrieveQuery, Statement};
 use crate::syntax::parse;
 
 /// How an engine evaluates queries.
@@ -35,6 +36,14 @@ pub struct EngineOptions {
     /// `T` for queries without AS OF (overrides the dataset's configured `now`).
     pub now: Option<DateTime<Utc>>,
     pub limits: Limits,
+}
+
+/// What a statement returns.
+#[derive(Debug, Clone)]
+pub enum Answer {
+    Envelope(Box<Envelope>),
+    Bundle(Box<Bundle>),
+    Explanation(Box<Explanation>),
 }
 
 /// A SignalQL engine over one dataset root.
@@ -136,6 +145,12 @@ impl Engine {
             Statement::Sequence(q) => {
                 let view = sequence_view(q);
                 self.lower(&view, |i| lower_sequence(q, &view, i)).await?
+            }
+            Statement::ContextTask(q) => {
+                return Err(not_an_envelope("CONTEXT FOR").at(q.span));
+            }
+            Statement::ExplainContext(q) => {
+                return Err(not_an_envelope("EXPLAIN CONTEXT").at(q.span));
             }
             other => return Err(unsupported(other)),
         };
@@ -278,6 +293,48 @@ impl Engine {
         err
     }
 
+    /// Run any statement: analytics give an envelope, `CONTEXT FOR` a bundle (computed and kept
+    /// in the context store), `EXPLAIN CONTEXT` the stored explanation.
+    pub async fn answer(&self, text: &str) -> Result<Answer> {
+        match parse(text)? {
+            Statement::ContextTask(q) => Ok(Answer::Bundle(Box::new(self.context(&q).await?))),
+            Statement::ExplainContext(e) => Ok(Answer::Explanation(Box::new(
+                self.explain_context(&e.address)
+                    .map_err(|err| err.at(e.span))?,
+            ))),
+            _ => Ok(Answer::Envelope(Box::new(self.query(text).await?))),
+        }
+    }
+
+    /// Compute the bundle for `CONTEXT FOR "task" …` and keep it in the context store (the first
+    /// record for an address wins; the returned bundle is the one computed now).
+    pub async fn context(&self, q: &ContextQuery) -> Result<Bundle> {
+        crate::context::check_limits(q)?;
+        let (as_of, t) = match &q.as_of {
+            Some(ts) => (Some(ts.0.clone()), parse_timestamp(ts)?),
+            None => (None, self.now()?),
+        };
+        let (candidates, graph) =
+            crate::context::load::load(&self.ctx, &self.dataset, q, t).await?;
+        let evaluated_at = rfc3339(self.now()?);
+        let (bundle, explanation) =
+            crate::context::build(q, as_of, evaluated_at, &candidates, &graph);
+        crate::context::store::put(
+            self.dataset.root(),
+            &crate::context::store::Record {
+                spec_version: "0.5".into(),
+                bundle: bundle.clone(),
+                explanation,
+            },
+        )?;
+        Ok(bundle)
+    }
+
+    /// `EXPLAIN CONTEXT context://…` from the context store; `unknown_context` when absent.
+    pub fn explain_context(&self, address: &str) -> Result<Explanation> {
+        Ok(crate::context::store::get(self.dataset.root(), address)?.explanation)
+    }
+
     /// Run one query and return its envelope.
     pub async fn query(&self, text: &str) -> Result<Envelope> {
         let compiled = self.compile(text).await?;
@@ -377,6 +434,14 @@ fn scan_metrics(plan: &dyn ExecutionPlan) -> (u64, u64) {
         bytes += b;
     }
     (rows, bytes)
+}
+
+/// A context statement asked for through the analytics API.
+fn not_an_envelope(what: &str) -> Error {
+    Error::type_error(format!(
+        "{what} returns a context bundle, not a result envelope and has no DataFusion plan to show"
+    ))
+    .with_help("run it with `signalql query`, `signalql context` or Engine::answer")
 }
 
 fn unsupported(s: &Statement) -> Error {

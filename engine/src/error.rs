@@ -99,6 +99,15 @@ impl Error {
             format!("{limit} is {value}, above the limit of {max}"),
         )
     }
+    /// A context address that is not in the context store.
+    pub fn unknown_context(address: &str) -> Self {
+        Self::new(
+            ErrorKind::UnknownContext,
+            format!("no bundle {address} in this dataset's context store"),
+        )
+        .with_help("run the CONTEXT FOR query again to compute and store it")
+    }
+
     pub fn io(message: impl Into<String>) -> Self {
         Error::new(ErrorKind::Io, message)
     }

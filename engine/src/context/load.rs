@@ -1,0 +1,561 @@
+//! The DataFusion plans behind `CONTEXT FOR`: candidates at T, their representations (content
+//! loaded only where packable and neither secret nor excluded), lexical-v1 scores from the
+//! `lexical_score` UDF, and the graph of the selected revisions.
+
+use std::collections::{BTreeMap, HashMap};
+
+use chrono::{DateTime, Utc};
+use datafusion::arrow::array::{
+    Array, AsArray, BooleanArray, Int64Array, ListArray, RecordBatch, StringArray,
+};
+use datafusion::arrow::compute::cast;
+use datafusion::arrow::datatypes::{DataType, TimestampMicrosecondType};
+use datafusion::common::JoinType;
+use datafusion::dataframe::DataFrame;
+use datafusion::functions::core::expr_fn::coalesce;
+use datafusion::functions::string::expr_fn::starts_with;
+use datafusion::functions::unicode::expr_fn::character_length;
+use datafusion::functions_aggregate::expr_fn::max;
+use datafusion::functions_aggregate::string_agg::string_agg_udaf;
+use datafusion::functions_nested::expr_fn::{array_has, array_union, make_array};
+use datafusion::functions_window::expr_fn::row_number;
+use datafusion::logical_expr::{Expr, ExprFunctionExt, cast as cast_expr, col, lit, when};
+use datafusion::prelude::SessionContext;
+use signalql_catalog::Dataset;
+use signalql_udfs::scalar::lexical::{lexical_score, lexical_terms};
+
+use super::Graph;
+use super::select::{Candidate, Edge, Rep, object_node};
+use crate::error::{Error, Result};
+use crate::lower::fields::ts_lit;
+use crate::lower::time::{duration_seconds, micros};
+use crate::syntax::ast::{ContextQuery, ExcludeItem, Role};
+
+/// The estimator of a representation without a stored token count.
+pub const CHARS_DIV_4: &str = "chars-div-4-v1";
+/// The estimator named for a stored token count.
+pub const STORED: &str = "stored";
+
+fn role_name(r: Role) -> &'static str {
+    match r {
+        Role::Data => "data",
+        Role::Instruction => "instruction",
+        Role::Prompt => "prompt",
+        Role::Policy => "policy",
+        Role::Executable => "executable",
+        Role::Secret => "secret",
+        Role::UntrustedExternal => "untrusted_external",
+    }
+}
+
+async fn table(
+    ctx: &SessionContext,
+    dataset: &Dataset,
+    name: &str,
+    required: bool,
+) -> Result<Option<DataFrame>> {
+    match dataset.table(ctx, name).await {
+        Ok(t) => Ok(Some(ctx.read_table(t.provider)?)),
+        Err(signalql_catalog::DatasetError::MissingTable { .. }) if !required => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Keeps, per `partition`, the row first in `order`.
+fn first_per(
+    df: DataFrame,
+    partition: Vec<Expr>,
+    order: Vec<datafusion::logical_expr::SortExpr>,
+) -> Result<DataFrame> {
+    let rn = row_number()
+        .partition_by(partition)
+        .order_by(order)
+        .build()?
+        .alias("__rn");
+    let cols: Vec<Expr> = df
+        .schema()
+        .columns()
+        .into_iter()
+        .map(Expr::Column)
+        .collect();
+    Ok(df
+        .window(vec![rn])?
+        .filter(col("__rn").eq(lit(1u64)))?
+        .select(cols)?)
+}
+
+/// The objects live at `t` at their latest revision as of `t`: object columns and revision
+/// columns, one row per object.
+async fn candidates_df(ctx: &SessionContext, dataset: &Dataset, t: i64) -> Result<DataFrame> {
+    let objects = table(ctx, dataset, "objects", true)
+        .await?
+        .expect("required");
+    let objects = first_per(
+        objects.filter(col("recorded_at").lt_eq(ts_lit(t)))?,
+        vec![col("object_id")],
+        vec![col("recorded_at").sort(false, true)],
+    )?
+    .filter(
+        col("tombstoned_at")
+            .is_null()
+            .or(col("tombstoned_at").gt(ts_lit(t))),
+    )?
+    .select(vec![col("object_id"), col("project"), col("title")])?;
+    let revisions = table(ctx, dataset, "revisions", true)
+        .await?
+        .expect("required");
+    let revisions = first_per(
+        revisions.filter(col("created_at").lt_eq(ts_lit(t)))?,
+        vec![col("object_id")],
+        vec![col("revision").sort(false, true)],
+    )?
+    .select(vec![
+        col("object_id").alias("r_object_id"),
+        col("revision"),
+        col("created_at").alias("rev_created_at"),
+        col("origin"),
+        col("trust"),
+        col("validation"),
+        col("roles").alias("rev_roles"),
+        col("state"),
+    ])?;
+    Ok(objects.join(
+        revisions,
+        JoinType::Inner,
+        &["object_id"],
+        &["r_object_id"],
+        None,
+    )?)
+}
+
+/// Loads the candidates (with lexical scores for the eligible ones) and the graph.
+pub async fn load(
+    ctx: &SessionContext,
+    dataset: &Dataset,
+    q: &ContextQuery,
+    t: DateTime<Utc>,
+) -> Result<(Vec<Candidate>, Graph)> {
+    let t_us = micros(t);
+    let cands = candidates_df(ctx, dataset, t_us).await?;
+    let reps = table(ctx, dataset, "representations", true)
+        .await?
+        .expect("required");
+    let reps = first_per(
+        reps.select(vec![
+            col("object_id").alias("p_object_id"),
+            col("revision").alias("p_revision"),
+            col("name"),
+            col("media_type"),
+            col("content"),
+            col("content_hash"),
+            col("tokens"),
+            col("roles").alias("rep_roles"),
+        ])?,
+        vec![col("p_object_id"), col("p_revision"), col("name")],
+        vec![col("content_hash").sort(true, true)],
+    )?;
+    let joined = cands.join(
+        reps,
+        JoinType::Left,
+        &["object_id", "revision"],
+        &["p_object_id", "p_revision"],
+        None,
+    )?;
+
+    // Effective roles, the secret and EXCLUDE ROLE tests, packability; content only where all
+    // three allow it, so no later expression can read secret or excluded text.
+    let empty_roles = make_array(vec![]);
+    let eff = array_union(
+        coalesce(vec![col("rev_roles"), empty_roles.clone()]),
+        coalesce(vec![col("rep_roles"), empty_roles]),
+    );
+    let has = |r: &str| array_has(col("eff_roles"), lit(r));
+    let mut role_excluded = lit(false);
+    for x in &q.exclude {
+        if let ExcludeItem::Role { role, from } = x {
+            let mut e = has(role_name(*role));
+            if let Some(f) = from {
+                e = e.and(has(role_name(*f)));
+            }
+            role_excluded = role_excluded.or(e);
+        }
+    }
+    let packable = starts_with(col("media_type"), lit("text/"))
+        .or(col("media_type").eq(lit("application/json")));
+    let step1 = joined.select(vec![
+        col("object_id"),
+        col("project"),
+        col("title"),
+        col("revision"),
+        col("rev_created_at"),
+        col("origin"),
+        col("trust"),
+        col("validation"),
+        col("rev_roles"),
+        col("state"),
+        col("name"),
+        col("media_type"),
+        col("content"),
+        col("content_hash"),
+        col("tokens"),
+        eff.alias("eff_roles"),
+    ])?;
+    let secret = coalesce(vec![has("secret"), lit(false)]);
+    let role_excluded = coalesce(vec![role_excluded, lit(false)]);
+    let packable = coalesce(vec![packable, lit(false)]);
+    let step2 = step1.select(vec![
+        col("object_id"),
+        col("project"),
+        col("title"),
+        col("revision"),
+        col("rev_created_at"),
+        col("origin"),
+        col("trust"),
+        col("validation"),
+        col("state"),
+        col("name"),
+        col("media_type"),
+        col("content_hash"),
+        col("tokens"),
+        col("eff_roles"),
+        secret.clone().alias("secret"),
+        role_excluded.clone().alias("role_excluded"),
+        packable.clone().alias("packable"),
+        when(packable.and(!secret).and(!role_excluded), col("content"))
+            .end()?
+            .alias("content"),
+    ])?;
+    let rows_df = step2.select(vec![
+        col("object_id"),
+        col("project"),
+        col("title"),
+        col("revision"),
+        col("rev_created_at"),
+        col("origin"),
+        col("trust"),
+        col("validation"),
+        col("state"),
+        col("name"),
+        col("media_type"),
+        col("content_hash"),
+        col("eff_roles"),
+        col("secret"),
+        col("role_excluded"),
+        col("packable"),
+        col("content"),
+        cast_expr(
+            coalesce(vec![
+                col("tokens"),
+                (character_length(col("content")) + lit(3i64)) / lit(4i64),
+            ]),
+            DataType::Int64,
+        )
+        .alias("est_tokens"),
+        when(col("tokens").is_not_null(), lit(super::load::STORED))
+            .otherwise(lit(CHARS_DIV_4))?
+            .alias("estimator"),
+    ])?;
+
+    // lexical-v1 over the loaded (eligible) content, per object: title 3, summary 2, other 1.
+    let task = lit(q.task.as_str());
+    let scores_df = rows_df
+        .clone()
+        .filter(col("content").is_not_null())?
+        .aggregate(
+            vec![col("object_id"), col("title")],
+            vec![
+                max(when(col("name").eq(lit("summary")), col("content")).end()?)
+                    .alias("summary_text"),
+                string_agg_udaf()
+                    .call(vec![
+                        when(col("name").not_eq(lit("summary")), col("content")).end()?,
+                        lit("\n"),
+                    ])
+                    .alias("other_text"),
+            ],
+        )?
+        .select(vec![
+            col("object_id").alias("s_object_id"),
+            lexical_score(
+                task.clone(),
+                col("title"),
+                col("summary_text"),
+                col("other_text"),
+            )
+            .alias("lexical"),
+            lexical_terms(task, col("title"), col("summary_text"), col("other_text"))
+                .alias("terms"),
+        ])?;
+
+    let rows = rows_df.collect().await?;
+    let scores = scores_df.collect().await?;
+
+    let mut score_of: HashMap<String, (i64, Vec<String>)> = HashMap::new();
+    for b in &scores {
+        let ids = string_col(b, "s_object_id")?;
+        let lex = b
+            .column_by_name("lexical")
+            .and_then(|c| c.as_primitive_opt::<datafusion::arrow::datatypes::Int64Type>())
+            .cloned();
+        let terms = b
+            .column_by_name("terms")
+            .and_then(|c| c.as_list_opt::<i32>())
+            .cloned();
+        let (Some(lex), Some(terms)) = (lex, terms) else {
+            return Err(Error::internal("lexical columns missing"));
+        };
+        for i in 0..b.num_rows() {
+            let t = list_strings(&terms, i);
+            score_of.insert(ids.value(i).to_string(), (lex.value(i), t));
+        }
+    }
+
+    let max_age_from = match &q.max_age {
+        Some(d) => Some(t_us - duration_seconds(d)? * 1_000_000),
+        None => None,
+    };
+    let mut by_id: BTreeMap<String, Candidate> = BTreeMap::new();
+    for b in &rows {
+        let s = |name: &str| string_col(b, name);
+        let (ids, projects, origins, trusts, validations, states) = (
+            s("object_id")?,
+            s("project")?,
+            s("origin")?,
+            s("trust")?,
+            s("validation")?,
+            s("state")?,
+        );
+        let (names, medias, hashes, contents, estimators) = (
+            s("name")?,
+            s("media_type")?,
+            s("content_hash")?,
+            s("content")?,
+            s("estimator")?,
+        );
+        let revs = int_col(b, "revision")?;
+        let tokens = int_col(b, "est_tokens")?;
+        let created = b
+            .column_by_name("rev_created_at")
+            .and_then(|c| c.as_primitive_opt::<TimestampMicrosecondType>())
+            .cloned()
+            .ok_or_else(|| Error::internal("rev_created_at"))?;
+        let bools = |name: &str| -> Result<BooleanArray> {
+            b.column_by_name(name)
+                .and_then(|c| c.as_boolean_opt())
+                .cloned()
+                .ok_or_else(|| Error::internal(format!("column {name}")))
+        };
+        let (secret, role_ex, packable) = (
+            bools("secret")?,
+            bools("role_excluded")?,
+            bools("packable")?,
+        );
+        let roles = b
+            .column_by_name("eff_roles")
+            .and_then(|c| c.as_list_opt::<i32>())
+            .cloned()
+            .ok_or_else(|| Error::internal("eff_roles"))?;
+        for i in 0..b.num_rows() {
+            let id = ids.value(i).to_string();
+            let c = by_id.entry(id.clone()).or_insert_with(|| {
+                let (lexical, terms) = score_of.get(&id).cloned().unwrap_or_default();
+                Candidate {
+                    id: id.clone(),
+                    revision: revs.value(i),
+                    in_project: match &q.project {
+                        None => true,
+                        Some(p) => !projects.is_null(i) && projects.value(i) == p,
+                    },
+                    within_age: max_age_from.is_none_or(|from| created.value(i) >= from),
+                    state: states.value(i).to_string(),
+                    origin: origins.value(i).to_string(),
+                    trust: trusts.value(i).to_string(),
+                    validation: validations.value(i).to_string(),
+                    roles: Vec::new(),
+                    reps: Vec::new(),
+                    lexical,
+                    terms,
+                }
+            });
+            if names.is_null(i) {
+                continue; // no representation at all
+            }
+            c.reps.push(Rep {
+                name: names.value(i).to_string(),
+                media_type: medias.value(i).to_string(),
+                content: (!contents.is_null(i)).then(|| contents.value(i).to_string()),
+                content_hash: hashes.value(i).to_string(),
+                tokens: if tokens.is_null(i) {
+                    0
+                } else {
+                    tokens.value(i)
+                },
+                estimator: if estimators.value(i) == STORED {
+                    STORED
+                } else {
+                    CHARS_DIV_4
+                },
+                roles: list_strings(&roles, i),
+                secret: secret.value(i),
+                role_excluded: role_ex.value(i),
+                packable: packable.value(i),
+            });
+        }
+    }
+    let candidates: Vec<Candidate> = by_id.into_values().collect();
+    let graph = graph(ctx, dataset, &candidates, t_us).await?;
+    Ok((candidates, graph))
+}
+
+/// Edges and evidence rows of the candidates' selected revisions, and every object's latest
+/// revision as of `t`.
+async fn graph(
+    ctx: &SessionContext,
+    dataset: &Dataset,
+    candidates: &[Candidate],
+    t: i64,
+) -> Result<Graph> {
+    let selected: HashMap<&str, i64> = candidates
+        .iter()
+        .map(|c| (c.id.as_str(), c.revision))
+        .collect();
+    let mut g = Graph::default();
+    if let Some(links) = table(ctx, dataset, "links", false).await? {
+        for b in links
+            .select(vec![
+                col("object_id"),
+                col("revision"),
+                col("entity_type"),
+                col("entity_id"),
+                col("relation"),
+            ])?
+            .collect()
+            .await?
+        {
+            let (ids, types, ents, rels) = (
+                string_col(&b, "object_id")?,
+                string_col(&b, "entity_type")?,
+                string_col(&b, "entity_id")?,
+                string_col(&b, "relation")?,
+            );
+            let revs = int_col(&b, "revision")?;
+            for i in 0..b.num_rows() {
+                let id = ids.value(i);
+                if selected.get(id) != Some(&revs.value(i)) {
+                    continue;
+                }
+                let node = if types.value(i) == "object" {
+                    object_node(ents.value(i))
+                } else {
+                    format!("{}:{}", types.value(i), ents.value(i))
+                };
+                g.edges.push(Edge {
+                    a: object_node(id),
+                    b: node,
+                    relation: rels.value(i).to_string(),
+                });
+                g.links.entry(id.to_string()).or_default().push((
+                    types.value(i).to_string(),
+                    ents.value(i).to_string(),
+                    rels.value(i).to_string(),
+                ));
+            }
+        }
+    }
+    if let Some(derivs) = table(ctx, dataset, "derivations", false).await? {
+        for b in derivs
+            .select(vec![
+                col("object_id"),
+                col("revision"),
+                col("relation"),
+                col("source_object_id"),
+                col("source_revision"),
+            ])?
+            .collect()
+            .await?
+        {
+            let (ids, rels, srcs) = (
+                string_col(&b, "object_id")?,
+                string_col(&b, "relation")?,
+                string_col(&b, "source_object_id")?,
+            );
+            let (revs, src_revs) = (int_col(&b, "revision")?, int_col(&b, "source_revision")?);
+            for i in 0..b.num_rows() {
+                let id = ids.value(i);
+                if selected.get(id) != Some(&revs.value(i)) {
+                    continue;
+                }
+                g.edges.push(Edge {
+                    a: object_node(id),
+                    b: object_node(srcs.value(i)),
+                    relation: rels.value(i).to_string(),
+                });
+                g.derivations.entry(id.to_string()).or_default().push((
+                    rels.value(i).to_string(),
+                    srcs.value(i).to_string(),
+                    src_revs.value(i),
+                ));
+            }
+        }
+    }
+    for list in g.derivations.values_mut() {
+        list.sort();
+    }
+    for list in g.links.values_mut() {
+        list.sort();
+    }
+    g.edges.sort();
+    g.edges.dedup();
+    let revisions = table(ctx, dataset, "revisions", true)
+        .await?
+        .expect("required");
+    for b in revisions
+        .filter(col("created_at").lt_eq(ts_lit(t)))?
+        .select(vec![col("object_id"), col("revision")])?
+        .collect()
+        .await?
+    {
+        let ids = string_col(&b, "object_id")?;
+        let revs = int_col(&b, "revision")?;
+        for i in 0..b.num_rows() {
+            let e = g
+                .latest
+                .entry(ids.value(i).to_string())
+                .or_insert(revs.value(i));
+            *e = (*e).max(revs.value(i));
+        }
+    }
+    Ok(g)
+}
+
+fn string_col(b: &RecordBatch, name: &str) -> Result<StringArray> {
+    let c = b
+        .column_by_name(name)
+        .ok_or_else(|| Error::internal(format!("column {name} missing")))?;
+    let c = cast(c, &DataType::Utf8).map_err(|e| Error::internal(e.to_string()))?;
+    Ok(c.as_string::<i32>().clone())
+}
+
+fn int_col(b: &RecordBatch, name: &str) -> Result<Int64Array> {
+    let c = b
+        .column_by_name(name)
+        .ok_or_else(|| Error::internal(format!("column {name} missing")))?;
+    let c = cast(c, &DataType::Int64).map_err(|e| Error::internal(e.to_string()))?;
+    Ok(c.as_primitive::<datafusion::arrow::datatypes::Int64Type>()
+        .clone())
+}
+
+fn list_strings(l: &ListArray, i: usize) -> Vec<String> {
+    if l.is_null(i) {
+        return Vec::new();
+    }
+    let v = l.value(i);
+    let Ok(v) = cast(&v, &DataType::Utf8) else {
+        return Vec::new();
+    };
+    let s = v.as_string::<i32>();
+    (0..s.len())
+        .filter(|&j| !s.is_null(j))
+        .map(|j| s.value(j).to_string())
+        .collect()
+}

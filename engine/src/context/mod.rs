@@ -1,0 +1,497 @@
+//! `CONTEXT FOR "task"`: context bundles over the object tables (signalql-v0.5-context.md,
+//! DESIGN.md §5, docs/context.md).
+//!
+//! `load` runs the DataFusion plans: the objects live at T at their latest revision, their
+//! representations (secret or excluded content is never loaded), lexical-v1 scores from the
+//! `lexical_score` UDF over eligible content, and the graph edges. `select` decides eligibility,
+//! expansion, boosts, rank and packing. This module assembles the bundle, its address and the
+//! explanation the context store keeps for `EXPLAIN CONTEXT`.
+
+pub mod load;
+pub mod render;
+pub mod select;
+pub mod store;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use crate::error::{Error, Result};
+use crate::syntax::ast::{ContextQuery, ExcludeItem, PreferItem, TrustLevel};
+use select::{Candidate, Exclusions, RankKey, Reason, boost, expand, ineligible, pack, rank_cmp};
+
+pub use signalql_udfs::scalar::lexical::SCORER;
+
+/// BUDGET when the query gives none (docs/context.md).
+pub const DEFAULT_BUDGET: u64 = 8_000;
+pub const DEFAULT_MAX_OBJECTS: u64 = 20;
+pub const DEFAULT_MAX_DEPTH: u64 = 1;
+pub const MAX_BUDGET: u64 = 10_000_000;
+pub const MAX_MAX_OBJECTS: u64 = 500;
+pub const MAX_MAX_DEPTH: u64 = 16;
+
+/// The spec's limits on BUDGET, MAX OBJECTS and MAX DEPTH, as `limit_exceeded`.
+pub fn check_limits(q: &ContextQuery) -> Result<()> {
+    let check = |name: &str, v: Option<u64>, lo: u64, hi: u64| -> Result<()> {
+        match v {
+            Some(v) if v < lo || v > hi => Err(Error::limit(name, hi, v)
+                .with_help(format!("{name} must be between {lo} and {hi}"))
+                .at(q.span)),
+            _ => Ok(()),
+        }
+    };
+    check("budget_tokens", q.budget, 1, MAX_BUDGET)?;
+    check("max_objects", q.max_objects, 1, MAX_MAX_OBJECTS)?;
+    check("max_depth", q.max_depth, 0, MAX_MAX_DEPTH)
+}
+
+/// `object://id@rev`.
+pub fn object_uri(id: &str, rev: i64) -> String {
+    format!("object://{id}@{rev}")
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Budget {
+    pub limit: u64,
+    pub used: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Item {
+    pub object: String,
+    pub representation: String,
+    pub media_type: String,
+    pub tokens: i64,
+    pub estimator: String,
+    pub score: i64,
+    pub why: Vec<Value>,
+    pub path: Vec<String>,
+    pub state: String,
+    pub origin: String,
+    pub trust: String,
+    pub validation: String,
+    pub roles: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+    pub content_hash: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BundleMetadata {
+    pub canonical_query: String,
+    pub budget: Budget,
+    pub scorer: String,
+    pub estimators: Vec<String>,
+    pub as_of: Option<String>,
+    pub evaluated_at: String,
+    pub considered: u64,
+    pub excluded: BTreeMap<String, u64>,
+    pub truncated: bool,
+}
+
+/// A context bundle, with the spec's field names.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Bundle {
+    pub id: String,
+    pub task: String,
+    pub items: Vec<Item>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub evidence: Option<Vec<Value>>,
+    pub metadata: BundleMetadata,
+}
+
+/// What `EXPLAIN CONTEXT` returns for a stored bundle.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Explanation {
+    pub context: String,
+    pub canonical_query: String,
+    pub as_of: Option<String>,
+    pub computed_at: String,
+    pub scorer: String,
+    pub estimators: Vec<String>,
+    pub budget: Budget,
+    pub phases: BTreeMap<String, u64>,
+    pub items: Vec<Value>,
+    pub rejected: Vec<Value>,
+}
+
+/// The graph and evidence rows of the candidates' selected revisions.
+#[derive(Debug, Clone, Default)]
+pub struct Graph {
+    pub edges: Vec<select::Edge>,
+    /// Per object id: (relation, source id, source revision) of its derivations.
+    pub derivations: HashMap<String, Vec<(String, String, i64)>>,
+    /// Per object id: (entity_type, entity_id, relation) of its links.
+    pub links: HashMap<String, Vec<(String, String, String)>>,
+    /// Latest revision (as of T) of every object, live or not, for the evidence's link state.
+    pub latest: HashMap<String, i64>,
+}
+
+/// The canonical JSON of `v`: keys sorted, no whitespace.
+pub fn canonical_json(v: &Value) -> String {
+    fn sorted(v: &Value) -> Value {
+        match v {
+            Value::Object(m) => {
+                let mut keys: Vec<&String> = m.keys().collect();
+                keys.sort();
+                let mut out = serde_json::Map::new();
+                for k in keys {
+                    out.insert(k.clone(), sorted(&m[k]));
+                }
+                Value::Object(out)
+            }
+            Value::Array(a) => Value::Array(a.iter().map(sorted).collect()),
+            other => other.clone(),
+        }
+    }
+    serde_json::to_string(&sorted(v)).unwrap_or_default()
+}
+
+/// The bundle address: `context://ctx_` + 32 hex of SHA-256 over the canonical JSON preimage.
+pub fn address(
+    canonical_query: &str,
+    as_of: Option<&str>,
+    estimators: &[String],
+    items: &[Item],
+) -> String {
+    let items: Vec<Value> = items
+        .iter()
+        .map(|i| {
+            let (o, r) = i
+                .object
+                .strip_prefix("object://")
+                .and_then(|s| s.rsplit_once('@'))
+                .unwrap_or(("", "0"));
+            json!({"o": o, "r": r.parse::<i64>().unwrap_or(0), "rep": i.representation, "t": i.tokens, "h": i.content_hash})
+        })
+        .collect();
+    let pre = json!({
+        "v": "0.5",
+        "q": canonical_query,
+        "as_of": as_of,
+        "scorer": SCORER,
+        "estimators": estimators,
+        "items": items,
+    });
+    let digest = hex::encode(Sha256::digest(canonical_json(&pre).as_bytes()));
+    format!("context://ctx_{}", &digest[..32])
+}
+
+/// Builds the bundle and its explanation from the loaded candidates and graph.
+pub fn build(
+    q: &ContextQuery,
+    as_of: Option<String>,
+    evaluated_at: String,
+    candidates: &[Candidate],
+    graph: &Graph,
+) -> (Bundle, Explanation) {
+    let canonical = q.to_string();
+    let budget = q.budget.unwrap_or(DEFAULT_BUDGET);
+    let max_objects = q.max_objects.unwrap_or(DEFAULT_MAX_OBJECTS) as usize;
+    let max_depth = q.max_depth.unwrap_or(DEFAULT_MAX_DEPTH) as u32;
+    let ex = Exclusions {
+        untrusted: q.exclude.contains(&ExcludeItem::Untrusted),
+        stale: q.exclude.contains(&ExcludeItem::Stale),
+    };
+    let preferred_rep = q.prefer.iter().find_map(|p| match p {
+        PreferItem::Representation(r) => Some(r.as_str()),
+        _ => None,
+    });
+
+    let mut rejected: Vec<(String, Reason)> = Vec::new();
+    let mut eligible: BTreeMap<&str, &Candidate> = BTreeMap::new();
+    for c in candidates {
+        match ineligible(c, ex) {
+            Some(r) => rejected.push((object_uri(&c.id, c.revision), r)),
+            None => {
+                eligible.insert(c.id.as_str(), c);
+            }
+        }
+    }
+    let seeds: Vec<(String, i64)> = eligible
+        .values()
+        .filter(|c| c.lexical > 0)
+        .map(|c| (c.id.clone(), c.lexical))
+        .collect();
+    let passable = |id: &str| eligible.contains_key(id);
+    let reached = expand(&seeds, &graph.edges, max_depth, &passable);
+
+    // Relevance, boosts and the rank key of every relevant eligible object.
+    struct Ranked<'a> {
+        c: &'a Candidate,
+        relevance: i64,
+        propagated: i64,
+        score: i64,
+        hops: u32,
+        path: Vec<String>,
+        why: Vec<Value>,
+        boosts: Vec<String>,
+    }
+    let uri_of = |node: &str| -> String {
+        match node.strip_prefix("object:") {
+            Some(id) => eligible
+                .get(id)
+                .map(|c| object_uri(id, c.revision))
+                .unwrap_or_else(|| format!("object://{id}")),
+            // An entity: `entity_type:entity_id`.
+            None => node.to_string(),
+        }
+    };
+    let mut ranked: Vec<Ranked> = Vec::new();
+    for c in eligible.values() {
+        let r = reached.get(&c.id);
+        let propagated = r.map_or(0, |r| r.score);
+        let relevance = c.lexical.max(propagated);
+        if relevance == 0 {
+            continue;
+        }
+        let mut why = Vec::new();
+        if c.lexical > 0 {
+            why.push(json!({"lexical_match": {"terms": c.terms}}));
+        }
+        let (hops, path) = match r {
+            Some(r) if r.score > c.lexical => {
+                let from = eligible
+                    .get(r.from.as_str())
+                    .map(|s| object_uri(&s.id, s.revision))
+                    .unwrap_or_default();
+                why.push(json!({"graph_expansion": {"from": from, "via": r.via, "hops": r.hops}}));
+                (r.hops, r.path.iter().map(|n| uri_of(n)).collect())
+            }
+            _ => (0, vec![object_uri(&c.id, c.revision)]),
+        };
+        let mut boosts = Vec::new();
+        for p in &q.prefer {
+            let (ok, term) = match p {
+                PreferItem::Current => (c.state == "current", "CURRENT".to_string()),
+                PreferItem::Trust(level) => (trust_at_least(&c.trust, *level), p.to_string()),
+                PreferItem::Representation(_) => (false, String::new()),
+            };
+            if ok {
+                why.push(json!({"preferred": {"term": term}}));
+                boosts.push(term);
+            }
+        }
+        let score = boost(relevance, boosts.len());
+        ranked.push(Ranked {
+            c,
+            relevance,
+            propagated,
+            score,
+            hops,
+            path,
+            why,
+            boosts,
+        });
+    }
+    ranked.sort_by(|a, b| {
+        rank_cmp(
+            &RankKey {
+                score: a.score,
+                current: a.c.state == "current",
+                hops: a.hops,
+                id: &a.c.id,
+            },
+            &RankKey {
+                score: b.score,
+                current: b.c.state == "current",
+                hops: b.hops,
+                id: &b.c.id,
+            },
+        )
+    });
+    let expanded = ranked.iter().filter(|r| r.propagated > r.c.lexical).count() as u64;
+    for r in ranked.iter().skip(max_objects) {
+        rejected.push((object_uri(&r.c.id, r.c.revision), Reason::MaxObjects));
+    }
+    ranked.truncate(max_objects);
+
+    // Packing over each object's eligible representations, sorted by name.
+    let reps_of: Vec<Vec<&select::Rep>> = ranked
+        .iter()
+        .map(|r| {
+            let mut v: Vec<&select::Rep> = r.c.reps.iter().filter(|x| x.eligible()).collect();
+            v.sort_by(|a, b| a.name.encode_utf16().cmp(b.name.encode_utf16()));
+            v
+        })
+        .collect();
+    let sizes: Vec<Vec<(&str, i64)>> = reps_of
+        .iter()
+        .map(|v| v.iter().map(|r| (r.name.as_str(), r.tokens)).collect())
+        .collect();
+    let (chosen, used) = pack(&sizes, budget as i64, preferred_rep);
+
+    let mut items = Vec::new();
+    let mut explained = Vec::new();
+    for ((r, reps), pick) in ranked.iter().zip(&reps_of).zip(&chosen) {
+        let Some(i) = pick else {
+            rejected.push((object_uri(&r.c.id, r.c.revision), Reason::Budget));
+            continue;
+        };
+        let rep = reps[*i];
+        let mut roles: Vec<String> = rep.roles.clone();
+        roles.sort();
+        roles.dedup();
+        let item = Item {
+            object: object_uri(&r.c.id, r.c.revision),
+            representation: rep.name.clone(),
+            media_type: rep.media_type.clone(),
+            tokens: rep.tokens,
+            estimator: rep.estimator.to_string(),
+            score: r.score,
+            why: r.why.clone(),
+            path: r.path.clone(),
+            state: r.c.state.clone(),
+            origin: r.c.origin.clone(),
+            trust: r.c.trust.clone(),
+            validation: r.c.validation.clone(),
+            roles,
+            content: rep.content.clone(),
+            content_hash: rep.content_hash.clone(),
+        };
+        let mut e = serde_json::to_value(Item {
+            content: None,
+            ..item.clone()
+        })
+        .unwrap_or(Value::Null);
+        if let Value::Object(m) = &mut e {
+            m.insert("terms".into(), json!(r.c.terms));
+            m.insert(
+                "score_breakdown".into(),
+                json!({"lexical": r.c.lexical, "propagated": r.propagated, "boosts": r.boosts}),
+            );
+            let _ = r.relevance;
+        }
+        explained.push(e);
+        items.push(item);
+    }
+
+    let estimators: Vec<String> = items
+        .iter()
+        .map(|i| i.estimator.clone())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let id = address(&canonical, as_of.as_deref(), &estimators, &items);
+    let mut excluded: BTreeMap<String, u64> = Reason::ALL
+        .iter()
+        .map(|r| (r.as_str().to_string(), 0))
+        .collect();
+    for (_, reason) in &rejected {
+        *excluded.entry(reason.as_str().to_string()).or_default() += 1;
+    }
+    let truncated = rejected
+        .iter()
+        .any(|(_, r)| matches!(r, Reason::MaxObjects | Reason::Budget));
+    let evidence = q.with_evidence.then(|| evidence(&items, graph));
+    let budget_out = Budget {
+        limit: budget,
+        used: used as u64,
+    };
+    rejected.sort_by(|a, b| a.0.encode_utf16().cmp(b.0.encode_utf16()));
+    let phases: BTreeMap<String, u64> = [
+        ("candidates", candidates.len() as u64),
+        ("seeds", seeds.len() as u64),
+        ("expanded", expanded),
+        ("rejected", rejected.len() as u64),
+        ("packed", items.len() as u64),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    let explanation = Explanation {
+        context: id.clone(),
+        canonical_query: canonical.clone(),
+        as_of: as_of.clone(),
+        computed_at: evaluated_at.clone(),
+        scorer: SCORER.into(),
+        estimators: estimators.clone(),
+        budget: budget_out.clone(),
+        phases,
+        items: explained,
+        rejected: rejected
+            .iter()
+            .map(|(o, r)| json!({"object": o, "reason": r.as_str()}))
+            .collect(),
+    };
+    let bundle = Bundle {
+        id,
+        task: q.task.clone(),
+        items,
+        evidence,
+        metadata: BundleMetadata {
+            canonical_query: canonical,
+            budget: budget_out,
+            scorer: SCORER.into(),
+            estimators,
+            as_of,
+            evaluated_at,
+            considered: candidates.len() as u64,
+            excluded,
+            truncated,
+        },
+    };
+    (bundle, explanation)
+}
+
+fn trust_at_least(trust: &str, level: TrustLevel) -> bool {
+    const ORDER: [&str; 5] = [
+        "untrusted",
+        "unknown",
+        "inferred",
+        "verified",
+        "authoritative",
+    ];
+    let want = match level {
+        TrustLevel::Untrusted => 0,
+        TrustLevel::Unknown => 1,
+        TrustLevel::Inferred => 2,
+        TrustLevel::Verified => 3,
+        TrustLevel::Authoritative => 4,
+    };
+    ORDER
+        .iter()
+        .position(|t| *t == trust)
+        .is_some_and(|i| i >= want)
+}
+
+/// WITH EVIDENCE: per item, the derivations recorded from its revision (with the source's
+/// latest revision and whether the link is current) and the entities it is linked to.
+fn evidence(items: &[Item], graph: &Graph) -> Vec<Value> {
+    items
+        .iter()
+        .map(|i| {
+            let id = i
+                .object
+                .strip_prefix("object://")
+                .and_then(|s| s.rsplit_once('@'))
+                .map(|(id, _)| id)
+                .unwrap_or("");
+            let derivations: Vec<Value> = graph
+                .derivations
+                .get(id)
+                .into_iter()
+                .flatten()
+                .map(|(rel, src, rev)| {
+                    let latest = graph.latest.get(src).copied();
+                    let state = match latest {
+                        Some(l) if l == *rev => "current",
+                        Some(_) => "stale",
+                        None => "missing",
+                    };
+                    json!({"relation": rel, "source": object_uri(src, *rev), "source_latest_revision": latest, "link_state": state})
+                })
+                .collect();
+            let entities: Vec<Value> = graph
+                .links
+                .get(id)
+                .into_iter()
+                .flatten()
+                .map(|(t, e, rel)| json!({"entity_type": t, "entity_id": e, "relation": rel}))
+                .collect();
+            json!({"object": i.object, "derivations": derivations, "entities": entities})
+        })
+        .collect()
+}

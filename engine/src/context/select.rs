@@ -1,0 +1,406 @@
+//! Selection and packing for `CONTEXT FOR` (lexical-v1, signalql-v0.5-context.md steps 3–8):
+//! eligibility with one rejection reason per object, expansion over graph edges, preference
+//! boosts, rank, MAX OBJECTS and the two packing passes. Pure functions over loaded rows; the
+//! relevance scores come from the `lexical_score` UDF in the plan (see `load.rs`).
+
+use std::cmp::Ordering;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+use serde::Serialize;
+
+/// One representation of a candidate's selected revision.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rep {
+    pub name: String,
+    pub media_type: String,
+    /// NULL when not loaded (secret or excluded representations are never read).
+    pub content: Option<String>,
+    pub content_hash: String,
+    /// The token estimate and the estimator that produced it.
+    pub tokens: i64,
+    pub estimator: &'static str,
+    /// Effective roles: the revision's and the representation's.
+    pub roles: Vec<String>,
+    pub secret: bool,
+    pub role_excluded: bool,
+    pub packable: bool,
+}
+
+impl Rep {
+    /// Usable for packing: packable, not secret, not excluded by role.
+    pub fn eligible(&self) -> bool {
+        self.packable && !self.secret && !self.role_excluded
+    }
+}
+
+/// A live object at its selected revision, with what scope and EXCLUDE need.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Candidate {
+    pub id: String,
+    pub revision: i64,
+    pub in_project: bool,
+    pub within_age: bool,
+    pub state: String,
+    pub origin: String,
+    pub trust: String,
+    pub validation: String,
+    pub roles: Vec<String>,
+    pub reps: Vec<Rep>,
+    /// lexical-v1 score and matched terms (0 / empty unless eligible).
+    pub lexical: i64,
+    pub terms: Vec<String>,
+}
+
+/// Why an object was left out (signalql-v0.5-context.md, EXPLAIN CONTEXT).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reason {
+    OutOfScope,
+    MaxAge,
+    ExcludedSecret,
+    ExcludedTrust,
+    ExcludedStale,
+    ExcludedRole,
+    NoPackableRepresentation,
+    MaxObjects,
+    Budget,
+}
+
+impl Reason {
+    pub const ALL: [Reason; 9] = [
+        Reason::OutOfScope,
+        Reason::MaxAge,
+        Reason::ExcludedSecret,
+        Reason::ExcludedTrust,
+        Reason::ExcludedStale,
+        Reason::ExcludedRole,
+        Reason::NoPackableRepresentation,
+        Reason::MaxObjects,
+        Reason::Budget,
+    ];
+
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Reason::OutOfScope => "out_of_scope",
+            Reason::MaxAge => "max_age",
+            Reason::ExcludedSecret => "excluded_secret",
+            Reason::ExcludedTrust => "excluded_trust",
+            Reason::ExcludedStale => "excluded_stale",
+            Reason::ExcludedRole => "excluded_role",
+            Reason::NoPackableRepresentation => "no_packable_representation",
+            Reason::MaxObjects => "max_objects",
+            Reason::Budget => "budget",
+        }
+    }
+}
+
+/// The EXCLUDE items that are object-level.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Exclusions {
+    pub untrusted: bool,
+    pub stale: bool,
+}
+
+/// The first reason (in the spec's order) that keeps `c` out before relevance, if any.
+pub fn ineligible(c: &Candidate, ex: Exclusions) -> Option<Reason> {
+    if !c.in_project {
+        return Some(Reason::OutOfScope);
+    }
+    if !c.within_age {
+        return Some(Reason::MaxAge);
+    }
+    if !c.reps.is_empty() && c.reps.iter().all(|r| r.secret) {
+        return Some(Reason::ExcludedSecret);
+    }
+    if ex.untrusted && c.trust == "untrusted" {
+        return Some(Reason::ExcludedTrust);
+    }
+    if ex.stale && (c.state == "stale" || c.state == "invalid") {
+        return Some(Reason::ExcludedStale);
+    }
+    let open: Vec<&Rep> = c.reps.iter().filter(|r| !r.secret).collect();
+    if !open.is_empty() && open.iter().all(|r| r.role_excluded) {
+        return Some(Reason::ExcludedRole);
+    }
+    if !c.reps.iter().any(Rep::eligible) {
+        return Some(Reason::NoPackableRepresentation);
+    }
+    None
+}
+
+/// An undirected graph edge between two nodes (`object:<id>` or `<entity_type>:<id>`).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Edge {
+    pub a: String,
+    pub b: String,
+    pub relation: String,
+}
+
+/// The node name of an object.
+pub fn object_node(id: &str) -> String {
+    format!("object:{id}")
+}
+
+/// How an object's relevance was reached by expansion.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reached {
+    pub score: i64,
+    pub hops: u32,
+    /// The seed's object id.
+    pub from: String,
+    /// The relation of the last edge.
+    pub via: String,
+    /// Node names from the seed to the object.
+    pub path: Vec<String>,
+}
+
+/// Expansion (step 4): every seed's score halves per hop over `edges`, in either direction,
+/// up to `max_depth` hops, through entities and eligible objects (`passable`). Returns, per
+/// reached object other than the seed itself, the best propagated score (ties: fewer hops, then
+/// the seed and path in code-unit order).
+pub fn expand(
+    seeds: &[(String, i64)],
+    edges: &[Edge],
+    max_depth: u32,
+    passable: &dyn Fn(&str) -> bool,
+) -> HashMap<String, Reached> {
+    let mut adj: BTreeMap<&str, Vec<(&str, &str)>> = BTreeMap::new();
+    for e in edges {
+        adj.entry(e.a.as_str())
+            .or_default()
+            .push((e.b.as_str(), e.relation.as_str()));
+        adj.entry(e.b.as_str())
+            .or_default()
+            .push((e.a.as_str(), e.relation.as_str()));
+    }
+    for list in adj.values_mut() {
+        list.sort();
+        list.dedup();
+    }
+    let mut best: HashMap<String, Reached> = HashMap::new();
+    for (seed, score) in seeds {
+        let start = object_node(seed);
+        // Breadth-first: the first visit of a node is at its fewest hops.
+        let mut seen: HashMap<String, u32> = HashMap::new();
+        seen.insert(start.clone(), 0);
+        let mut queue: VecDeque<(String, u32, Vec<String>, String)> = VecDeque::new();
+        queue.push_back((start.clone(), 0, vec![start.clone()], String::new()));
+        while let Some((node, hops, path, via)) = queue.pop_front() {
+            if hops > 0
+                && let Some(id) = node.strip_prefix("object:")
+            {
+                let s = score >> hops;
+                let cand = Reached {
+                    score: s,
+                    hops,
+                    from: seed.clone(),
+                    via: via.clone(),
+                    path: path.clone(),
+                };
+                let better = match best.get(id) {
+                    None => true,
+                    Some(old) => {
+                        (s, std::cmp::Reverse(hops)) > (old.score, std::cmp::Reverse(old.hops))
+                            || ((s, hops) == (old.score, old.hops)
+                                && (cand.from.as_str(), &cand.path)
+                                    < (old.from.as_str(), &old.path))
+                    }
+                };
+                if better && id != seed.as_str() {
+                    best.insert(id.to_string(), cand);
+                }
+            }
+            if hops >= max_depth {
+                continue;
+            }
+            // Only entities and eligible objects pass the expansion on.
+            if hops > 0 && node.starts_with("object:") && !passable(&node["object:".len()..]) {
+                continue;
+            }
+            for (next, rel) in adj.get(node.as_str()).into_iter().flatten() {
+                if next.starts_with("object:") && !passable(&next["object:".len()..]) {
+                    continue;
+                }
+                if seen.contains_key(*next) {
+                    continue;
+                }
+                seen.insert(next.to_string(), hops + 1);
+                let mut p = path.clone();
+                p.push(next.to_string());
+                queue.push_back((next.to_string(), hops + 1, p, rel.to_string()));
+            }
+        }
+    }
+    best
+}
+
+/// Multiplies by 5/4, rounded down, once per satisfied PREFER term.
+pub fn boost(score: i64, satisfied: usize) -> i64 {
+    (0..satisfied).fold(score, |s, _| s * 5 / 4)
+}
+
+/// A ranked object: what the rank order uses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RankKey<'a> {
+    pub score: i64,
+    pub current: bool,
+    pub hops: u32,
+    pub id: &'a str,
+}
+
+/// Step 6's order: score descending, current first, fewer hops, object id by UTF-16 code unit.
+pub fn rank_cmp(a: &RankKey, b: &RankKey) -> Ordering {
+    b.score
+        .cmp(&a.score)
+        .then(b.current.cmp(&a.current))
+        .then(a.hops.cmp(&b.hops))
+        .then_with(|| a.id.encode_utf16().cmp(b.id.encode_utf16()))
+}
+
+/// The two packing passes (steps 7–8) over objects in rank order, each with its eligible
+/// representations as (name, tokens). Returns, per object, the chosen representation index
+/// (None: nothing fit) and the tokens used.
+pub fn pack(
+    objects: &[Vec<(&str, i64)>],
+    budget: i64,
+    preferred: Option<&str>,
+) -> (Vec<Option<usize>>, i64) {
+    let mut used = 0i64;
+    let mut chosen: Vec<Option<usize>> = Vec::with_capacity(objects.len());
+    // Pass 1 (coverage): the preferred representation if named, present and fitting; else the
+    // smallest that fits (ties by name).
+    for reps in objects {
+        let left = budget - used;
+        let pick = preferred
+            .and_then(|p| reps.iter().position(|(n, t)| *n == p && *t <= left))
+            .or_else(|| {
+                reps.iter()
+                    .enumerate()
+                    .filter(|(_, (_, t))| *t <= left)
+                    .min_by(|(_, a), (_, b)| {
+                        a.1.cmp(&b.1)
+                            .then_with(|| a.0.encode_utf16().cmp(b.0.encode_utf16()))
+                    })
+                    .map(|(i, _)| i)
+            });
+        if let Some(i) = pick {
+            used += reps[i].1;
+        }
+        chosen.push(pick);
+    }
+    // Pass 2 (depth): unless a representation was preferred, upgrade each to its largest that
+    // still fits (ties by name).
+    if preferred.is_none() {
+        for (reps, slot) in objects.iter().zip(chosen.iter_mut()) {
+            let Some(cur) = *slot else { continue };
+            let left = budget - used + reps[cur].1;
+            let best = reps
+                .iter()
+                .enumerate()
+                .filter(|(_, (_, t))| *t <= left)
+                .max_by(|(_, a), (_, b)| {
+                    a.1.cmp(&b.1)
+                        .then_with(|| b.0.encode_utf16().cmp(a.0.encode_utf16()))
+                })
+                .map(|(i, _)| i);
+            if let Some(i) = best
+                && reps[i].1 > reps[cur].1
+            {
+                used += reps[i].1 - reps[cur].1;
+                *slot = Some(i);
+            }
+        }
+    }
+    (chosen, used)
+}
+
+/// `ceil(characters / 4)`, characters as Unicode scalar values (chars-div-4-v1).
+pub fn chars_div_4(text: &str) -> i64 {
+    (text.chars().count() as i64 + 3) / 4
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn packing_passes() {
+        // Budget 100: pass 1 gives A its summary (10) and B its summary (30); pass 2 upgrades A
+        // to text (60): 60 + 30 = 90; B's text (80) no longer fits.
+        let a = vec![("summary", 10), ("text", 60)];
+        let b = vec![("summary", 30), ("text", 80)];
+        let (chosen, used) = pack(&[a.clone(), b.clone()], 100, None);
+        assert_eq!(chosen, vec![Some(1), Some(0)]);
+        assert_eq!(used, 90);
+        // PREFER REPRESENTATION text: A gets text (60), B's text does not fit, its summary does;
+        // no upgrade pass.
+        let (chosen, used) = pack(&[a.clone(), b.clone()], 100, Some("text"));
+        assert_eq!(chosen, vec![Some(1), Some(0)]);
+        assert_eq!(used, 90);
+        // Nothing fits: left out.
+        let (chosen, used) = pack(&[vec![("text", 500)]], 100, None);
+        assert_eq!(chosen, vec![None]);
+        assert_eq!(used, 0);
+    }
+
+    #[test]
+    fn boosts_and_estimates() {
+        assert_eq!(boost(1_000_000, 1), 1_250_000);
+        assert_eq!(boost(333_333, 2), 520_832); // 416666 then 520832
+        assert_eq!(chars_div_4("abcde"), 2);
+        assert_eq!(chars_div_4(""), 0);
+        assert_eq!(chars_div_4("éééé"), 1);
+    }
+
+    #[test]
+    fn rank_order() {
+        let k = |score, current, hops, id| RankKey {
+            score,
+            current,
+            hops,
+            id,
+        };
+        let mut v = [
+            k(5, false, 0, "b"),
+            k(5, true, 1, "c"),
+            k(5, true, 0, "z"),
+            k(9, false, 2, "a"),
+            k(5, true, 0, "y"),
+        ];
+        v.sort_by(rank_cmp);
+        let ids: Vec<&str> = v.iter().map(|k| k.id).collect();
+        assert_eq!(ids, ["a", "y", "z", "c", "b"]);
+    }
+
+    #[test]
+    fn expansion_halves_per_hop_through_entities_and_eligible_objects() {
+        let e = |a: &str, b: &str, r: &str| Edge {
+            a: a.into(),
+            b: b.into(),
+            relation: r.into(),
+        };
+        let edges = vec![
+            e("object:s", "entity:x", "mentions"),
+            e("object:t", "entity:x", "mentions"),
+            e("object:t", "object:u", "derived_from"),
+            e("object:s", "object:bad", "links_to"),
+            e("object:bad", "object:v", "links_to"),
+        ];
+        let passable = |id: &str| id != "bad";
+        let r = expand(&[("s".into(), 1000)], &edges, 3, &passable);
+        assert_eq!(r["t"].score, 250); // s → x → t: 2 hops
+        assert_eq!(r["t"].hops, 2);
+        assert_eq!(r["u"].score, 125); // 3 hops
+        assert_eq!(
+            r["u"].path,
+            ["object:s", "entity:x", "object:t", "object:u"]
+        );
+        assert!(
+            !r.contains_key("bad"),
+            "an ineligible object is not reached"
+        );
+        assert!(!r.contains_key("v"), "nor a bridge");
+        let r = expand(&[("s".into(), 1000)], &edges, 1, &passable);
+        assert!(r.is_empty(), "depth 1 reaches only the entity");
+    }
+}

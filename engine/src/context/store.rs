@@ -1,0 +1,85 @@
+//! The context store: `ROOT/contexts/<ctx_id>.json`, one record per bundle address, created
+//! with create-new semantics (written to a temporary file, then hard-linked to its name, which
+//! fails if the name exists): the first record written for an address wins and a concurrent
+//! writer can neither corrupt nor replace it.
+
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::{Bundle, Explanation};
+use crate::error::{Error, Result};
+
+/// What the store keeps per address.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    pub spec_version: String,
+    pub bundle: Bundle,
+    pub explanation: Explanation,
+}
+
+/// `ctx_…` of a `context://ctx_…` address, if it is one (32 lower-case hex digits).
+pub fn key(address: &str) -> Option<&str> {
+    let k = address.strip_prefix("context://")?;
+    let hex = k.strip_prefix("ctx_")?;
+    (hex.len() == 32
+        && hex
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
+    .then_some(k)
+}
+
+fn path(root: &Path, k: &str) -> PathBuf {
+    root.join("contexts").join(format!("{k}.json"))
+}
+
+/// Stores `record` under its bundle's address unless one is already there. Returns whether
+/// this call wrote it.
+pub fn put(root: &Path, record: &Record) -> Result<bool> {
+    let Some(k) = key(&record.bundle.id) else {
+        return Err(Error::internal(format!(
+            "not a bundle address: {}",
+            record.bundle.id
+        )));
+    };
+    let target = path(root, k);
+    if target.exists() {
+        return Ok(false);
+    }
+    let dir = root.join("contexts");
+    std::fs::create_dir_all(&dir).map_err(|e| Error::io(format!("{}: {e}", dir.display())))?;
+    let tmp = dir.join(format!(
+        ".{k}.json.tmp-{}-{:?}",
+        std::process::id(),
+        std::thread::current().id()
+    ));
+    let text = serde_json::to_vec_pretty(record).map_err(|e| Error::internal(e.to_string()))?;
+    let write = || -> std::io::Result<()> {
+        let mut f = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
+        f.write_all(&text)?;
+        f.sync_all()
+    };
+    let written = write();
+    let linked = written.and_then(|_| std::fs::hard_link(&tmp, &target));
+    let _ = std::fs::remove_file(&tmp);
+    match linked {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+        Err(e) => Err(Error::io(format!("{}: {e}", target.display()))),
+    }
+}
+
+/// The record stored for `address`, or `unknown_context`.
+pub fn get(root: &Path, address: &str) -> Result<Record> {
+    let unknown = || Error::unknown_context(address);
+    let k = key(address).ok_or_else(unknown)?;
+    let text = match std::fs::read(path(root, k)) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(unknown()),
+        Err(e) => return Err(Error::io(format!("{address}: {e}"))),
+    };
+    serde_json::from_slice(&text)
+        .map_err(|e| Error::io(format!("stored bundle {address} is unreadable: {e}")))
+}
