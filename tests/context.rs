@@ -1,0 +1,621 @@
+//! `CONTEXT FOR` against the requirements of signalql-v0.5-context.md, on object stores written
+//! here row by row, with lexical-v1 scores computed by hand in the comments.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use datafusion::arrow::array::{
+    ArrayRef, Int64Array, LargeStringArray, ListBuilder, RecordBatch, StringArray, StringBuilder,
+    TimestampMicrosecondArray,
+};
+use proptest::prelude::*;
+use signalql::catalog::objects::{
+    derivations_schema, links_schema, objects_schema, representations_schema, revisions_schema,
+};
+use signalql::catalog::write::write_parquet_atomic;
+use signalql::{Answer, Bundle, Engine, EngineOptions};
+
+const T: &str = "2026-06-01T00:00:00Z";
+
+fn at(s: &str) -> i64 {
+    DateTime::parse_from_rfc3339(s).unwrap().timestamp_micros()
+}
+
+#[derive(Clone, Debug)]
+struct Rep {
+    name: &'static str,
+    media: &'static str,
+    content: String,
+    roles: Vec<&'static str>,
+    tokens: Option<i64>,
+}
+
+fn rep(name: &'static str, content: &str) -> Rep {
+    Rep {
+        name,
+        media: "text/plain",
+        content: content.into(),
+        roles: vec![],
+        tokens: None,
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Obj {
+    id: String,
+    revision: i64,
+    project: &'static str,
+    title: String,
+    created: &'static str,
+    trust: &'static str,
+    state: &'static str,
+    roles: Vec<&'static str>,
+    reps: Vec<Rep>,
+}
+
+fn obj(id: &str, title: &str, reps: Vec<Rep>) -> Obj {
+    Obj {
+        id: id.into(),
+        revision: 1,
+        project: "main",
+        title: title.into(),
+        created: "2026-05-20T00:00:00Z",
+        trust: "unknown",
+        state: "current",
+        roles: vec!["data"],
+        reps,
+    }
+}
+
+type Link = (&'static str, &'static str, &'static str, &'static str); // object, entity_type, entity_id, relation
+
+fn strings(v: Vec<String>) -> ArrayRef {
+    Arc::new(StringArray::from(v))
+}
+
+fn ts(v: Vec<i64>) -> ArrayRef {
+    Arc::new(TimestampMicrosecondArray::from(v).with_timezone("UTC"))
+}
+
+fn roles(v: &[Vec<&str>]) -> ArrayRef {
+    let mut b = ListBuilder::new(StringBuilder::new());
+    for r in v {
+        for x in r {
+            b.values().append_value(x);
+        }
+        b.append(true);
+    }
+    Arc::new(b.finish())
+}
+
+/// Writes the store; `split` puts every row in its own file (named in reverse order) to vary
+/// the file layout.
+fn write_store(
+    root: &Path,
+    objs: &[Obj],
+    links: &[Link],
+    derivs: &[(&str, &str, &str, i64)],
+    split: bool,
+) {
+    std::fs::create_dir_all(root).unwrap();
+    let groups: Vec<Vec<&Obj>> = if split {
+        objs.iter().rev().map(|o| vec![o]).collect()
+    } else {
+        vec![objs.iter().collect()]
+    };
+    for (n, g) in groups.iter().enumerate() {
+        let stem = format!("part-{:05}", groups.len() - n);
+        let cols: Vec<ArrayRef> = vec![
+            strings(g.iter().map(|o| o.id.clone()).collect()),
+            strings(g.iter().map(|o| o.project.to_string()).collect()),
+            strings(g.iter().map(|_| "document".to_string()).collect()),
+            strings(g.iter().map(|o| o.title.clone()).collect()),
+            ts(g.iter().map(|o| at(o.created)).collect()),
+            Arc::new(
+                TimestampMicrosecondArray::from(vec![None::<i64>; g.len()]).with_timezone("UTC"),
+            ),
+            ts(g.iter().map(|o| at(o.created)).collect()),
+            strings(g.iter().map(|o| format!("{}.txt", o.id)).collect()),
+        ];
+        let b = RecordBatch::try_new(objects_schema(), cols).unwrap();
+        write_parquet_atomic(&root.join("objects"), &stem, objects_schema(), &[b]).unwrap();
+        let cols: Vec<ArrayRef> = vec![
+            strings(g.iter().map(|o| o.id.clone()).collect()),
+            Arc::new(Int64Array::from(
+                g.iter().map(|o| o.revision).collect::<Vec<_>>(),
+            )),
+            ts(g.iter().map(|o| at(o.created)).collect()),
+            strings(g.iter().map(|_| "import".to_string()).collect()),
+            strings(g.iter().map(|o| o.trust.to_string()).collect()),
+            strings(g.iter().map(|_| "none".to_string()).collect()),
+            roles(&g.iter().map(|o| o.roles.clone()).collect::<Vec<_>>()),
+            strings(g.iter().map(|o| o.state.to_string()).collect()),
+        ];
+        let b = RecordBatch::try_new(revisions_schema(), cols).unwrap();
+        write_parquet_atomic(&root.join("revisions"), &stem, revisions_schema(), &[b]).unwrap();
+        let reps: Vec<(&Obj, &Rep)> = g
+            .iter()
+            .flat_map(|o| o.reps.iter().map(move |r| (*o, r)))
+            .collect();
+        if reps.is_empty() {
+            continue;
+        }
+        use sha2::Digest;
+        let cols: Vec<ArrayRef> = vec![
+            strings(reps.iter().map(|(o, _)| o.id.clone()).collect()),
+            Arc::new(Int64Array::from(
+                reps.iter().map(|(o, _)| o.revision).collect::<Vec<_>>(),
+            )),
+            strings(reps.iter().map(|(_, r)| r.name.to_string()).collect()),
+            strings(reps.iter().map(|(_, r)| r.media.to_string()).collect()),
+            Arc::new(LargeStringArray::from(
+                reps.iter()
+                    .map(|(_, r)| r.content.as_str())
+                    .collect::<Vec<_>>(),
+            )),
+            Arc::new(StringArray::from(vec![None::<&str>; reps.len()])),
+            strings(
+                reps.iter()
+                    .map(|(_, r)| hex::encode(sha2::Sha256::digest(r.content.as_bytes())))
+                    .collect(),
+            ),
+            Arc::new(Int64Array::from(
+                reps.iter().map(|(_, r)| r.tokens).collect::<Vec<_>>(),
+            )),
+            roles(
+                &reps
+                    .iter()
+                    .map(|(_, r)| r.roles.clone())
+                    .collect::<Vec<_>>(),
+            ),
+        ];
+        let b = RecordBatch::try_new(representations_schema(), cols).unwrap();
+        write_parquet_atomic(
+            &root.join("representations"),
+            &stem,
+            representations_schema(),
+            &[b],
+        )
+        .unwrap();
+    }
+    if !links.is_empty() {
+        let rev = |id: &str| objs.iter().find(|o| o.id == id).map_or(1, |o| o.revision);
+        let cols: Vec<ArrayRef> = vec![
+            strings(links.iter().map(|l| l.0.to_string()).collect()),
+            Arc::new(Int64Array::from(
+                links.iter().map(|l| rev(l.0)).collect::<Vec<_>>(),
+            )),
+            strings(links.iter().map(|l| l.1.to_string()).collect()),
+            strings(links.iter().map(|l| l.2.to_string()).collect()),
+            strings(links.iter().map(|l| l.3.to_string()).collect()),
+        ];
+        let b = RecordBatch::try_new(links_schema(), cols).unwrap();
+        write_parquet_atomic(&root.join("links"), "part-00000", links_schema(), &[b]).unwrap();
+    }
+    if !derivs.is_empty() {
+        let cols: Vec<ArrayRef> = vec![
+            strings(derivs.iter().map(|d| d.0.to_string()).collect()),
+            Arc::new(Int64Array::from(vec![1i64; derivs.len()])),
+            strings(derivs.iter().map(|d| d.1.to_string()).collect()),
+            strings(derivs.iter().map(|d| d.2.to_string()).collect()),
+            Arc::new(Int64Array::from(
+                derivs.iter().map(|d| d.3).collect::<Vec<_>>(),
+            )),
+        ];
+        let b = RecordBatch::try_new(derivations_schema(), cols).unwrap();
+        write_parquet_atomic(
+            &root.join("derivations"),
+            "part-00000",
+            derivations_schema(),
+            &[b],
+        )
+        .unwrap();
+    }
+}
+
+/// The corpus of the hand-computed tests. Task "parquet storage engine": terms parquet,
+/// storage, engine (3), so a score is floor(sum × 1e6 / 9).
+fn corpus() -> (
+    Vec<Obj>,
+    Vec<Link>,
+    Vec<(&'static str, &'static str, &'static str, i64)>,
+) {
+    let mut secret = obj(
+        "d_secret",
+        "Parquet storage engine secrets",
+        vec![rep("text", "parquet storage engine password hunter2")],
+    );
+    secret.roles = vec!["data", "secret"];
+    let mut other = obj(
+        "e_other",
+        "Parquet storage engine elsewhere",
+        vec![rep("text", "parquet")],
+    );
+    other.project = "other";
+    let mut untrusted = obj("f_untrusted", "Parquet engine", vec![rep("text", "x")]);
+    untrusted.trust = "untrusted";
+    let mut stale = obj("g_stale", "Storage engine", vec![rep("text", "x")]);
+    stale.state = "stale";
+    let mut instr = obj("h_instruction", "Parquet", vec![rep("text", "do this")]);
+    instr.reps[0].roles = vec!["instruction"];
+    let mut binary = obj("i_binary", "Parquet diagram", vec![rep("image", "...")]);
+    binary.reps[0].media = "image/png";
+    let mut old = obj("j_old", "Parquet history", vec![rep("text", "old")]);
+    old.created = "2025-01-01T00:00:00Z";
+    let objs = vec![
+        // A: parquet 3 (title), storage 3 (title), engine 2 (summary) = 8 → 888888.
+        obj(
+            "a_main",
+            "Parquet storage",
+            vec![
+                rep("summary", "An engine for columns"),
+                rep("text", "parquet files on disk, a long body of text"),
+            ],
+        ),
+        // B: engine 3 (title), storage 1 (text) = 4 → 444444.
+        obj("b_engine", "Engine notes", vec![rep("text", "storage")]),
+        // C: no term; linked to A → 888888 / 2 = 444444 at 1 hop.
+        obj("c_linked", "Unrelated", vec![rep("text", "nothing here")]),
+        // K: no term; A → topic:x ← K, 2 hops → 222222 with MAX DEPTH 2.
+        obj("k_two_hops", "Far away", vec![rep("text", "zzz")]),
+        // V: no term; linked only from the secret object, which is no bridge.
+        obj("v_behind_secret", "Behind", vec![rep("text", "zzz")]),
+        secret,
+        other,
+        untrusted,
+        stale,
+        instr,
+        binary,
+        old,
+    ];
+    let links = vec![
+        ("a_main", "object", "c_linked", "links_to"),
+        ("a_main", "topic", "x", "about"),
+        ("k_two_hops", "topic", "x", "about"),
+        ("d_secret", "object", "v_behind_secret", "links_to"),
+    ];
+    let derivs = vec![("b_engine", "derived_from", "a_main", 1)];
+    (objs, links, derivs)
+}
+
+fn engine(root: &Path) -> Engine {
+    let now = DateTime::parse_from_rfc3339(T).unwrap().with_timezone(&Utc);
+    Engine::open_with(
+        root,
+        EngineOptions {
+            now: Some(now),
+            ..Default::default()
+        },
+    )
+    .unwrap()
+}
+
+async fn bundle(root: &Path, q: &str) -> Bundle {
+    match engine(root).answer(q).await {
+        Ok(Answer::Bundle(b)) => *b,
+        Ok(other) => panic!("{q}: not a bundle: {other:?}"),
+        Err(e) => panic!("{q}: {e}"),
+    }
+}
+
+fn store() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let (o, l, d) = corpus();
+    write_store(dir.path(), &o, &l, &d, false);
+    dir
+}
+
+fn ids(b: &Bundle) -> Vec<String> {
+    b.items.iter().map(|i| i.object.clone()).collect()
+}
+
+#[tokio::test]
+async fn hand_computed_scores_expansion_and_rank() {
+    let dir = store();
+    // The excluded objects (hand-scored below, they would rank between these) stay out.
+    let q = r#"CONTEXT FOR "parquet storage engine" USING PROJECT "main" EXCLUDE UNTRUSTED, STALE, ROLE INSTRUCTION MAX DEPTH 2 MAX AGE 60 d"#;
+    let b = bundle(dir.path(), q).await;
+    let got: Vec<(String, i64)> = b
+        .items
+        .iter()
+        .map(|i| (i.object.clone(), i.score))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("object://a_main@1".to_string(), 888_888),
+            // B (own 444444, and 444444 from A over the derivation) ranks before C (hops 1).
+            ("object://b_engine@1".to_string(), 444_444),
+            ("object://c_linked@1".to_string(), 444_444),
+            ("object://k_two_hops@1".to_string(), 222_222),
+        ]
+    );
+    assert_eq!(b.metadata.scorer, "lexical-v1");
+    let k = &b.items[3];
+    assert_eq!(
+        k.path,
+        ["object://a_main@1", "topic:x", "object://k_two_hops@1"]
+    );
+    assert_eq!(k.why[0]["graph_expansion"]["hops"], serde_json::json!(2));
+    // Terms reported for the lexical match.
+    assert_eq!(
+        b.items[0].why[0]["lexical_match"]["terms"],
+        serde_json::json!(["parquet", "storage", "engine"])
+    );
+    // MAX DEPTH 1 (the default) does not reach K.
+    let b = bundle(dir.path(), &q.replace(" MAX DEPTH 2", "")).await;
+    assert!(!ids(&b).contains(&"object://k_two_hops@1".to_string()));
+    // Without the exclusions: f (title parquet, engine: 6/9) before g (same score, stale),
+    // h and j (title parquet: 3/9, ids in order) after C.
+    let b = bundle(
+        dir.path(),
+        r#"CONTEXT FOR "parquet storage engine" USING PROJECT "main" MAX DEPTH 2"#,
+    )
+    .await;
+    let got: Vec<(String, i64)> = b
+        .items
+        .iter()
+        .map(|i| (i.object.clone(), i.score))
+        .collect();
+    let want: Vec<(String, i64)> = [
+        ("a_main", 888_888),
+        ("f_untrusted", 666_666),
+        ("g_stale", 666_666),
+        ("b_engine", 444_444),
+        ("c_linked", 444_444),
+        ("h_instruction", 333_333),
+        ("j_old", 333_333),
+        ("k_two_hops", 222_222),
+    ]
+    .iter()
+    .map(|(id, s)| (format!("object://{id}@1"), *s))
+    .collect();
+    assert_eq!(got, want);
+}
+
+#[tokio::test]
+async fn every_rejection_reason_is_reached_once_per_object() {
+    let dir = store();
+    let b = bundle(
+        dir.path(),
+        r#"CONTEXT FOR "parquet storage engine" USING PROJECT "main" BUDGET 10 TOKENS EXCLUDE UNTRUSTED, STALE, ROLE INSTRUCTION MAX OBJECTS 2 MAX AGE 60 d"#,
+    )
+    .await;
+    let x = engine(dir.path()).explain_context(&b.id).unwrap();
+    let reason = |id: &str| -> Vec<String> {
+        x.rejected
+            .iter()
+            .filter(|r| r["object"] == format!("object://{id}@1"))
+            .map(|r| r["reason"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(reason("e_other"), ["out_of_scope"]);
+    assert_eq!(reason("j_old"), ["max_age"]);
+    assert_eq!(reason("d_secret"), ["excluded_secret"]);
+    assert_eq!(reason("f_untrusted"), ["excluded_trust"]);
+    assert_eq!(reason("g_stale"), ["excluded_stale"]);
+    assert_eq!(reason("h_instruction"), ["excluded_role"]);
+    assert_eq!(reason("i_binary"), ["no_packable_representation"]);
+    // Rank A, B, C: MAX OBJECTS 2 cuts C; a budget of 10 fits A's summary (ceil(21/4) = 6)
+    // but not B's text (ceil(7/4) = 2 fits: 6 + 2 = 8), so both A and B are packed…
+    assert_eq!(reason("c_linked"), ["max_objects"]);
+    assert_eq!(ids(&b), ["object://a_main@1", "object://b_engine@1"]);
+    // …and a budget of 5 leaves A out for the budget.
+    let b = bundle(
+        dir.path(),
+        r#"CONTEXT FOR "parquet storage engine" USING PROJECT "main" BUDGET 5 TOKENS"#,
+    )
+    .await;
+    let x = engine(dir.path()).explain_context(&b.id).unwrap();
+    assert!(
+        x.rejected
+            .iter()
+            .any(|r| r["object"] == "object://a_main@1" && r["reason"] == "budget")
+    );
+    // Every object appears at most once among items and rejections.
+    let mut seen: Vec<String> = x
+        .rejected
+        .iter()
+        .map(|r| r["object"].as_str().unwrap().to_string())
+        .collect();
+    seen.extend(ids(&b));
+    let n = seen.len();
+    seen.sort();
+    seen.dedup();
+    assert_eq!(seen.len(), n);
+    // In rank order with 5 tokens: A (summary 6) no; f "x" 1; g "x" 1; B "storage" 2; C
+    // "nothing here" 3 > 1 left, no; h "do this" 2 > 1, no; j "old" 1. Three left out.
+    assert_eq!(b.metadata.excluded["budget"], 3);
+    assert_eq!(
+        ids(&b),
+        [
+            "object://f_untrusted@1",
+            "object://g_stale@1",
+            "object://b_engine@1",
+            "object://j_old@1"
+        ]
+    );
+    assert_eq!(b.metadata.budget.used, 5);
+    assert!(b.metadata.truncated);
+}
+
+#[tokio::test]
+async fn secret_words_never_change_a_score_or_the_bundle() {
+    let a = store();
+    let (mut objs, l, d) = corpus();
+    for o in &mut objs {
+        if o.id == "d_secret" {
+            o.reps[0].content = "nothing relevant at all".into();
+            o.title = "Plain".into();
+        }
+    }
+    let b = tempfile::tempdir().unwrap();
+    write_store(b.path(), &objs, &l, &d, false);
+    let q = r#"CONTEXT FOR "parquet storage engine password hunter2" MAX DEPTH 3"#;
+    let x = bundle(a.path(), q).await;
+    let y = bundle(b.path(), q).await;
+    assert_eq!(x.id, y.id);
+    assert_eq!(x.items, y.items);
+    for i in &x.items {
+        assert!(!i.content.as_deref().unwrap_or("").contains("hunter2"));
+        assert!(!i.object.contains("d_secret"));
+        // The object behind the secret is not reached through it.
+        assert!(!i.object.contains("v_behind_secret"));
+    }
+}
+
+#[tokio::test]
+async fn packing_prefers_and_upgrades_representations() {
+    let dir = store();
+    // Without PREFER REPRESENTATION, pass 2 upgrades A to its largest fitting representation.
+    let b = bundle(
+        dir.path(),
+        r#"CONTEXT FOR "parquet storage engine" USING PROJECT "main" BUDGET 100 TOKENS"#,
+    )
+    .await;
+    assert_eq!(b.items[0].representation, "text");
+    // With it, A keeps the summary.
+    let b = bundle(
+        dir.path(),
+        r#"CONTEXT FOR "parquet storage engine" USING PROJECT "main" BUDGET 100 TOKENS PREFER REPRESENTATION summary"#,
+    )
+    .await;
+    assert_eq!(b.items[0].representation, "summary");
+    // PREFER CURRENT boosts by 5/4: 888888 → 1111110.
+    let b = bundle(
+        dir.path(),
+        r#"CONTEXT FOR "parquet storage engine" USING PROJECT "main" PREFER CURRENT"#,
+    )
+    .await;
+    assert_eq!(b.items[0].score, 1_111_110);
+    assert_eq!(b.items[0].why[1]["preferred"]["term"], "CURRENT");
+}
+
+#[tokio::test]
+async fn the_address_is_stable_and_tracks_revisions() {
+    let q = r#"CONTEXT FOR "parquet storage engine" USING PROJECT "main" MAX DEPTH 2"#;
+    let (o, l, d) = corpus();
+    let one = tempfile::tempdir().unwrap();
+    write_store(one.path(), &o, &l, &d, false);
+    let split = tempfile::tempdir().unwrap();
+    write_store(split.path(), &o, &l, &d, true);
+    std::fs::write(
+        split.path().join("signalql.toml"),
+        "[datafusion]\n\"datafusion.execution.target_partitions\" = \"7\"\n",
+    )
+    .unwrap();
+    let a = bundle(one.path(), q).await;
+    let again = bundle(one.path(), q).await;
+    let b = bundle(split.path(), q).await;
+    assert_eq!(a.id, again.id, "same run twice");
+    assert_eq!(a.id, b.id, "other file layout and thread count");
+    assert!(a.id.starts_with("context://ctx_") && a.id.len() == "context://ctx_".len() + 32);
+    // The first record stored wins: the store still explains the first bundle.
+    let x = engine(one.path()).explain_context(&a.id).unwrap();
+    assert_eq!(x.context, a.id);
+
+    // A new revision of an included object changes the address.
+    let mut o2 = o.clone();
+    for x in &mut o2 {
+        if x.id == "b_engine" {
+            x.revision = 2;
+            x.reps[0].content = "storage, revised".into();
+        }
+    }
+    let c = tempfile::tempdir().unwrap();
+    write_store(c.path(), &o2, &l, &d, false);
+    assert_ne!(bundle(c.path(), q).await.id, a.id);
+}
+
+#[tokio::test]
+async fn items_name_estimators_and_unknown_addresses_are_errors() {
+    let (mut o, l, d) = corpus();
+    o[1].reps[0].tokens = Some(3);
+    let dir = tempfile::tempdir().unwrap();
+    write_store(dir.path(), &o, &l, &d, false);
+    let b = bundle(
+        dir.path(),
+        r#"CONTEXT FOR "parquet storage engine" USING PROJECT "main""#,
+    )
+    .await;
+    for i in &b.items {
+        assert!(!i.estimator.is_empty());
+    }
+    let bi = b
+        .items
+        .iter()
+        .find(|i| i.object == "object://b_engine@1")
+        .unwrap();
+    assert_eq!((bi.tokens, bi.estimator.as_str()), (3, "stored"));
+    assert_eq!(b.metadata.estimators, ["chars-div-4-v1", "stored"]);
+    let err = engine(dir.path())
+        .answer("EXPLAIN CONTEXT context://ctx_0123456789abcdef0123456789abcdef")
+        .await
+        .unwrap_err();
+    assert_eq!(err.to_json()["error"]["code"], "unknown_context");
+}
+
+#[tokio::test]
+async fn limits_are_enforced() {
+    let dir = store();
+    for q in [
+        r#"CONTEXT FOR "x" BUDGET 0 TOKENS"#,
+        r#"CONTEXT FOR "x" BUDGET 10000001 TOKENS"#,
+        r#"CONTEXT FOR "x" MAX OBJECTS 501"#,
+        r#"CONTEXT FOR "x" MAX DEPTH 17"#,
+    ] {
+        let err = engine(dir.path()).answer(q).await.unwrap_err();
+        assert_eq!(err.to_json()["error"]["code"], "limit_exceeded", "{q}");
+    }
+}
+
+// Random corpora and budgets never break requirements 1–3: EXCLUDE/scope/secret, the budget,
+// one representation per object.
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+    #[test]
+    fn random_corpora_keep_the_requirements(
+        spec in prop::collection::vec((0usize..4, 0usize..3, 0usize..3, 0usize..2, 1usize..200, 0usize..3), 1..12),
+        budget in 1u64..120,
+        exclude_untrusted in any::<bool>(),
+    ) {
+        let words = ["parquet", "storage", "engine", "other"];
+        let trusts = ["untrusted", "unknown", "verified"];
+        let projects = ["main", "other", "main"];
+        let mut objs = Vec::new();
+        for (i, (w, t, p, secret, len, roles)) in spec.iter().enumerate() {
+            let mut o = obj(&format!("o{i:02}"), words[*w], vec![
+                rep("text", &format!("{} {}", words[(w + 1) % 4], "x".repeat(*len))),
+                rep("summary", words[(w + 2) % 4]),
+            ]);
+            o.trust = trusts[*t];
+            o.project = projects[*p];
+            if *secret == 1 { o.roles = vec!["data", "secret"]; }
+            if *roles == 1 { o.reps[0].roles = vec!["instruction"]; }
+            objs.push(o);
+        }
+        let links: Vec<Link> = vec![];
+        let dir = tempfile::tempdir().unwrap();
+        write_store(dir.path(), &objs, &links, &[], false);
+        let q = format!(
+            r#"CONTEXT FOR "parquet storage engine" USING PROJECT "main" BUDGET {budget} TOKENS EXCLUDE ROLE INSTRUCTION{}"#,
+            if exclude_untrusted { ", UNTRUSTED" } else { "" }
+        );
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let b = rt.block_on(bundle(dir.path(), &q));
+        let mut seen = std::collections::HashSet::new();
+        let used: i64 = b.items.iter().map(|i| i.tokens).sum();
+        prop_assert!(used <= budget as i64);
+        prop_assert_eq!(used as u64, b.metadata.budget.used);
+        for item in &b.items {
+            let id = item.object.trim_start_matches("object://").split('@').next().unwrap().to_string();
+            prop_assert!(seen.insert(id.clone()), "two representations of {}", id);
+            let o = objs.iter().find(|o| o.id == id).unwrap();
+            prop_assert_eq!(o.project, "main");
+            prop_assert!(!o.roles.contains(&"secret"));
+            prop_assert!(!(exclude_untrusted && o.trust == "untrusted"));
+            prop_assert!(!item.roles.contains(&"instruction".to_string()));
+        }
+    }
+}
