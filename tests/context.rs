@@ -619,3 +619,70 @@ proptest! {
         }
     }
 }
+
+#[tokio::test]
+async fn find_object_about_ranks_by_lexical_score() {
+    let dir = store();
+    let env = engine(dir.path())
+        .query(r#"FIND OBJECT ABOUT "parquet storage engine" WHERE project = "main""#)
+        .await
+        .unwrap();
+    let names: Vec<&str> = env.columns.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "object_id",
+            "revision",
+            "project",
+            "kind",
+            "title",
+            "created_at",
+            "state",
+            "trust",
+            "origin",
+            "validation",
+            "score"
+        ]
+    );
+    let got: Vec<(String, i64)> = env
+        .rows
+        .iter()
+        .map(|r| (r[0].as_str().unwrap().to_string(), r[10].as_i64().unwrap()))
+        .collect();
+    // Hand-scored above; objects without a readable (packable, non-secret) representation
+    // (the secret, the binary) are not scored; zero scores are dropped.
+    let want: Vec<(String, i64)> = [
+        ("a_main", 888_888),
+        ("f_untrusted", 666_666),
+        ("g_stale", 666_666),
+        ("b_engine", 444_444),
+        ("h_instruction", 333_333),
+        ("j_old", 333_333),
+    ]
+    .iter()
+    .map(|(id, s)| (id.to_string(), *s))
+    .collect();
+    assert_eq!(got, want);
+    assert!(env.metadata.ordered);
+
+    // USING REPRESENTATION summary: only A has one ("An engine for columns": engine, 2/9).
+    let env = engine(dir.path())
+        .query(r#"FIND OBJECT ABOUT "parquet storage engine" USING REPRESENTATION summary LIMIT 3"#)
+        .await
+        .unwrap();
+    assert_eq!(env.rows.len(), 1);
+    assert_eq!(env.rows[0][10], serde_json::json!(222_222));
+
+    // Kind and WHERE filters; an unknown column is unknown_field.
+    let env = engine(dir.path())
+        .query(r#"FIND OBJECT (document) WHERE trust = "untrusted" OR state = "stale""#)
+        .await
+        .unwrap();
+    let ids: Vec<&str> = env.rows.iter().map(|r| r[0].as_str().unwrap()).collect();
+    assert_eq!(ids, ["f_untrusted", "g_stale"]);
+    let err = engine(dir.path())
+        .query(r#"FIND OBJECT WHERE colour = "red""#)
+        .await
+        .unwrap_err();
+    assert_eq!(err.to_json()["error"]["code"], "unknown_field");
+}

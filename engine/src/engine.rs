@@ -146,6 +146,23 @@ impl Engine {
                 let view = sequence_view(q);
                 self.lower(&view, |i| lower_sequence(q, &view, i)).await?
             }
+            Statement::FindObject(q) => {
+                let (as_of, t) = match &q.as_of {
+                    Some(ts) => (parse_timestamp(ts)?, parse_timestamp(ts)?),
+                    None => (self.now()?, self.now()?),
+                };
+                let mut l = crate::context::find::plan(
+                    &self.ctx,
+                    &self.dataset,
+                    q,
+                    t,
+                    &self.options.limits,
+                )
+                .await
+                .map_err(|e| if e.span.is_none() { e.at(q.span) } else { e })?;
+                l.as_of = as_of;
+                l
+            }
             Statement::ContextTask(q) => {
                 return Err(not_an_envelope("CONTEXT FOR").at(q.span));
             }

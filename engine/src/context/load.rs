@@ -48,7 +48,7 @@ fn role_name(r: Role) -> &'static str {
     }
 }
 
-async fn table(
+pub(crate) async fn table(
     ctx: &SessionContext,
     dataset: &Dataset,
     name: &str,
@@ -86,7 +86,11 @@ fn first_per(
 
 /// The objects live at `t` at their latest revision as of `t`: object columns and revision
 /// columns, one row per object.
-async fn candidates_df(ctx: &SessionContext, dataset: &Dataset, t: i64) -> Result<DataFrame> {
+pub(crate) async fn candidates_df(
+    ctx: &SessionContext,
+    dataset: &Dataset,
+    t: i64,
+) -> Result<DataFrame> {
     let objects = table(ctx, dataset, "objects", true)
         .await?
         .expect("required");
@@ -100,7 +104,12 @@ async fn candidates_df(ctx: &SessionContext, dataset: &Dataset, t: i64) -> Resul
             .is_null()
             .or(col("tombstoned_at").gt(ts_lit(t))),
     )?
-    .select(vec![col("object_id"), col("project"), col("title")])?;
+    .select(vec![
+        col("object_id"),
+        col("project"),
+        col("kind"),
+        col("title"),
+    ])?;
     let revisions = table(ctx, dataset, "revisions", true)
         .await?
         .expect("required");

@@ -7,6 +7,7 @@
 //! expansion, boosts, rank and packing. This module assembles the bundle, its address and the
 //! explanation the context store keeps for `EXPLAIN CONTEXT`.
 
+pub mod find;
 pub mod load;
 pub mod render;
 pub mod select;

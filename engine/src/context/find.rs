@@ -1,0 +1,203 @@
+//! `FIND OBJECT [(kind)] [ABOUT "text" [USING REPRESENTATION r]] [WHERE …] [AS OF t] [LIMIT n]`
+//! as a DataFusion plan giving a result envelope (docs/context.md).
+//!
+//! The objects are those live at T at their latest revision (as for CONTEXT FOR). `(kind)`
+//! keeps objects of that kind. WHERE tests the columns below. ABOUT scores each object with
+//! lexical-v1 over its title, `summary` and other packable, non-secret representations (with
+//! USING REPRESENTATION, over that representation's content only: weight 2 for `summary`, 1
+//! otherwise, no title), keeps scores above zero and orders by score descending, then
+//! object id.
+
+use chrono::{DateTime, Utc};
+use datafusion::common::JoinType;
+use datafusion::functions::core::expr_fn::coalesce;
+use datafusion::functions::string::expr_fn::starts_with;
+use datafusion::functions_aggregate::expr_fn::max;
+use datafusion::functions_aggregate::string_agg::string_agg_udaf;
+use datafusion::functions_nested::expr_fn::{array_has, array_union, make_array};
+use datafusion::logical_expr::{Expr, col, lit, when};
+use datafusion::prelude::SessionContext;
+use signalql_catalog::Dataset;
+use signalql_udfs::scalar::lexical::lexical_score;
+
+use super::load::{candidates_df, table};
+use crate::error::{Error, Result};
+use crate::lower::fields::Resolved;
+use crate::lower::predicate::lower_bool;
+use crate::lower::time::micros;
+use crate::lower::{Limits, Lowered, OutColumn, UnitSource};
+use crate::syntax::ast::{FieldRef, FindObjectQuery, Operand, Span};
+
+/// The result columns, in order (`score` last, with ABOUT).
+pub const COLUMNS: [&str; 10] = [
+    "object_id",
+    "revision",
+    "project",
+    "kind",
+    "title",
+    "created_at",
+    "state",
+    "trust",
+    "origin",
+    "validation",
+];
+
+/// The lowered query (plan, columns, limit and row cap).
+pub async fn plan(
+    ctx: &SessionContext,
+    dataset: &Dataset,
+    q: &FindObjectQuery,
+    t: DateTime<Utc>,
+    limits: &Limits,
+) -> Result<Lowered> {
+    let mut df = candidates_df(ctx, dataset, micros(t)).await?.select(vec![
+        col("object_id"),
+        col("revision"),
+        col("project"),
+        col("kind"),
+        col("title"),
+        col("rev_created_at").alias("created_at"),
+        col("state"),
+        col("trust"),
+        col("origin"),
+        col("validation"),
+        col("rev_roles"),
+    ])?;
+    if let Some(kind) = &q.name {
+        df = df.filter(col("kind").eq(lit(kind.as_str())))?;
+    }
+    if let Some(w) = &q.filter {
+        let schema = df.schema().clone();
+        let pred = lower_bool(w, &|op: &Operand, span: Span| match op {
+            Operand::Field(FieldRef::Path(p))
+                if p.len() == 1 && COLUMNS.contains(&p[0].as_str()) =>
+            {
+                let name = p[0].as_str();
+                let (_, field) = schema
+                    .qualified_field_with_unqualified_name(name)
+                    .map_err(|e| Error::internal(e.to_string()))?;
+                Ok(Resolved {
+                    expr: col(name),
+                    data_type: field.data_type().clone(),
+                    dynamic: false,
+                })
+            }
+            Operand::Field(f) => Err(Error::unknown_field(format!(
+                "`{f}` is not an object column; FIND OBJECT's WHERE tests {}",
+                COLUMNS.join(", ")
+            ))
+            .at(span)),
+            _ => Err(Error::parse(
+                "FIND OBJECT's WHERE tests object columns",
+                span,
+            )),
+        })?;
+        df = df.filter(pred)?;
+    }
+    let mut out: Vec<Expr> = COLUMNS.iter().map(|c| col(*c)).collect();
+    let mut ordered = false;
+    if let Some(about) = &q.about {
+        let reps = table(ctx, dataset, "representations", true)
+            .await?
+            .expect("required")
+            .select(vec![
+                col("object_id").alias("p_object_id"),
+                col("revision").alias("p_revision"),
+                col("name"),
+                col("media_type"),
+                col("content"),
+                col("roles").alias("rep_roles"),
+            ])?;
+        let joined = df.clone().join(
+            reps,
+            JoinType::Inner,
+            &["object_id", "revision"],
+            &["p_object_id", "p_revision"],
+            None,
+        )?;
+        let empty = make_array(vec![]);
+        let secret = array_has(
+            array_union(
+                coalesce(vec![col("rev_roles"), empty.clone()]),
+                coalesce(vec![col("rep_roles"), empty]),
+            ),
+            lit("secret"),
+        );
+        let packable = starts_with(col("media_type"), lit("text/"))
+            .or(col("media_type").eq(lit("application/json")));
+        let mut readable = packable.and(coalesce(vec![secret, lit(false)]).not_eq(lit(true)));
+        if let Some(r) = &q.representation {
+            readable = readable.and(col("name").eq(lit(r.as_str())));
+        }
+        let text = lit(about.as_str());
+        let scored = joined
+            .filter(readable)?
+            .aggregate(
+                vec![col("object_id"), col("title")],
+                vec![
+                    max(when(col("name").eq(lit("summary")), col("content")).end()?)
+                        .alias("summary_text"),
+                    string_agg_udaf()
+                        .call(vec![
+                            when(col("name").not_eq(lit("summary")), col("content")).end()?,
+                            lit("\n"),
+                        ])
+                        .alias("other_text"),
+                ],
+            )?
+            .select(vec![
+                col("object_id").alias("s_object_id"),
+                if q.representation.is_some() {
+                    lexical_score(
+                        text.clone(),
+                        lit(""),
+                        col("summary_text"),
+                        col("other_text"),
+                    )
+                } else {
+                    lexical_score(text, col("title"), col("summary_text"), col("other_text"))
+                }
+                .alias("score"),
+            ])?;
+        df = df
+            .join(
+                scored,
+                JoinType::Inner,
+                &["object_id"],
+                &["s_object_id"],
+                None,
+            )?
+            .filter(col("score").gt(lit(0i64)))?;
+        out.push(col("score"));
+        ordered = true;
+    }
+    let cap = limits.max_result_rows;
+    let (limit_applied, fetch, row_cap) = match q.limit {
+        Some(n) if n <= cap => (n, n as usize, None),
+        _ => (cap, cap as usize + 1, Some(cap)),
+    };
+    let mut sort = Vec::new();
+    if ordered {
+        sort.push(col("score").sort(false, true));
+    }
+    sort.push(col("object_id").sort(true, true));
+    let plan = df
+        .sort(sort)?
+        .limit(0, Some(fetch))?
+        .select(out)?
+        .into_unoptimized_plan();
+    let mut columns: Vec<OutColumn> = COLUMNS
+        .iter()
+        .map(|c| OutColumn {
+            name: c.to_string(),
+            unit: UnitSource::None,
+        })
+        .collect();
+    if ordered {
+        columns.push(OutColumn {
+            name: "score".into(),
+            unit: UnitSource::None,
+        });
+    }
+    Ok(Lowered::new(plan, columns, ordered, limit_applied, row_cap))
+}
