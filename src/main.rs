@@ -131,6 +131,16 @@ enum IngestWhat {
 
 #[derive(Subcommand)]
 enum GenWhat {
+    /// A synthetic object store (objects, revisions, representations, links, derivations)
+    /// under OUT/: N objects with ~400-word bodies.
+    Objects {
+        #[arg(long)]
+        objects: u64,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        #[arg(long)]
+        out: PathBuf,
+    },
     /// A synthetic events table of any size under OUT/events/.
     Events {
         #[arg(long)]
@@ -355,6 +365,24 @@ fn run(cli: Cli) -> Result<(), Error> {
                 out.push_str(&format!("skipped {}: {why}\n", path.display()));
             }
             write_out(&out)
+        }
+        Command::Gen {
+            what: GenWhat::Objects { objects, seed, out },
+        } => {
+            use signalql::catalog::objects::generator::{ObjectGenOptions, generate_objects};
+            let opts = ObjectGenOptions {
+                seed,
+                ..ObjectGenOptions::new(&out, objects)
+            };
+            let s = generate_objects(&opts).map_err(|e| Error::io(e.to_string()))?;
+            write_out(&format!(
+                "wrote {} objects ({} representations, {} links, {} derivations) under {}\n",
+                s.objects,
+                s.representations,
+                s.links,
+                s.derivations,
+                out.display()
+            ))
         }
         Command::Gen {
             what: GenWhat::Events { rows, seed, out },

@@ -334,8 +334,26 @@ impl Engine {
         let (candidates, graph) =
             crate::context::load::load(&self.ctx, &self.dataset, q, t).await?;
         let evaluated_at = rfc3339(self.now()?);
-        let (bundle, explanation) =
+        let (mut bundle, explanation) =
             crate::context::build(q, as_of, evaluated_at, &candidates, &graph);
+        // Only the packed representations' content is read, after packing.
+        let keys: Vec<(String, i64, String)> = bundle
+            .items
+            .iter()
+            .filter_map(|i| {
+                let (id, rev) = i.object.strip_prefix("object://")?.rsplit_once('@')?;
+                Some((id.to_string(), rev.parse().ok()?, i.representation.clone()))
+            })
+            .collect();
+        let mut texts = crate::context::load::contents(&self.ctx, &self.dataset, &keys).await?;
+        for (item, key) in bundle.items.iter_mut().zip(&keys) {
+            item.content = Some(texts.remove(key).ok_or_else(|| {
+                Error::io(format!(
+                    "the content of {} ({}) could not be read",
+                    item.object, item.representation
+                ))
+            })?);
+        }
         crate::context::store::put(
             self.dataset.root(),
             &crate::context::store::Record {

@@ -7,6 +7,7 @@
 //! deleted and later restored gets a tombstone row and then a live row. Revisions, their
 //! representations and links are keyed by `(object_id, revision)`.
 
+pub mod generator;
 pub mod ingest;
 pub mod text;
 

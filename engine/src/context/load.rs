@@ -149,20 +149,18 @@ pub async fn load(
     let reps = table(ctx, dataset, "representations", true)
         .await?
         .expect("required");
-    let reps = first_per(
-        reps.select(vec![
-            col("object_id").alias("p_object_id"),
-            col("revision").alias("p_revision"),
-            col("name"),
-            col("media_type"),
-            col("content"),
-            col("content_hash"),
-            col("tokens"),
-            col("roles").alias("rep_roles"),
-        ])?,
-        vec![col("p_object_id"), col("p_revision"), col("name")],
-        vec![col("content_hash").sort(true, true)],
-    )?;
+    // A representation written twice (a re-run after a crash) is identical; duplicates are
+    // dropped when the candidates are assembled and cannot change a score.
+    let reps = reps.select(vec![
+        col("object_id").alias("p_object_id"),
+        col("revision").alias("p_revision"),
+        col("name"),
+        col("media_type"),
+        col("content"),
+        col("content_hash"),
+        col("tokens"),
+        col("roles").alias("rep_roles"),
+    ])?;
     let joined = cands.join(
         reps,
         JoinType::Left,
@@ -296,7 +294,14 @@ pub async fn load(
                 .alias("terms"),
         ])?;
 
-    let rows = rows_df.collect().await?;
+    let meta_cols: Vec<Expr> = rows_df
+        .schema()
+        .columns()
+        .into_iter()
+        .filter(|c| c.name != "content")
+        .map(Expr::Column)
+        .collect();
+    let rows = rows_df.select(meta_cols)?.collect().await?;
     let scores = scores_df.collect().await?;
 
     let mut score_of: HashMap<String, (i64, Vec<String>)> = HashMap::new();
@@ -334,11 +339,10 @@ pub async fn load(
             s("validation")?,
             s("state")?,
         );
-        let (names, medias, hashes, contents, estimators) = (
+        let (names, medias, hashes, estimators) = (
             s("name")?,
             s("media_type")?,
             s("content_hash")?,
-            s("content")?,
             s("estimator")?,
         );
         let revs = int_col(b, "revision")?;
@@ -386,13 +390,13 @@ pub async fn load(
                     terms,
                 }
             });
-            if names.is_null(i) {
-                continue; // no representation at all
+            if names.is_null(i) || c.reps.iter().any(|r| r.name == names.value(i)) {
+                continue; // no representation at all, or one seen already
             }
             c.reps.push(Rep {
                 name: names.value(i).to_string(),
                 media_type: medias.value(i).to_string(),
-                content: (!contents.is_null(i)).then(|| contents.value(i).to_string()),
+                content: None,
                 content_hash: hashes.value(i).to_string(),
                 tokens: if tokens.is_null(i) {
                     0
@@ -414,6 +418,53 @@ pub async fn load(
     let candidates: Vec<Candidate> = by_id.into_values().collect();
     let graph = graph(ctx, dataset, &candidates, t_us).await?;
     Ok((candidates, graph))
+}
+
+/// The content of the representations `keys` (object id, revision, name), read after packing
+/// so only packed content is loaded; every key must be an eligible representation.
+pub async fn contents(
+    ctx: &SessionContext,
+    dataset: &Dataset,
+    keys: &[(String, i64, String)],
+) -> Result<HashMap<(String, i64, String), String>> {
+    let mut out = HashMap::new();
+    if keys.is_empty() {
+        return Ok(out);
+    }
+    let ids: Vec<Expr> = keys.iter().map(|k| lit(k.0.as_str())).collect();
+    let reps = table(ctx, dataset, "representations", true)
+        .await?
+        .expect("required");
+    let batches = reps
+        .filter(col("object_id").in_list(ids, false))?
+        .select(vec![
+            col("object_id"),
+            col("revision"),
+            col("name"),
+            col("content"),
+        ])?
+        .collect()
+        .await?;
+    let wanted: std::collections::HashSet<&(String, i64, String)> = keys.iter().collect();
+    for b in &batches {
+        let (ids, names, content) = (
+            string_col(b, "object_id")?,
+            string_col(b, "name")?,
+            string_col(b, "content")?,
+        );
+        let revs = int_col(b, "revision")?;
+        for i in 0..b.num_rows() {
+            let key = (
+                ids.value(i).to_string(),
+                revs.value(i),
+                names.value(i).to_string(),
+            );
+            if wanted.contains(&key) && !content.is_null(i) {
+                out.insert(key, content.value(i).to_string());
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// Edges and evidence rows of the candidates' selected revisions, and every object's latest

@@ -242,7 +242,8 @@ pub fn build(
     };
     let mut ranked: Vec<Ranked> = Vec::new();
     for c in eligible.values() {
-        let r = reached.get(&c.id);
+        let r = reached.reached(&c.id);
+        let r = r.as_ref();
         let propagated = r.map_or(0, |r| r.score);
         let relevance = c.lexical.max(propagated);
         if relevance == 0 {

@@ -4,7 +4,7 @@
 //! relevance scores come from the `lexical_score` UDF in the plan (see `load.rs`).
 
 use std::cmp::Ordering;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::HashMap;
 
 use serde::Serialize;
 
@@ -155,16 +155,18 @@ pub struct Reached {
 }
 
 /// Expansion (step 4): every seed's score halves per hop over `edges`, in either direction,
-/// up to `max_depth` hops, through entities and eligible objects (`passable`). Returns, per
-/// reached object other than the seed itself, the best propagated score (ties: fewer hops, then
-/// the seed and path in code-unit order).
+/// up to `max_depth` hops, through entities and eligible objects (`passable`). Multi-source
+/// propagation, one round per hop over the nodes improved in the previous round, so the cost
+/// is O(depth × edges) however many seeds there are. The best value at a node is the highest
+/// score, then fewer hops, then the seed id, the edge relation and the previous node (code-unit
+/// order).
 pub fn expand(
     seeds: &[(String, i64)],
     edges: &[Edge],
     max_depth: u32,
     passable: &dyn Fn(&str) -> bool,
-) -> HashMap<String, Reached> {
-    let mut adj: BTreeMap<&str, Vec<(&str, &str)>> = BTreeMap::new();
+) -> Expansion {
+    let mut adj: HashMap<&str, Vec<(&str, &str)>> = HashMap::new();
     for e in edges {
         adj.entry(e.a.as_str())
             .or_default()
@@ -177,61 +179,105 @@ pub fn expand(
         list.sort();
         list.dedup();
     }
-    let mut best: HashMap<String, Reached> = HashMap::new();
+    let mut best: HashMap<String, Step> = HashMap::new();
+    let mut frontier: Vec<String> = Vec::new();
     for (seed, score) in seeds {
-        let start = object_node(seed);
-        // Breadth-first: the first visit of a node is at its fewest hops.
-        let mut seen: HashMap<String, u32> = HashMap::new();
-        seen.insert(start.clone(), 0);
-        let mut queue: VecDeque<(String, u32, Vec<String>, String)> = VecDeque::new();
-        queue.push_back((start.clone(), 0, vec![start.clone()], String::new()));
-        while let Some((node, hops, path, via)) = queue.pop_front() {
-            if hops > 0
-                && let Some(id) = node.strip_prefix("object:")
-            {
-                let s = score >> hops;
-                let cand = Reached {
-                    score: s,
-                    hops,
-                    from: seed.clone(),
-                    via: via.clone(),
-                    path: path.clone(),
-                };
-                let better = match best.get(id) {
-                    None => true,
-                    Some(old) => {
-                        (s, std::cmp::Reverse(hops)) > (old.score, std::cmp::Reverse(old.hops))
-                            || ((s, hops) == (old.score, old.hops)
-                                && (cand.from.as_str(), &cand.path)
-                                    < (old.from.as_str(), &old.path))
-                    }
-                };
-                if better && id != seed.as_str() {
-                    best.insert(id.to_string(), cand);
-                }
-            }
-            if hops >= max_depth {
-                continue;
-            }
-            // Only entities and eligible objects pass the expansion on.
-            if hops > 0 && node.starts_with("object:") && !passable(&node["object:".len()..]) {
-                continue;
-            }
-            for (next, rel) in adj.get(node.as_str()).into_iter().flatten() {
-                if next.starts_with("object:") && !passable(&next["object:".len()..]) {
+        let node = object_node(seed);
+        best.insert(
+            node.clone(),
+            Step {
+                score: *score,
+                hops: 0,
+                from: seed.clone(),
+                via: String::new(),
+                prev: None,
+            },
+        );
+        frontier.push(node);
+    }
+    frontier.sort();
+    for _ in 0..max_depth {
+        let mut next: Vec<String> = Vec::new();
+        for u in &frontier {
+            let su = best[u].clone();
+            for (v, rel) in adj.get(u.as_str()).into_iter().flatten() {
+                if let Some(id) = v.strip_prefix("object:")
+                    && !passable(id)
+                {
                     continue;
                 }
-                if seen.contains_key(*next) {
-                    continue;
+                let cand = Step {
+                    score: su.score >> 1,
+                    hops: su.hops + 1,
+                    from: su.from.clone(),
+                    via: rel.to_string(),
+                    prev: Some(u.clone()),
+                };
+                if best.get(*v).is_none_or(|old| cand.better_than(old)) {
+                    best.insert(v.to_string(), cand);
+                    next.push(v.to_string());
                 }
-                seen.insert(next.to_string(), hops + 1);
-                let mut p = path.clone();
-                p.push(next.to_string());
-                queue.push_back((next.to_string(), hops + 1, p, rel.to_string()));
             }
         }
+        next.sort();
+        next.dedup();
+        frontier = next;
     }
-    best
+    Expansion { best }
+}
+
+/// The best way expansion reached a node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Step {
+    pub score: i64,
+    pub hops: u32,
+    pub from: String,
+    pub via: String,
+    pub prev: Option<String>,
+}
+
+impl Step {
+    fn better_than(&self, old: &Step) -> bool {
+        let units = |a: &str, b: &str| a.encode_utf16().cmp(b.encode_utf16());
+        old.score
+            .cmp(&self.score)
+            .then(self.hops.cmp(&old.hops))
+            .then_with(|| units(&self.from, &old.from))
+            .then_with(|| units(&self.via, &old.via))
+            .then_with(|| self.prev.cmp(&old.prev))
+            .is_lt()
+    }
+}
+
+/// The result of [`expand`].
+#[derive(Debug, Clone, Default)]
+pub struct Expansion {
+    best: HashMap<String, Step>,
+}
+
+impl Expansion {
+    /// How the object `id` was reached through at least one hop, if it was.
+    pub fn reached(&self, id: &str) -> Option<Reached> {
+        let node = object_node(id);
+        let step = self.best.get(&node)?;
+        if step.hops == 0 {
+            return None;
+        }
+        let mut path = vec![node.clone()];
+        let mut cur = step.prev.clone();
+        while let Some(p) = cur {
+            cur = self.best.get(&p).and_then(|s| s.prev.clone());
+            path.push(p);
+        }
+        path.reverse();
+        Some(Reached {
+            score: step.score,
+            hops: step.hops,
+            from: step.from.clone(),
+            via: step.via.clone(),
+            path,
+        })
+    }
 }
 
 /// Multiplies by 5/4, rounded down, once per satisfied PREFER term.
@@ -388,19 +434,36 @@ mod tests {
         ];
         let passable = |id: &str| id != "bad";
         let r = expand(&[("s".into(), 1000)], &edges, 3, &passable);
-        assert_eq!(r["t"].score, 250); // s → x → t: 2 hops
-        assert_eq!(r["t"].hops, 2);
-        assert_eq!(r["u"].score, 125); // 3 hops
-        assert_eq!(
-            r["u"].path,
-            ["object:s", "entity:x", "object:t", "object:u"]
-        );
+        let t = r.reached("t").unwrap();
+        assert_eq!((t.score, t.hops), (250, 2)); // s → x → t: 2 hops
+        let u = r.reached("u").unwrap();
+        assert_eq!(u.score, 125); // 3 hops
+        assert_eq!(u.path, ["object:s", "entity:x", "object:t", "object:u"]);
         assert!(
-            !r.contains_key("bad"),
+            r.reached("bad").is_none(),
             "an ineligible object is not reached"
         );
-        assert!(!r.contains_key("v"), "nor a bridge");
+        assert!(r.reached("v").is_none(), "nor a bridge");
+        assert!(
+            r.reached("s").is_none(),
+            "a seed is not reached from itself"
+        );
         let r = expand(&[("s".into(), 1000)], &edges, 1, &passable);
-        assert!(r.is_empty(), "depth 1 reaches only the entity");
+        assert!(r.reached("t").is_none(), "depth 1 reaches only the entity");
+        // A stronger seed two hops away beats a weaker one next door.
+        let edges = vec![
+            e("object:a", "object:m", "r"),
+            e("object:m", "object:b", "r"),
+        ];
+        let r = expand(
+            &[("a".into(), 1000), ("b".into(), 100)],
+            &edges,
+            2,
+            &|_: &str| true,
+        );
+        let m = r.reached("m").unwrap();
+        assert_eq!((m.score, m.from.as_str()), (500, "a"));
+        let b = r.reached("b").unwrap();
+        assert_eq!((b.score, b.hops), (250, 2));
     }
 }

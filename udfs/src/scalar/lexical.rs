@@ -43,6 +43,9 @@ pub const TEXT_WEIGHT: i64 = 1;
 
 fn is_word_char(c: char) -> bool {
     use GeneralCategory::*;
+    if c.is_ascii() {
+        return c.is_ascii_alphanumeric();
+    }
     matches!(
         get_general_category(c),
         UppercaseLetter
@@ -93,10 +96,17 @@ pub fn weights(terms: &[String], title: &str, summary: &str, text: &str) -> Vec<
         if w.iter().all(|&x| x >= weight) {
             continue;
         }
-        let lower = field.to_lowercase();
-        for tok in split(&lower) {
+        let lower;
+        let text: &str = if field.is_ascii() {
+            // ASCII: tokens are ASCII alphanumeric runs; compare case-insensitively below.
+            field
+        } else {
+            lower = field.to_lowercase();
+            &lower
+        };
+        for tok in split(text) {
             for (i, t) in terms.iter().enumerate() {
-                if w[i] < weight && t == tok {
+                if w[i] < weight && t.len() == tok.len() && t.eq_ignore_ascii_case(tok) {
                     w[i] = weight;
                 }
             }
