@@ -1,6 +1,7 @@
 //! Criterion benches: parse+format, lowering, UDF kernels called directly (stats, percentile,
 //! the funnel's per-user search), end-to-end queries on generated Parquet (the v0.3 examples and
-//! a 3-step funnel, ungrouped and grouped).
+//! a 3-step funnel, ungrouped and grouped) and CONTEXT FOR over a generated 100k-object corpus
+//! next to the same lexical scoring as plain DataFusion SQL (group `context`).
 //!
 //! `cargo bench --bench signalql` (add `-- GROUP` to run one of `syntax`, `lowering`, `udf`,
 //! `end_to_end`). The end-to-end dataset has `SIGNALQL_BENCH_ROWS` rows (default 1 000 000),
@@ -22,6 +23,7 @@ use datafusion::logical_expr::function::AccumulatorArgs;
 use datafusion::physical_expr::expressions::{col, lit};
 use signalql::Engine;
 use signalql::catalog::generator::{GenOptions, generate_events};
+use signalql::catalog::objects::generator::{ObjectGenOptions, generate_objects};
 use signalql::udfs::aggregate::funnel_chain::{Event, Mode, level, search, sort_events};
 use signalql::udfs::aggregate::percentile::percentile_udaf;
 use signalql::udfs::aggregate::stats::StatsAccumulator;
@@ -488,11 +490,110 @@ fn bench_end_to_end(c: &mut Criterion) {
     group.finish();
 }
 
+/// The context task of the `context` group; its 4 terms make lexical-v1's denominator 12.
+const CONTEXT_TASK: &str = "parquet storage engine budget";
+
+/// The same lexical-v1 scoring as plain DataFusion SQL: whole-token matches as regular
+/// expressions over the lower-cased fields (the generated corpus is ASCII), the heaviest field
+/// per term, floor(sum × 1e6 / 12), top 20. It skips what CONTEXT FOR adds (revision and
+/// tombstone selection at T, secrets, expansion, packing), so it is the scoring floor.
+fn lexical_sql() -> String {
+    let term = |t: &str| {
+        let re = format!("'(^|[^a-z0-9]){t}([^a-z0-9]|$)'");
+        format!(
+            "CASE WHEN regexp_like(lower(title), {re}) THEN 3 \
+             WHEN regexp_like(lower(summary), {re}) THEN 2 \
+             WHEN regexp_like(lower(other), {re}) THEN 1 ELSE 0 END"
+        )
+    };
+    let sum: Vec<String> = CONTEXT_TASK.split(' ').map(term).collect();
+    format!(
+        "WITH r AS (\
+           SELECT o.object_id, o.title, \
+             max(CASE WHEN p.name = 'summary' THEN p.content END) AS summary, \
+             string_agg(CASE WHEN p.name <> 'summary' THEN p.content END, '\n') AS other \
+           FROM objects o JOIN representations p ON p.object_id = o.object_id \
+           GROUP BY o.object_id, o.title) \
+         SELECT object_id, CAST(floor(({}) * 1000000 / 12) AS BIGINT) AS score \
+         FROM r ORDER BY score DESC, object_id LIMIT 20",
+        sum.join(" + ")
+    )
+}
+
+fn bench_context(c: &mut Criterion) {
+    let objects: u64 = std::env::var("SIGNALQL_BENCH_OBJECTS")
+        .ok()
+        .and_then(|s| s.replace('_', "").parse().ok())
+        .unwrap_or(100_000);
+    let rt = runtime();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let t0 = Instant::now();
+    let opts = ObjectGenOptions::new(dir.path(), objects);
+    generate_objects(&opts).expect("generate objects");
+    eprintln!("generated {objects} objects in {:.1?}", t0.elapsed());
+    let engine = Engine::open(dir.path()).expect("open dataset");
+    for t in ["objects", "representations"] {
+        let info = rt
+            .block_on(engine.dataset().table(engine.session(), t))
+            .expect("object table");
+        engine
+            .session()
+            .register_table(t, Arc::clone(&info.provider))
+            .expect("register");
+    }
+    let query = format!(r#"CONTEXT FOR "{CONTEXT_TASK}" BUDGET 8000 TOKENS"#);
+    let sql = lexical_sql();
+    // Both must run; the bundle must hold items.
+    rt.block_on(async {
+        match engine.answer(&query).await.expect("context") {
+            signalql::Answer::Bundle(b) => assert!(!b.items.is_empty()),
+            _ => panic!("not a bundle"),
+        }
+        let n: usize = engine
+            .session()
+            .sql(&sql)
+            .await
+            .expect("sql plan")
+            .collect()
+            .await
+            .expect("sql run")
+            .iter()
+            .map(|b| b.num_rows())
+            .sum();
+        assert_eq!(n, 20);
+    });
+    let mut group = c.benchmark_group("context");
+    group
+        .sample_size(10)
+        .sampling_mode(SamplingMode::Flat)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(10))
+        .throughput(Throughput::Elements(objects));
+    group.bench_function("context_for/signalql", |b| {
+        b.to_async(&rt)
+            .iter(|| async { engine.answer(black_box(&query)).await.expect("context") })
+    });
+    group.bench_function("lexical_scoring/datafusion_sql", |b| {
+        b.to_async(&rt).iter(|| async {
+            engine
+                .session()
+                .sql(black_box(&sql))
+                .await
+                .expect("sql plan")
+                .collect()
+                .await
+                .expect("sql run")
+        })
+    });
+    group.finish();
+}
+
 criterion_group!(
     benches,
     bench_syntax,
     bench_lowering,
     bench_udf,
-    bench_end_to_end
+    bench_end_to_end,
+    bench_context
 );
 criterion_main!(benches);

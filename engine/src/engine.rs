@@ -103,6 +103,7 @@ impl Engine {
             .with_config(config)
             .with_runtime_env(runtime)
             .with_default_features()
+            .with_query_planner(Arc::new(crate::context::exec::ContextQueryPlanner))
             .build();
         let ctx = SessionContext::new_with_state(state);
         signalql_udfs::register_all(&ctx);
@@ -331,11 +332,34 @@ impl Engine {
             Some(ts) => (Some(ts.0.clone()), parse_timestamp(ts)?),
             None => (None, self.now()?),
         };
-        let (candidates, graph) =
-            crate::context::load::load(&self.ctx, &self.dataset, q, t).await?;
+        let params = crate::context::PackParams::of(q, crate::lower::time::micros(t))?;
+        let plan = crate::context::load::plan(&self.ctx, &self.dataset, q, t, &params).await?;
+        let (batches, _) = self.execute(&plan).await?;
+        let decisions = crate::context::exec::decode(&batches)?;
+        let graph = if q.with_evidence {
+            let selected: std::collections::HashMap<String, i64> = decisions
+                .items
+                .iter()
+                .filter_map(|i| {
+                    let (id, rev) = i.object.strip_prefix("object://")?.rsplit_once('@')?;
+                    Some((id.to_string(), rev.parse().ok()?))
+                })
+                .collect();
+            Some(
+                crate::context::load::graph(
+                    &self.ctx,
+                    &self.dataset,
+                    &selected,
+                    crate::lower::time::micros(t),
+                )
+                .await?,
+            )
+        } else {
+            None
+        };
         let evaluated_at = rfc3339(self.now()?);
         let (mut bundle, explanation) =
-            crate::context::build(q, as_of, evaluated_at, &candidates, &graph);
+            crate::context::assemble(q, as_of, evaluated_at, decisions, graph.as_ref());
         // Only the packed representations' content is read, after packing.
         let keys: Vec<(String, i64, String)> = bundle
             .items

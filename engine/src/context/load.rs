@@ -3,23 +3,26 @@
 //! `lexical_score` UDF, and the graph of the selected revisions.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use datafusion::arrow::array::{
     Array, AsArray, BooleanArray, Int64Array, ListArray, RecordBatch, StringArray,
 };
 use datafusion::arrow::compute::cast;
-use datafusion::arrow::datatypes::{DataType, TimestampMicrosecondType};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, TimestampMicrosecondType};
 use datafusion::common::JoinType;
 use datafusion::dataframe::DataFrame;
 use datafusion::functions::core::expr_fn::coalesce;
-use datafusion::functions::string::expr_fn::starts_with;
+use datafusion::functions::string::expr_fn::{concat, starts_with};
 use datafusion::functions::unicode::expr_fn::character_length;
 use datafusion::functions_aggregate::expr_fn::max;
 use datafusion::functions_aggregate::string_agg::string_agg_udaf;
 use datafusion::functions_nested::expr_fn::{array_has, array_union, make_array};
 use datafusion::functions_window::expr_fn::row_number;
-use datafusion::logical_expr::{Expr, ExprFunctionExt, cast as cast_expr, col, lit, when};
+use datafusion::logical_expr::{
+    Expr, ExprFunctionExt, Extension, LogicalPlan, cast as cast_expr, col, lit, when,
+};
 use datafusion::prelude::SessionContext;
 use signalql_catalog::Dataset;
 use signalql_udfs::scalar::lexical::{lexical_score, lexical_terms};
@@ -28,7 +31,7 @@ use super::Graph;
 use super::select::{Candidate, Edge, Rep, object_node};
 use crate::error::{Error, Result};
 use crate::lower::fields::ts_lit;
-use crate::lower::time::{duration_seconds, micros};
+use crate::lower::time::micros;
 use crate::syntax::ast::{ContextQuery, ExcludeItem, Role};
 
 /// The estimator of a representation without a stored token count.
@@ -138,12 +141,16 @@ pub(crate) async fn candidates_df(
 }
 
 /// Loads the candidates (with lexical scores for the eligible ones) and the graph.
-pub async fn load(
+/// The logical plan of `CONTEXT FOR`: the candidate representations (metadata only) with each
+/// object's lexical-v1 score and matched terms, and the graph edges of the selected revisions,
+/// under a [`BundlePackNode`](super::exec::BundlePackNode).
+pub async fn plan(
     ctx: &SessionContext,
     dataset: &Dataset,
     q: &ContextQuery,
     t: DateTime<Utc>,
-) -> Result<(Vec<Candidate>, Graph)> {
+    params: &super::PackParams,
+) -> Result<LogicalPlan> {
     let t_us = micros(t);
     let cands = candidates_df(ctx, dataset, t_us).await?;
     let reps = table(ctx, dataset, "representations", true)
@@ -301,35 +308,119 @@ pub async fn load(
         .filter(|c| c.name != "content")
         .map(Expr::Column)
         .collect();
-    let rows = rows_df.select(meta_cols)?.collect().await?;
-    let scores = scores_df.collect().await?;
+    let rows = rows_df.select(meta_cols)?.join(
+        scores_df,
+        JoinType::Left,
+        &["object_id"],
+        &["s_object_id"],
+        None,
+    )?;
+    let edges = edges_df(ctx, dataset, t_us).await?;
+    let node = super::exec::BundlePackNode::new(
+        rows.into_unoptimized_plan(),
+        edges.into_unoptimized_plan(),
+        params.clone(),
+    )?;
+    Ok(LogicalPlan::Extension(Extension {
+        node: Arc::new(node),
+    }))
+}
 
+/// The graph edges (`a`, `b`, `relation`) of the selected revisions: links (an `object`
+/// entity is an object node) and derivations.
+async fn edges_df(ctx: &SessionContext, dataset: &Dataset, t: i64) -> Result<DataFrame> {
+    let selected = || async {
+        Ok::<_, Error>(candidates_df(ctx, dataset, t).await?.select(vec![
+            col("object_id").alias("c_object_id"),
+            col("revision").alias("c_revision"),
+        ])?)
+    };
+    let mut parts: Vec<DataFrame> = Vec::new();
+    if let Some(links) = table(ctx, dataset, "links", false).await? {
+        let node = when(
+            col("entity_type").eq(lit("object")),
+            concat(vec![lit("object:"), col("entity_id")]),
+        )
+        .otherwise(concat(vec![col("entity_type"), lit(":"), col("entity_id")]))?;
+        parts.push(
+            links
+                .join(
+                    selected().await?,
+                    JoinType::Inner,
+                    &["object_id", "revision"],
+                    &["c_object_id", "c_revision"],
+                    None,
+                )?
+                .select(vec![
+                    concat(vec![lit("object:"), col("object_id")]).alias("a"),
+                    node.alias("b"),
+                    col("relation"),
+                ])?,
+        );
+    }
+    if let Some(derivs) = table(ctx, dataset, "derivations", false).await? {
+        parts.push(
+            derivs
+                .join(
+                    selected().await?,
+                    JoinType::Inner,
+                    &["object_id", "revision"],
+                    &["c_object_id", "c_revision"],
+                    None,
+                )?
+                .select(vec![
+                    concat(vec![lit("object:"), col("object_id")]).alias("a"),
+                    concat(vec![lit("object:"), col("source_object_id")]).alias("b"),
+                    col("relation"),
+                ])?,
+        );
+    }
+    let mut it = parts.into_iter();
+    match it.next() {
+        None => {
+            let schema = Arc::new(Schema::new(vec![
+                Field::new("a", DataType::Utf8, true),
+                Field::new("b", DataType::Utf8, true),
+                Field::new("relation", DataType::Utf8, true),
+            ]));
+            Ok(ctx.read_batch(RecordBatch::new_empty(schema))?)
+        }
+        Some(first) => {
+            let mut df = first;
+            for next in it {
+                df = df.union(next)?;
+            }
+            Ok(df)
+        }
+    }
+}
+
+/// The candidates from the rows of [`plan`]'s first input (one per object and representation).
+pub fn candidates_from(
+    batches: &[RecordBatch],
+    params: &super::PackParams,
+) -> Result<Vec<Candidate>> {
     let mut score_of: HashMap<String, (i64, Vec<String>)> = HashMap::new();
-    for b in &scores {
-        let ids = string_col(b, "s_object_id")?;
-        let lex = b
-            .column_by_name("lexical")
-            .and_then(|c| c.as_primitive_opt::<datafusion::arrow::datatypes::Int64Type>())
-            .cloned();
+    for b in batches {
+        let ids = string_col(b, "object_id")?;
+        let lex = int_col(b, "lexical")?;
         let terms = b
             .column_by_name("terms")
             .and_then(|c| c.as_list_opt::<i32>())
-            .cloned();
-        let (Some(lex), Some(terms)) = (lex, terms) else {
-            return Err(Error::internal("lexical columns missing"));
-        };
+            .cloned()
+            .ok_or_else(|| Error::internal("terms column missing"))?;
         for i in 0..b.num_rows() {
-            let t = list_strings(&terms, i);
-            score_of.insert(ids.value(i).to_string(), (lex.value(i), t));
+            if !lex.is_null(i) {
+                score_of
+                    .entry(ids.value(i).to_string())
+                    .or_insert_with(|| (lex.value(i), list_strings(&terms, i)));
+            }
         }
     }
-
-    let max_age_from = match &q.max_age {
-        Some(d) => Some(t_us - duration_seconds(d)? * 1_000_000),
-        None => None,
-    };
+    let rows = batches;
+    let max_age_from = params.min_created;
     let mut by_id: BTreeMap<String, Candidate> = BTreeMap::new();
-    for b in &rows {
+    for b in rows {
         let s = |name: &str| string_col(b, name);
         let (ids, projects, origins, trusts, validations, states) = (
             s("object_id")?,
@@ -375,7 +466,7 @@ pub async fn load(
                 Candidate {
                     id: id.clone(),
                     revision: revs.value(i),
-                    in_project: match &q.project {
+                    in_project: match &params.project {
                         None => true,
                         Some(p) => !projects.is_null(i) && projects.value(i) == p,
                     },
@@ -415,9 +506,7 @@ pub async fn load(
             });
         }
     }
-    let candidates: Vec<Candidate> = by_id.into_values().collect();
-    let graph = graph(ctx, dataset, &candidates, t_us).await?;
-    Ok((candidates, graph))
+    Ok(by_id.into_values().collect())
 }
 
 /// The content of the representations `keys` (object id, revision, name), read after packing
@@ -468,17 +557,13 @@ pub async fn contents(
 }
 
 /// Edges and evidence rows of the candidates' selected revisions, and every object's latest
-/// revision as of `t`.
-async fn graph(
+/// revision as of `t` (for WITH EVIDENCE).
+pub async fn graph(
     ctx: &SessionContext,
     dataset: &Dataset,
-    candidates: &[Candidate],
+    selected: &HashMap<String, i64>,
     t: i64,
 ) -> Result<Graph> {
-    let selected: HashMap<&str, i64> = candidates
-        .iter()
-        .map(|c| (c.id.as_str(), c.revision))
-        .collect();
     let mut g = Graph::default();
     if let Some(links) = table(ctx, dataset, "links", false).await? {
         for b in links

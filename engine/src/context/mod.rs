@@ -7,6 +7,7 @@
 //! expansion, boosts, rank and packing. This module assembles the bundle, its address and the
 //! explanation the context store keeps for `EXPLAIN CONTEXT`.
 
+pub mod exec;
 pub mod find;
 pub mod load;
 pub mod render;
@@ -180,27 +181,65 @@ pub fn address(
     format!("context://ctx_{}", &digest[..32])
 }
 
-/// Builds the bundle and its explanation from the loaded candidates and graph.
-pub fn build(
-    q: &ContextQuery,
-    as_of: Option<String>,
-    evaluated_at: String,
-    candidates: &[Candidate],
-    graph: &Graph,
-) -> (Bundle, Explanation) {
-    let canonical = q.to_string();
-    let budget = q.budget.unwrap_or(DEFAULT_BUDGET);
-    let max_objects = q.max_objects.unwrap_or(DEFAULT_MAX_OBJECTS) as usize;
-    let max_depth = q.max_depth.unwrap_or(DEFAULT_MAX_DEPTH) as u32;
+/// The packer's parameters, fixed per query.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Hash)]
+pub struct PackParams {
+    pub budget: u64,
+    pub max_objects: u64,
+    pub max_depth: u32,
+    pub exclude_untrusted: bool,
+    pub exclude_stale: bool,
+    pub prefer: Vec<PreferItem>,
+    pub project: Option<String>,
+    /// MAX AGE: revisions created before this instant (µs) are out.
+    pub min_created: Option<i64>,
+}
+
+impl PackParams {
+    /// The parameters of `q` evaluated at `t` (µs).
+    pub fn of(q: &ContextQuery, t: i64) -> Result<Self> {
+        Ok(PackParams {
+            budget: q.budget.unwrap_or(DEFAULT_BUDGET),
+            max_objects: q.max_objects.unwrap_or(DEFAULT_MAX_OBJECTS),
+            max_depth: q.max_depth.unwrap_or(DEFAULT_MAX_DEPTH) as u32,
+            exclude_untrusted: q.exclude.contains(&ExcludeItem::Untrusted),
+            exclude_stale: q.exclude.contains(&ExcludeItem::Stale),
+            prefer: q.prefer.clone(),
+            project: q.project.clone(),
+            min_created: match &q.max_age {
+                Some(d) => Some(t - crate::lower::time::duration_seconds(d)? * 1_000_000),
+                None => None,
+            },
+        })
+    }
+}
+
+/// What the packer decided: items in rank order (without content) with their explanation
+/// entries, the rejected objects, and the counts the metadata and EXPLAIN report.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Decisions {
+    pub items: Vec<Item>,
+    pub explained: Vec<Value>,
+    pub rejected: Vec<(String, Reason)>,
+    pub used: u64,
+    pub considered: u64,
+    pub seeds: u64,
+    pub expanded: u64,
+}
+
+/// Eligibility, expansion, boosts, rank, MAX OBJECTS and both packing passes.
+pub fn decide(p: &PackParams, candidates: &[Candidate], edges: &[select::Edge]) -> Decisions {
+    let budget = p.budget;
+    let max_objects = p.max_objects as usize;
+    let max_depth = p.max_depth;
     let ex = Exclusions {
-        untrusted: q.exclude.contains(&ExcludeItem::Untrusted),
-        stale: q.exclude.contains(&ExcludeItem::Stale),
+        untrusted: p.exclude_untrusted,
+        stale: p.exclude_stale,
     };
-    let preferred_rep = q.prefer.iter().find_map(|p| match p {
+    let preferred_rep = p.prefer.iter().find_map(|p| match p {
         PreferItem::Representation(r) => Some(r.as_str()),
         _ => None,
     });
-
     let mut rejected: Vec<(String, Reason)> = Vec::new();
     let mut eligible: BTreeMap<&str, &Candidate> = BTreeMap::new();
     for c in candidates {
@@ -217,7 +256,7 @@ pub fn build(
         .map(|c| (c.id.clone(), c.lexical))
         .collect();
     let passable = |id: &str| eligible.contains_key(id);
-    let reached = expand(&seeds, &graph.edges, max_depth, &passable);
+    let reached = expand(&seeds, edges, max_depth, &passable);
 
     // Relevance, boosts and the rank key of every relevant eligible object.
     struct Ranked<'a> {
@@ -265,7 +304,7 @@ pub fn build(
             _ => (0, vec![object_uri(&c.id, c.revision)]),
         };
         let mut boosts = Vec::new();
-        for p in &q.prefer {
+        for p in &p.prefer {
             let (ok, term) = match p {
                 PreferItem::Current => (c.state == "current", "CURRENT".to_string()),
                 PreferItem::Trust(level) => (trust_at_least(&c.trust, *level), p.to_string()),
@@ -370,6 +409,38 @@ pub fn build(
         items.push(item);
     }
 
+    rejected.sort_by(|a, b| a.0.encode_utf16().cmp(b.0.encode_utf16()));
+    Decisions {
+        items,
+        explained,
+        rejected,
+        used: used as u64,
+        considered: candidates.len() as u64,
+        seeds: seeds.len() as u64,
+        expanded,
+    }
+}
+
+/// The bundle and its explanation from the packer's decisions (items without content; the
+/// engine reads the packed content afterwards). `graph` is needed only WITH EVIDENCE.
+pub fn assemble(
+    q: &ContextQuery,
+    as_of: Option<String>,
+    evaluated_at: String,
+    d: Decisions,
+    graph: Option<&Graph>,
+) -> (Bundle, Explanation) {
+    let canonical = q.to_string();
+    let budget = q.budget.unwrap_or(DEFAULT_BUDGET);
+    let Decisions {
+        items,
+        explained,
+        rejected,
+        used,
+        considered,
+        seeds,
+        expanded,
+    } = d;
     let estimators: Vec<String> = items
         .iter()
         .map(|i| i.estimator.clone())
@@ -387,15 +458,18 @@ pub fn build(
     let truncated = rejected
         .iter()
         .any(|(_, r)| matches!(r, Reason::MaxObjects | Reason::Budget));
-    let evidence = q.with_evidence.then(|| evidence(&items, graph));
+    let evidence = match (q.with_evidence, graph) {
+        (true, Some(g)) => Some(evidence(&items, g)),
+        (true, None) => Some(evidence(&items, &Graph::default())),
+        _ => None,
+    };
     let budget_out = Budget {
         limit: budget,
-        used: used as u64,
+        used,
     };
-    rejected.sort_by(|a, b| a.0.encode_utf16().cmp(b.0.encode_utf16()));
     let phases: BTreeMap<String, u64> = [
-        ("candidates", candidates.len() as u64),
-        ("seeds", seeds.len() as u64),
+        ("candidates", considered),
+        ("seeds", seeds),
         ("expanded", expanded),
         ("rejected", rejected.len() as u64),
         ("packed", items.len() as u64),
@@ -430,7 +504,7 @@ pub fn build(
             estimators,
             as_of,
             evaluated_at,
-            considered: candidates.len() as u64,
+            considered,
             excluded,
             truncated,
         },
