@@ -686,3 +686,29 @@ async fn find_object_about_ranks_by_lexical_score() {
         .unwrap_err();
     assert_eq!(err.to_json()["error"]["code"], "unknown_field");
 }
+
+#[tokio::test]
+async fn with_evidence_lists_derivations_and_entities() {
+    let dir = store();
+    let q = r#"CONTEXT FOR "parquet storage engine" USING PROJECT "main" EXCLUDE UNTRUSTED, STALE, ROLE INSTRUCTION MAX AGE 60 d WITH EVIDENCE"#;
+    let b = bundle(dir.path(), q).await;
+    let ev = b.evidence.expect("WITH EVIDENCE");
+    assert_eq!(ev.len(), b.items.len());
+    let of = |o: &str| ev.iter().find(|e| e["object"] == o).unwrap().clone();
+    let be = of("object://b_engine@1");
+    assert_eq!(
+        be["derivations"],
+        serde_json::json!([{"relation": "derived_from", "source": "object://a_main@1", "source_latest_revision": 1, "link_state": "current"}])
+    );
+    let ae = of("object://a_main@1");
+    assert_eq!(
+        ae["entities"],
+        serde_json::json!([
+            {"entity_type": "object", "entity_id": "c_linked", "relation": "links_to"},
+            {"entity_type": "topic", "entity_id": "x", "relation": "about"}
+        ])
+    );
+    // Without WITH EVIDENCE there is no evidence member.
+    let b = bundle(dir.path(), &q.replace(" WITH EVIDENCE", "")).await;
+    assert!(b.evidence.is_none());
+}
