@@ -60,6 +60,9 @@ enum Command {
         /// Print the prompt text instead of the JSON bundle.
         #[arg(long)]
         render: bool,
+        /// Shrink items that do not fit to their task-relevant sentences (COMPRESS).
+        #[arg(long)]
+        compress: bool,
         /// Evaluation time T (RFC 3339) when the bundle has no AS OF.
         #[arg(long)]
         now: Option<String>,
@@ -259,6 +262,7 @@ fn run(cli: Cli) -> Result<(), Error> {
             budget,
             project,
             render,
+            compress,
             now,
             task,
         } => {
@@ -272,6 +276,7 @@ fn run(cli: Cli) -> Result<(), Error> {
                 max_depth: None,
                 max_age: None,
                 with_evidence: false,
+                compress,
                 as_of: None,
                 span: Default::default(),
             };

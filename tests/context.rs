@@ -712,3 +712,51 @@ async fn with_evidence_lists_derivations_and_entities() {
     let b = bundle(dir.path(), &q.replace(" WITH EVIDENCE", "")).await;
     assert!(b.evidence.is_none());
 }
+
+#[tokio::test]
+async fn compress_shrinks_what_does_not_fit_and_render_fences_instructions() {
+    let text = "Intro line. Parquet storage is columnar. Unrelated filler sentence here. The engine reads it.";
+    let mut notes = obj("n_notes", "Notes", vec![rep("text", text)]);
+    notes.reps[0].roles = vec!["instruction"];
+    let dir = tempfile::tempdir().unwrap();
+    write_store(dir.path(), &[notes], &[], &[], false);
+    // Whole text: 93 chars = 24 tokens > 10. Without COMPRESS it is left out for the budget.
+    let q = r#"CONTEXT FOR "parquet storage engine" BUDGET 10 TOKENS"#;
+    let b = bundle(dir.path(), q).await;
+    assert!(b.items.is_empty());
+    assert_eq!(b.metadata.excluded["budget"], 1);
+    // With it: the sentence with two terms (28 chars, 7 tokens) fits; adding the one with one
+    // term would make 49 chars (13 tokens). Two of the three terms in the text are kept.
+    let b = bundle(dir.path(), &format!("{q} COMPRESS")).await;
+    assert_eq!(b.metadata.canonical_query, format!("{q} COMPRESS"));
+    assert_eq!(b.items.len(), 1);
+    let item = &b.items[0];
+    assert_eq!(
+        item.content.as_deref(),
+        Some("Parquet storage is columnar.")
+    );
+    assert_eq!(
+        (item.tokens, item.estimator.as_str()),
+        (7, "chars-div-4-v1")
+    );
+    let c = item.compression.as_ref().unwrap();
+    assert!((c.preservation - 2.0 / 3.0).abs() < 1e-12);
+    assert_eq!(c.original_tokens, 24);
+    assert_eq!(b.metadata.compression_ratio, Some(28.0 / 93.0));
+    use sha2::Digest;
+    assert_eq!(
+        item.content_hash,
+        hex::encode(sha2::Sha256::digest(b"Parquet storage is columnar."))
+    );
+
+    // Render: provenance header, and the instruction content fenced.
+    let text = signalql::render_bundle(&b);
+    assert!(text.contains(&b.id));
+    assert!(text.contains("## [1] object://n_notes@1 (text, text/plain)"));
+    let open = text
+        .find("<<<BEGIN QUOTED CONTENT roles=data,instruction")
+        .unwrap();
+    let body = text.find("Parquet storage is columnar.").unwrap();
+    let close = text.find("<<<END QUOTED CONTENT>>>").unwrap();
+    assert!(open < body && body < close);
+}

@@ -364,19 +364,41 @@ impl Engine {
         let keys: Vec<(String, i64, String)> = bundle
             .items
             .iter()
+            .filter(|i| i.content.is_none())
             .filter_map(|i| {
                 let (id, rev) = i.object.strip_prefix("object://")?.rsplit_once('@')?;
                 Some((id.to_string(), rev.parse().ok()?, i.representation.clone()))
             })
             .collect();
         let mut texts = crate::context::load::contents(&self.ctx, &self.dataset, &keys).await?;
-        for (item, key) in bundle.items.iter_mut().zip(&keys) {
+        for (item, key) in bundle
+            .items
+            .iter_mut()
+            .filter(|i| i.content.is_none())
+            .zip(&keys)
+        {
             item.content = Some(texts.remove(key).ok_or_else(|| {
                 Error::io(format!(
                     "the content of {} ({}) could not be read",
                     item.object, item.representation
                 ))
             })?);
+        }
+        if q.compress {
+            let (mut used, mut full) = (0u64, 0u64);
+            for item in &bundle.items {
+                let n = item
+                    .content
+                    .as_deref()
+                    .map_or(0, |c| c.chars().count() as u64);
+                used += n;
+                full += item.compression.as_ref().map_or(n, |c| c.original_chars);
+            }
+            bundle.metadata.compression_ratio = Some(if full == 0 {
+                1.0
+            } else {
+                used as f64 / full as f64
+            });
         }
         crate::context::store::put(
             self.dataset.root(),

@@ -628,12 +628,13 @@ fn context_task() -> impl Strategy<Value = ContextQuery> {
         prop::option::of(any::<u64>()),
         prop::option::of(duration()),
         any::<bool>(),
+        any::<bool>(),
         prop::option::of(timestamp()),
     );
     (a, b).prop_map(
         |(
             (task, project, budget, mut prefer, mut exclude),
-            (max_objects, max_depth, max_age, with_evidence, as_of),
+            (max_objects, max_depth, max_age, with_evidence, compress, as_of),
         )| {
             prefer.sort();
             prefer.dedup();
@@ -649,6 +650,7 @@ fn context_task() -> impl Strategy<Value = ContextQuery> {
                 max_depth,
                 max_age,
                 with_evidence,
+                compress,
                 as_of,
                 span: Span::default(),
             }

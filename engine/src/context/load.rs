@@ -305,7 +305,8 @@ pub async fn plan(
         .schema()
         .columns()
         .into_iter()
-        .filter(|c| c.name != "content")
+        // Content only for COMPRESS, which shrinks the text of what does not fit.
+        .filter(|c| params.compress || c.name != "content")
         .map(Expr::Column)
         .collect();
     let rows = rows_df.select(meta_cols)?.join(
@@ -418,6 +419,9 @@ pub fn candidates_from(
         }
     }
     let rows = batches;
+    let has_content = batches
+        .first()
+        .is_some_and(|b| b.column_by_name("content").is_some());
     let max_age_from = params.min_created;
     let mut by_id: BTreeMap<String, Candidate> = BTreeMap::new();
     for b in rows {
@@ -438,6 +442,11 @@ pub fn candidates_from(
         );
         let revs = int_col(b, "revision")?;
         let tokens = int_col(b, "est_tokens")?;
+        let contents = if has_content {
+            Some(string_col(b, "content")?)
+        } else {
+            None
+        };
         let created = b
             .column_by_name("rev_created_at")
             .and_then(|c| c.as_primitive_opt::<TimestampMicrosecondType>())
@@ -487,7 +496,9 @@ pub fn candidates_from(
             c.reps.push(Rep {
                 name: names.value(i).to_string(),
                 media_type: medias.value(i).to_string(),
-                content: None,
+                content: contents
+                    .as_ref()
+                    .and_then(|c| (!c.is_null(i)).then(|| c.value(i).to_string())),
                 content_hash: hashes.value(i).to_string(),
                 tokens: if tokens.is_null(i) {
                     0

@@ -22,7 +22,7 @@ use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
 use crate::syntax::ast::{ContextQuery, ExcludeItem, PreferItem, TrustLevel};
-use select::{Candidate, Exclusions, RankKey, Reason, boost, expand, ineligible, pack, rank_cmp};
+use select::{Candidate, Exclusions, RankKey, Reason, boost, expand, ineligible, rank_cmp};
 
 pub use signalql_udfs::scalar::lexical::SCORER;
 
@@ -78,6 +78,19 @@ pub struct Item {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
     pub content_hash: String,
+    /// Present on an item COMPRESS shrank.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compression: Option<Compression>,
+}
+
+/// How COMPRESS shrank an item: the fraction of the task terms in the representation that the
+/// compressed text keeps, and the whole representation's size and hash.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Compression {
+    pub preservation: f64,
+    pub original_tokens: i64,
+    pub original_content_hash: String,
+    pub original_chars: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -91,6 +104,10 @@ pub struct BundleMetadata {
     pub considered: u64,
     pub excluded: BTreeMap<String, u64>,
     pub truncated: bool,
+    /// With COMPRESS: characters of the packed content over those of the whole representations
+    /// (1.0 when nothing was compressed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compression_ratio: Option<f64>,
 }
 
 /// A context bundle, with the spec's field names.
@@ -193,6 +210,9 @@ pub struct PackParams {
     pub project: Option<String>,
     /// MAX AGE: revisions created before this instant (µs) are out.
     pub min_created: Option<i64>,
+    /// COMPRESS, and the task's lexical-v1 terms it keeps sentences for.
+    pub compress: bool,
+    pub terms: Vec<String>,
 }
 
 impl PackParams {
@@ -210,6 +230,8 @@ impl PackParams {
                 Some(d) => Some(t - crate::lower::time::duration_seconds(d)? * 1_000_000),
                 None => None,
             },
+            compress: q.compress,
+            terms: signalql_udfs::scalar::lexical::terms(&q.task),
         })
     }
 }
@@ -362,16 +384,48 @@ pub fn decide(p: &PackParams, candidates: &[Candidate], edges: &[select::Edge]) 
         .iter()
         .map(|v| v.iter().map(|r| (r.name.as_str(), r.tokens)).collect())
         .collect();
-    let (chosen, used) = pack(&sizes, budget as i64, preferred_rep);
+    // COMPRESS: an object for which nothing fits gets its preferred (else largest)
+    // representation's task-relevant sentences, within what is left.
+    let mut compressed: HashMap<usize, (usize, String, f64)> = HashMap::new();
+    let mut compressor = |k: usize, left: i64| -> Option<i64> {
+        if !p.compress {
+            return None;
+        }
+        let reps = &reps_of[k];
+        let idx = preferred_rep
+            .and_then(|name| reps.iter().position(|r| r.name == name))
+            .or_else(|| {
+                (0..reps.len()).max_by(|&a, &b| {
+                    reps[a]
+                        .tokens
+                        .cmp(&reps[b].tokens)
+                        .then_with(|| reps[b].name.encode_utf16().cmp(reps[a].name.encode_utf16()))
+                })
+            })?;
+        let text = reps[idx].content.as_deref()?;
+        let (out, preservation) = select::compress_text(text, &p.terms, left)?;
+        let tokens = select::chars_div_4(&out);
+        compressed.insert(k, (idx, out, preservation));
+        Some(tokens)
+    };
+    let (chosen, used) =
+        select::pack_compressing(&sizes, budget as i64, preferred_rep, &mut compressor);
 
     let mut items = Vec::new();
     let mut explained = Vec::new();
-    for ((r, reps), pick) in ranked.iter().zip(&reps_of).zip(&chosen) {
-        let Some(i) = pick else {
-            rejected.push((object_uri(&r.c.id, r.c.revision), Reason::Budget));
-            continue;
+    for (k, ((r, reps), pick)) in ranked.iter().zip(&reps_of).zip(&chosen).enumerate() {
+        let (i, squeezed) = match pick {
+            select::Choice::Whole(i) => (*i, None),
+            select::Choice::Compressed(_) => match compressed.remove(&k) {
+                Some((i, text, preservation)) => (i, Some((text, preservation))),
+                None => continue,
+            },
+            select::Choice::Left => {
+                rejected.push((object_uri(&r.c.id, r.c.revision), Reason::Budget));
+                continue;
+            }
         };
-        let rep = reps[*i];
+        let rep = reps[i];
         let mut roles: Vec<String> = rep.roles.clone();
         roles.sort();
         roles.dedup();
@@ -389,8 +443,28 @@ pub fn decide(p: &PackParams, candidates: &[Candidate], edges: &[select::Edge]) 
             trust: r.c.trust.clone(),
             validation: r.c.validation.clone(),
             roles,
-            content: rep.content.clone(),
+            content: None,
             content_hash: rep.content_hash.clone(),
+            compression: None,
+        };
+        let item = match squeezed {
+            None => item,
+            Some((text, preservation)) => Item {
+                tokens: select::chars_div_4(&text),
+                estimator: load::CHARS_DIV_4.into(),
+                content_hash: hex::encode(Sha256::digest(text.as_bytes())),
+                compression: Some(Compression {
+                    preservation,
+                    original_tokens: rep.tokens,
+                    original_content_hash: rep.content_hash.clone(),
+                    original_chars: rep
+                        .content
+                        .as_deref()
+                        .map_or(0, |c| c.chars().count() as u64),
+                }),
+                content: Some(text),
+                ..item
+            },
         };
         let mut e = serde_json::to_value(Item {
             content: None,
@@ -507,6 +581,7 @@ pub fn assemble(
             considered,
             excluded,
             truncated,
+            compression_ratio: None,
         },
     };
     (bundle, explanation)

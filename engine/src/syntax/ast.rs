@@ -426,6 +426,10 @@ pub struct ContextQuery {
     pub max_depth: Option<u64>,
     pub max_age: Option<Duration>,
     pub with_evidence: bool,
+    /// `COMPRESS` (signalql extension, from context-packets.md): an item that does not fit is
+    /// shrunk to its task-relevant sentences instead of dropped.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub compress: bool,
     pub as_of: Option<Timestamp>,
     #[serde(skip)]
     pub span: Span,

@@ -487,6 +487,9 @@ impl Display for ContextQuery {
         if self.with_evidence {
             f.write_str(" WITH EVIDENCE")?;
         }
+        if self.compress {
+            f.write_str(" COMPRESS")?;
+        }
         if let Some(ts) = &self.as_of {
             write!(f, " AS OF {ts}")?;
         }

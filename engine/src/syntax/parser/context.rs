@@ -55,6 +55,7 @@ impl Parser {
             max_depth: None,
             max_age: None,
             with_evidence: false,
+            compress: false,
             as_of: None,
             span: start,
         };
@@ -120,6 +121,11 @@ impl Parser {
                     self.advance();
                     self.expect_kw("evidence")?;
                     q.with_evidence = true;
+                }
+                "COMPRESS" => {
+                    seen.once("COMPRESS", t.span)?;
+                    self.advance();
+                    q.compress = true;
                 }
                 "AS" => q.as_of = Some(self.parse_as_of_clause(&mut seen)?.0),
                 _ => break,
