@@ -272,9 +272,24 @@ pub async fn plan(
 
     // lexical-v1 over the loaded (eligible) content, per object: title 3, summary 2, other 1.
     let task = lit(q.task.as_str());
+    // Scope, MAX AGE and the object-level EXCLUDE items filter before relevance reads
+    // anything (the packer gives the same objects their rejection reasons).
+    let mut scope = col("content").is_not_null();
+    if let Some(p) = &params.project {
+        scope = scope.and(col("project").eq(lit(p.as_str())));
+    }
+    if let Some(from) = params.min_created {
+        scope = scope.and(col("rev_created_at").gt_eq(ts_lit(from)));
+    }
+    if params.exclude_untrusted {
+        scope = scope.and(col("trust").not_eq(lit("untrusted")));
+    }
+    if params.exclude_stale {
+        scope = scope.and(col("state").in_list(vec![lit("stale"), lit("invalid")], true));
+    }
     let scores_df = rows_df
         .clone()
-        .filter(col("content").is_not_null())?
+        .filter(scope)?
         .aggregate(
             vec![col("object_id"), col("title")],
             vec![

@@ -83,3 +83,79 @@ pub fn get(root: &Path, address: &str) -> Result<Record> {
     serde_json::from_slice(&text)
         .map_err(|e| Error::io(format!("stored bundle {address} is unreadable: {e}")))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::context::{Budget, BundleMetadata};
+
+    fn record(task: &str) -> Record {
+        let metadata = BundleMetadata {
+            canonical_query: format!("CONTEXT FOR \"{task}\""),
+            budget: Budget { limit: 1, used: 0 },
+            scorer: "lexical-v1".into(),
+            estimators: vec![],
+            as_of: None,
+            evaluated_at: "2026-01-01T00:00:00Z".into(),
+            considered: 0,
+            excluded: Default::default(),
+            truncated: false,
+            compression_ratio: None,
+        };
+        let bundle = Bundle {
+            id: "context://ctx_0123456789abcdef0123456789abcdef".into(),
+            task: task.into(),
+            items: vec![],
+            evidence: None,
+            metadata,
+        };
+        let explanation = Explanation {
+            context: bundle.id.clone(),
+            canonical_query: task.into(),
+            as_of: None,
+            computed_at: task.into(),
+            scorer: "lexical-v1".into(),
+            estimators: vec![],
+            budget: Budget { limit: 1, used: 0 },
+            phases: Default::default(),
+            items: vec![],
+            rejected: vec![],
+        };
+        Record {
+            spec_version: "0.5".into(),
+            bundle,
+            explanation,
+        }
+    }
+
+    #[test]
+    fn the_first_write_wins_under_concurrent_writers() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().to_path_buf();
+        let handles: Vec<_> = (0..8)
+            .map(|i| {
+                let root = root.clone();
+                std::thread::spawn(move || put(&root, &record(&format!("writer {i}"))).unwrap())
+            })
+            .collect();
+        let wrote: Vec<bool> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        assert_eq!(wrote.iter().filter(|w| **w).count(), 1, "{wrote:?}");
+        let winner = wrote.iter().position(|w| *w).unwrap();
+        let got = get(&root, "context://ctx_0123456789abcdef0123456789abcdef").unwrap();
+        assert_eq!(got.bundle.task, format!("writer {winner}"));
+        // No temporary file is left behind.
+        let names: Vec<String> = std::fs::read_dir(root.join("contexts"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, ["ctx_0123456789abcdef0123456789abcdef.json"]);
+        // Malformed and unknown addresses are unknown_context.
+        for a in [
+            "context://nope",
+            "context://ctx_ffffffffffffffffffffffffffffffff",
+        ] {
+            let e = get(&root, a).unwrap_err();
+            assert_eq!(e.to_json()["error"]["code"], "unknown_context");
+        }
+    }
+}
