@@ -420,16 +420,16 @@ pub fn candidates_from(
     for b in batches {
         let ids = string_col(b, "object_id")?;
         let lex = int_col(b, "lexical")?;
-        let terms = b
-            .column_by_name("terms")
-            .and_then(|c| c.as_list_opt::<i32>())
-            .cloned()
-            .ok_or_else(|| Error::internal("terms column missing"))?;
+        let terms = ListStrings::new(
+            b.column_by_name("terms")
+                .and_then(|c| c.as_list_opt::<i32>())
+                .ok_or_else(|| Error::internal("terms column missing"))?,
+        )?;
         for i in 0..b.num_rows() {
             if !lex.is_null(i) {
                 score_of
                     .entry(ids.value(i).to_string())
-                    .or_insert_with(|| (lex.value(i), list_strings(&terms, i)));
+                    .or_insert_with(|| (lex.value(i), terms.get(i)));
             }
         }
     }
@@ -478,11 +478,11 @@ pub fn candidates_from(
             bools("role_excluded")?,
             bools("packable")?,
         );
-        let roles = b
-            .column_by_name("eff_roles")
-            .and_then(|c| c.as_list_opt::<i32>())
-            .cloned()
-            .ok_or_else(|| Error::internal("eff_roles"))?;
+        let roles = ListStrings::new(
+            b.column_by_name("eff_roles")
+                .and_then(|c| c.as_list_opt::<i32>())
+                .ok_or_else(|| Error::internal("eff_roles"))?,
+        )?;
         for i in 0..b.num_rows() {
             let id = ids.value(i).to_string();
             let c = by_id.entry(id.clone()).or_insert_with(|| {
@@ -525,7 +525,7 @@ pub fn candidates_from(
                 } else {
                     CHARS_DIV_4
                 },
-                roles: list_strings(&roles, i),
+                roles: roles.get(i),
                 secret: secret.value(i),
                 role_excluded: role_ex.value(i),
                 packable: packable.value(i),
@@ -716,17 +716,30 @@ fn int_col(b: &RecordBatch, name: &str) -> Result<Int64Array> {
         .clone())
 }
 
-fn list_strings(l: &ListArray, i: usize) -> Vec<String> {
-    if l.is_null(i) {
-        return Vec::new();
+/// The strings of each row of a list column, with the values cast once.
+struct ListStrings {
+    list: ListArray,
+    values: StringArray,
+}
+
+impl ListStrings {
+    fn new(list: &ListArray) -> Result<Self> {
+        let values =
+            cast(list.values(), &DataType::Utf8).map_err(|e| Error::internal(e.to_string()))?;
+        Ok(ListStrings {
+            list: list.clone(),
+            values: values.as_string::<i32>().clone(),
+        })
     }
-    let v = l.value(i);
-    let Ok(v) = cast(&v, &DataType::Utf8) else {
-        return Vec::new();
-    };
-    let s = v.as_string::<i32>();
-    (0..s.len())
-        .filter(|&j| !s.is_null(j))
-        .map(|j| s.value(j).to_string())
-        .collect()
+
+    fn get(&self, i: usize) -> Vec<String> {
+        if self.list.is_null(i) {
+            return Vec::new();
+        }
+        let offsets = self.list.value_offsets();
+        (offsets[i] as usize..offsets[i + 1] as usize)
+            .filter(|&j| !self.values.is_null(j))
+            .map(|j| self.values.value(j).to_string())
+            .collect()
+    }
 }

@@ -280,76 +280,49 @@ pub fn decide(p: &PackParams, candidates: &[Candidate], edges: &[select::Edge]) 
     let passable = |id: &str| eligible.contains_key(id);
     let reached = expand(&seeds, edges, max_depth, &passable);
 
-    // Relevance, boosts and the rank key of every relevant eligible object.
-    struct Ranked<'a> {
+    // Relevance, boosts and the rank key of every relevant eligible object; the details (why,
+    // path) only for those MAX OBJECTS keeps.
+    let satisfied = |c: &Candidate| -> Vec<String> {
+        let mut terms = Vec::new();
+        for pr in &p.prefer {
+            let (ok, term) = match pr {
+                PreferItem::Current => (c.state == "current", "CURRENT".to_string()),
+                PreferItem::Trust(level) => (trust_at_least(&c.trust, *level), pr.to_string()),
+                PreferItem::Representation(_) => (false, String::new()),
+            };
+            if ok {
+                terms.push(term);
+            }
+        }
+        terms
+    };
+    struct Key<'a> {
         c: &'a Candidate,
-        relevance: i64,
         propagated: i64,
         score: i64,
         hops: u32,
-        path: Vec<String>,
-        why: Vec<Value>,
-        boosts: Vec<String>,
     }
-    let uri_of = |node: &str| -> String {
-        match node.strip_prefix("object:") {
-            Some(id) => eligible
-                .get(id)
-                .map(|c| object_uri(id, c.revision))
-                .unwrap_or_else(|| format!("object://{id}")),
-            // An entity: `entity_type:entity_id`.
-            None => node.to_string(),
-        }
-    };
-    let mut ranked: Vec<Ranked> = Vec::new();
+    let mut keys: Vec<Key> = Vec::new();
     for c in eligible.values() {
-        let r = reached.reached(&c.id);
-        let r = r.as_ref();
-        let propagated = r.map_or(0, |r| r.score);
+        let (propagated, hops) = reached.score_hops(&c.id).unwrap_or((0, 0));
         let relevance = c.lexical.max(propagated);
         if relevance == 0 {
             continue;
         }
-        let mut why = Vec::new();
-        if c.lexical > 0 {
-            why.push(json!({"lexical_match": {"terms": c.terms}}));
-        }
-        let (hops, path) = match r {
-            Some(r) if r.score > c.lexical => {
-                let from = eligible
-                    .get(r.from.as_str())
-                    .map(|s| object_uri(&s.id, s.revision))
-                    .unwrap_or_default();
-                why.push(json!({"graph_expansion": {"from": from, "via": r.via, "hops": r.hops}}));
-                (r.hops, r.path.iter().map(|n| uri_of(n)).collect())
-            }
-            _ => (0, vec![object_uri(&c.id, c.revision)]),
+        let hops = if propagated > c.lexical { hops } else { 0 };
+        let boosts = if p.prefer.is_empty() {
+            0
+        } else {
+            satisfied(c).len()
         };
-        let mut boosts = Vec::new();
-        for p in &p.prefer {
-            let (ok, term) = match p {
-                PreferItem::Current => (c.state == "current", "CURRENT".to_string()),
-                PreferItem::Trust(level) => (trust_at_least(&c.trust, *level), p.to_string()),
-                PreferItem::Representation(_) => (false, String::new()),
-            };
-            if ok {
-                why.push(json!({"preferred": {"term": term}}));
-                boosts.push(term);
-            }
-        }
-        let score = boost(relevance, boosts.len());
-        ranked.push(Ranked {
+        keys.push(Key {
             c,
-            relevance,
             propagated,
-            score,
+            score: boost(relevance, boosts),
             hops,
-            path,
-            why,
-            boosts,
         });
     }
-    ranked.sort_by(|a, b| {
+    keys.sort_by(|a, b| {
         rank_cmp(
             &RankKey {
                 score: a.score,
@@ -365,11 +338,65 @@ pub fn decide(p: &PackParams, candidates: &[Candidate], edges: &[select::Edge]) 
             },
         )
     });
-    let expanded = ranked.iter().filter(|r| r.propagated > r.c.lexical).count() as u64;
-    for r in ranked.iter().skip(max_objects) {
-        rejected.push((object_uri(&r.c.id, r.c.revision), Reason::MaxObjects));
+    let expanded = keys.iter().filter(|k| k.propagated > k.c.lexical).count() as u64;
+    for k in keys.iter().skip(max_objects) {
+        rejected.push((object_uri(&k.c.id, k.c.revision), Reason::MaxObjects));
     }
-    ranked.truncate(max_objects);
+    keys.truncate(max_objects);
+
+    struct Ranked<'a> {
+        c: &'a Candidate,
+        propagated: i64,
+        score: i64,
+        path: Vec<String>,
+        why: Vec<Value>,
+        boosts: Vec<String>,
+    }
+    let uri_of = |node: &str| -> String {
+        match node.strip_prefix("object:") {
+            Some(id) => eligible
+                .get(id)
+                .map(|c| object_uri(id, c.revision))
+                .unwrap_or_else(|| format!("object://{id}")),
+            // An entity: `entity_type:entity_id`.
+            None => node.to_string(),
+        }
+    };
+    let ranked: Vec<Ranked> = keys
+        .into_iter()
+        .map(|k| {
+            let c = k.c;
+            let mut why = Vec::new();
+            if c.lexical > 0 {
+                why.push(json!({"lexical_match": {"terms": c.terms}}));
+            }
+            let path = match reached.reached(&c.id) {
+                Some(r) if r.score > c.lexical => {
+                    let from = eligible
+                        .get(r.from.as_str())
+                        .map(|s| object_uri(&s.id, s.revision))
+                        .unwrap_or_default();
+                    why.push(
+                        json!({"graph_expansion": {"from": from, "via": r.via, "hops": r.hops}}),
+                    );
+                    r.path.iter().map(|n| uri_of(n)).collect()
+                }
+                _ => vec![object_uri(&c.id, c.revision)],
+            };
+            let boosts = satisfied(c);
+            for term in &boosts {
+                why.push(json!({"preferred": {"term": term}}));
+            }
+            Ranked {
+                c,
+                propagated: k.propagated,
+                score: k.score,
+                path,
+                why,
+                boosts,
+            }
+        })
+        .collect();
 
     // Packing over each object's eligible representations, sorted by name.
     let reps_of: Vec<Vec<&select::Rep>> = ranked
@@ -477,7 +504,6 @@ pub fn decide(p: &PackParams, candidates: &[Candidate], edges: &[select::Edge]) 
                 "score_breakdown".into(),
                 json!({"lexical": r.c.lexical, "propagated": r.propagated, "boosts": r.boosts}),
             );
-            let _ = r.relevance;
         }
         explained.push(e);
         items.push(item);

@@ -256,6 +256,12 @@ pub struct Expansion {
 }
 
 impl Expansion {
+    /// The propagated score and hops of the object `id`, if reached through a hop.
+    pub fn score_hops(&self, id: &str) -> Option<(i64, u32)> {
+        let step = self.best.get(&object_node(id))?;
+        (step.hops > 0).then_some((step.score, step.hops))
+    }
+
     /// How the object `id` was reached through at least one hop, if it was.
     pub fn reached(&self, id: &str) -> Option<Reached> {
         let node = object_node(id);
