@@ -26,6 +26,7 @@ pub fn all_udfs() -> Vec<Arc<ScalarUDF>> {
         scalar::json_get::json_get_text_udf(),
         scalar::lexical::lexical_score_udf(),
         scalar::lexical::lexical_terms_udf(),
+        scalar::lexical::lexical_match_udf(),
     ]
 }
 

@@ -13,7 +13,7 @@ use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, TimestampMicrosecondType};
 use datafusion::common::JoinType;
 use datafusion::dataframe::DataFrame;
-use datafusion::functions::core::expr_fn::coalesce;
+use datafusion::functions::core::expr_fn::{coalesce, get_field};
 use datafusion::functions::string::expr_fn::{concat, starts_with};
 use datafusion::functions::unicode::expr_fn::character_length;
 use datafusion::functions_aggregate::expr_fn::max;
@@ -25,7 +25,7 @@ use datafusion::logical_expr::{
 };
 use datafusion::prelude::SessionContext;
 use signalql_catalog::Dataset;
-use signalql_udfs::scalar::lexical::{lexical_score, lexical_terms};
+use signalql_udfs::scalar::lexical::lexical_match;
 
 use super::Graph;
 use super::select::{Candidate, Edge, Rep, object_node};
@@ -305,15 +305,13 @@ pub async fn plan(
         )?
         .select(vec![
             col("object_id").alias("s_object_id"),
-            lexical_score(
-                task.clone(),
-                col("title"),
-                col("summary_text"),
-                col("other_text"),
-            )
-            .alias("lexical"),
-            lexical_terms(task, col("title"), col("summary_text"), col("other_text"))
-                .alias("terms"),
+            lexical_match(task, col("title"), col("summary_text"), col("other_text")).alias("m"),
+        ])?
+        // One pass over the text gives both the score and the matched terms.
+        .select(vec![
+            col("s_object_id"),
+            get_field(col("m"), "score").alias("lexical"),
+            get_field(col("m"), "terms").alias("terms"),
         ])?;
 
     let meta_cols: Vec<Expr> = rows_df

@@ -26,6 +26,7 @@ use unicode_general_category::{GeneralCategory, get_general_category};
 
 pub const SCORE_NAME: &str = "lexical_score";
 pub const TERMS_NAME: &str = "lexical_terms";
+pub const MATCH_NAME: &str = "lexical_match";
 
 /// The name the bundle reports as its scorer.
 pub const SCORER: &str = "lexical-v1";
@@ -96,22 +97,37 @@ pub fn weights(terms: &[String], title: &str, summary: &str, text: &str) -> Vec<
         if w.iter().all(|&x| x >= weight) {
             continue;
         }
-        let lower;
-        let text: &str = if field.is_ascii() {
-            // ASCII: tokens are ASCII alphanumeric runs; compare case-insensitively below.
-            field
-        } else {
-            lower = field.to_lowercase();
-            &lower
-        };
-        for tok in split(text) {
+        let mark = |tok: &[u8], w: &mut Vec<i64>| -> bool {
             for (i, t) in terms.iter().enumerate() {
-                if w[i] < weight && t.len() == tok.len() && t.eq_ignore_ascii_case(tok) {
+                if w[i] < weight && t.len() == tok.len() && t.as_bytes().eq_ignore_ascii_case(tok) {
                     w[i] = weight;
                 }
             }
-            if w.iter().all(|&x| x >= weight) {
-                break;
+            w.iter().all(|&x| x >= weight)
+        };
+        if field.is_ascii() {
+            // ASCII: tokens are runs of ASCII letters and digits, compared case-insensitively
+            // (the terms are lower case), without lower-casing or allocating.
+            let b = field.as_bytes();
+            let mut i = 0;
+            while i < b.len() {
+                while i < b.len() && !b[i].is_ascii_alphanumeric() {
+                    i += 1;
+                }
+                let start = i;
+                while i < b.len() && b[i].is_ascii_alphanumeric() {
+                    i += 1;
+                }
+                if i > start && mark(&b[start..i], &mut w) {
+                    break;
+                }
+            }
+        } else {
+            let lower = field.to_lowercase();
+            for tok in split(&lower) {
+                if mark(tok.as_bytes(), &mut w) {
+                    break;
+                }
             }
         }
     }
@@ -168,6 +184,13 @@ lexical_udf!(
     "The `lexical_score` UDF."
 );
 lexical_udf!(
+    LexicalMatch,
+    MATCH_NAME,
+    LEXICAL_MATCH,
+    lexical_match_udf,
+    "The `lexical_match` UDF."
+);
+lexical_udf!(
     LexicalTerms,
     TERMS_NAME,
     LEXICAL_TERMS,
@@ -180,29 +203,52 @@ pub fn lexical_score(task: Expr, title: Expr, summary: Expr, text: Expr) -> Expr
     lexical_score_udf().call(vec![task, title, summary, text])
 }
 
+/// `lexical_match(task, title, summary, text)` as an [`Expr`]: `{score, terms}` in one pass.
+pub fn lexical_match(task: Expr, title: Expr, summary: Expr, text: Expr) -> Expr {
+    lexical_match_udf().call(vec![task, title, summary, text])
+}
+
 /// `lexical_terms(task, title, summary, text)` as an [`Expr`].
 pub fn lexical_terms(task: Expr, title: Expr, summary: Expr, text: Expr) -> Expr {
     lexical_terms_udf().call(vec![task, title, summary, text])
 }
 
-/// The four arguments as string views of one length, with the task's terms when it is a
-/// scalar (the usual case) computed once.
-fn columns(args: &ScalarFunctionArgs) -> Result<(usize, Vec<StringViewArray>)> {
-    let n = args.number_rows;
-    let mut out = Vec::with_capacity(4);
-    for a in &args.args {
-        let arr: ArrayRef = a.to_array(n)?;
-        let arr = datafusion::arrow::compute::cast(&arr, &DataType::Utf8View)?;
-        out.push(arr.as_string_view().clone());
-    }
-    if out.len() != 4 {
-        return exec_err!("lexical functions take (task, title, summary, text)");
-    }
-    Ok((n, out))
+/// One string argument, read without copying or casting.
+enum Col {
+    Scalar(Option<String>),
+    Utf8(datafusion::arrow::array::StringArray),
+    Large(datafusion::arrow::array::LargeStringArray),
+    View(StringViewArray),
 }
 
-fn field(c: &StringViewArray, i: usize) -> &str {
-    if c.is_null(i) { "" } else { c.value(i) }
+impl Col {
+    fn of(v: &ColumnarValue) -> Result<Col> {
+        Ok(match v {
+            ColumnarValue::Scalar(
+                ScalarValue::Utf8(s) | ScalarValue::Utf8View(s) | ScalarValue::LargeUtf8(s),
+            ) => Col::Scalar(s.clone()),
+            ColumnarValue::Scalar(ScalarValue::Null) => Col::Scalar(None),
+            ColumnarValue::Scalar(other) => {
+                return exec_err!("lexical functions take strings, got {other:?}");
+            }
+            ColumnarValue::Array(a) => match a.data_type() {
+                DataType::Utf8 => Col::Utf8(a.as_string::<i32>().clone()),
+                DataType::LargeUtf8 => Col::Large(a.as_string::<i64>().clone()),
+                DataType::Utf8View => Col::View(a.as_string_view().clone()),
+                DataType::Null => Col::Scalar(None),
+                other => return exec_err!("lexical functions take strings, got {other}"),
+            },
+        })
+    }
+
+    fn get(&self, i: usize) -> Option<&str> {
+        match self {
+            Col::Scalar(s) => s.as_deref(),
+            Col::Utf8(a) => (!a.is_null(i)).then(|| a.value(i)),
+            Col::Large(a) => (!a.is_null(i)).then(|| a.value(i)),
+            Col::View(a) => (!a.is_null(i)).then(|| a.value(i)),
+        }
+    }
 }
 
 /// Calls `f(row, terms, weights)` for every row with a non-NULL task.
@@ -216,27 +262,28 @@ fn each_row(
         ) => Some(t.as_deref().map(terms)),
         _ => None,
     };
-    let (n, cols) = columns(args)?;
-    for i in 0..n {
+    if args.args.len() != 4 {
+        return exec_err!("lexical functions take (task, title, summary, text)");
+    }
+    let cols = args.args.iter().map(Col::of).collect::<Result<Vec<_>>>()?;
+    for i in 0..args.number_rows {
         let owned;
         let t: Option<&[String]> = match &scalar_terms {
             Some(Some(t)) => Some(t),
             Some(None) => None,
-            None if cols[0].is_null(i) => None,
-            None => {
-                owned = terms(cols[0].value(i));
-                Some(&owned)
-            }
+            None => match cols[0].get(i) {
+                None => None,
+                Some(task) => {
+                    owned = terms(task);
+                    Some(&owned)
+                }
+            },
         };
         match t {
             None => f(i, None),
             Some(t) => {
-                let w = weights(
-                    t,
-                    field(&cols[1], i),
-                    field(&cols[2], i),
-                    field(&cols[3], i),
-                );
+                let field = |k: usize| cols[k].get(i).unwrap_or("");
+                let w = weights(t, field(1), field(2), field(3));
                 f(i, Some((t, w)));
             }
         }
@@ -264,6 +311,54 @@ impl ScalarUDFImpl for LexicalScore {
             Some((_, w)) => out.append_value(score_of(&w)),
         })?;
         Ok(ColumnarValue::Array(Arc::new(out.finish())))
+    }
+}
+
+fn match_fields() -> datafusion::arrow::datatypes::Fields {
+    datafusion::arrow::datatypes::Fields::from(vec![
+        Field::new("score", DataType::Int64, false),
+        Field::new(
+            "terms",
+            DataType::List(Arc::new(Field::new_list_field(DataType::Utf8, true))),
+            false,
+        ),
+    ])
+}
+
+impl ScalarUDFImpl for LexicalMatch {
+    fn name(&self) -> &str {
+        MATCH_NAME
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _args: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Struct(match_fields()))
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let mut scores = Int64Builder::with_capacity(args.number_rows);
+        let mut terms = ListBuilder::new(StringBuilder::new());
+        each_row(&args, |_, r| {
+            match r {
+                None => scores.append_value(0),
+                Some((t, w)) => {
+                    scores.append_value(score_of(&w));
+                    for (term, weight) in t.iter().zip(&w) {
+                        if *weight > 0 {
+                            terms.values().append_value(term);
+                        }
+                    }
+                }
+            }
+            terms.append(true);
+        })?;
+        let arrays: Vec<ArrayRef> = vec![Arc::new(scores.finish()), Arc::new(terms.finish())];
+        Ok(ColumnarValue::Array(Arc::new(
+            datafusion::arrow::array::StructArray::try_new(match_fields(), arrays, None)?,
+        )))
     }
 }
 
@@ -346,6 +441,34 @@ mod tests {
         assert_eq!(score(&[], "anything", "", ""), 0);
     }
 
+    /// The whole-token test done the slow way: tokenise each field and look the term up.
+    fn reference(terms: &[String], title: &str, summary: &str, text: &str) -> Vec<i64> {
+        terms
+            .iter()
+            .map(|t| {
+                [(title, 3), (summary, 2), (text, 1)]
+                    .iter()
+                    .filter(|(f, _)| tokens(f).iter().any(|x| x == t))
+                    .map(|(_, w)| *w)
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect()
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn fast_paths_match_the_reference(
+            task in "[a-cA-CéÉ _.]{0,12}",
+            title in "[a-cA-CéÉİ _.-]{0,20}",
+            summary in "[a-cA-C0-9 ,]{0,20}",
+            text in "[a-cA-CéÉ ]{0,40}",
+        ) {
+            let t = terms(&task);
+            proptest::prop_assert_eq!(weights(&t, &title, &summary, &text), reference(&t, &title, &summary, &text));
+        }
+    }
+
     #[tokio::test]
     async fn callable_from_sql() {
         let ctx = datafusion::prelude::SessionContext::new();
@@ -365,5 +488,19 @@ mod tests {
         // (3 + 1) × 1e6 / 6 = 666666; no match = 0.
         assert!(text.contains("| 666666 | [object, storage] |"), "{text}");
         assert!(text.contains("| 0      | []                |"), "{text}");
+        let batches = ctx
+            .sql("SELECT lexical_match('object storage', 'Object', NULL, 'storage') AS m")
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap();
+        let text = datafusion::arrow::util::pretty::pretty_format_batches(&batches)
+            .unwrap()
+            .to_string();
+        assert!(
+            text.contains("{score: 666666, terms: [object, storage]}"),
+            "{text}"
+        );
     }
 }
