@@ -760,3 +760,129 @@ async fn compress_shrinks_what_does_not_fit_and_render_fences_instructions() {
     let close = text.find("<<<END QUOTED CONTENT>>>").unwrap();
     assert!(open < body && body < close);
 }
+
+// The spec's selection requirements, one test each, on the hand-made corpus with every kind of
+// object in play (no EXCLUDE, so the filters that remain are scope and the secret rule).
+const ALL: &str = r#"CONTEXT FOR "parquet storage engine password" USING PROJECT "main" MAX DEPTH 3 BUDGET 30 TOKENS"#;
+
+#[tokio::test]
+async fn requirement_1_scope_exclude_and_secret_are_never_violated() {
+    let dir = store();
+    let q = r#"CONTEXT FOR "parquet storage engine password" USING PROJECT "main" EXCLUDE UNTRUSTED, STALE, ROLE INSTRUCTION MAX DEPTH 3"#;
+    let b = bundle(dir.path(), q).await;
+    assert!(!b.items.is_empty());
+    for i in &b.items {
+        for banned in [
+            "e_other",
+            "d_secret",
+            "f_untrusted",
+            "g_stale",
+            "h_instruction",
+            "v_behind_secret",
+        ] {
+            assert!(!i.object.contains(banned), "{} in the bundle", i.object);
+        }
+        assert!(!i.roles.contains(&"secret".to_string()));
+    }
+}
+
+#[tokio::test]
+async fn requirement_2_the_token_sum_never_exceeds_the_budget() {
+    let dir = store();
+    let b = bundle(dir.path(), ALL).await;
+    let sum: i64 = b.items.iter().map(|i| i.tokens).sum();
+    assert!(sum <= 30, "{sum}");
+    assert_eq!(sum as u64, b.metadata.budget.used);
+    assert_eq!(b.metadata.budget.limit, 30);
+}
+
+#[tokio::test]
+async fn requirement_3_at_most_one_representation_per_object() {
+    let dir = store();
+    let b = bundle(dir.path(), &ALL.replace("BUDGET 30", "BUDGET 1000")).await;
+    let mut objects: Vec<&str> = b.items.iter().map(|i| i.object.as_str()).collect();
+    let n = objects.len();
+    objects.sort();
+    objects.dedup();
+    assert_eq!(objects.len(), n);
+}
+
+#[tokio::test]
+async fn requirement_4_every_item_names_its_estimator() {
+    let dir = store();
+    let b = bundle(dir.path(), ALL).await;
+    assert!(!b.items.is_empty());
+    for i in &b.items {
+        assert_eq!(i.estimator, "chars-div-4-v1");
+        // chars-div-4-v1 is ceil(characters / 4) of the packed content.
+        let chars = i.content.as_deref().unwrap().chars().count() as i64;
+        assert_eq!(i.tokens, (chars + 3) / 4);
+    }
+    assert_eq!(b.metadata.estimators, ["chars-div-4-v1"]);
+}
+
+#[tokio::test]
+async fn requirement_5_the_bundle_names_its_scorer() {
+    let dir = store();
+    let b = bundle(dir.path(), ALL).await;
+    assert_eq!(b.metadata.scorer, "lexical-v1");
+    let x = engine(dir.path()).explain_context(&b.id).unwrap();
+    assert_eq!(x.scorer, "lexical-v1");
+}
+
+#[tokio::test]
+async fn as_of_selects_revisions_and_liveness_at_that_time() {
+    let (mut o, l, d) = corpus();
+    // a_main gets a second revision on 2026-05-25 whose text no longer matches, and an object
+    // created after the AS OF instant.
+    let mut a2 = o[0].clone();
+    a2.revision = 2;
+    a2.created = "2026-05-25T00:00:00Z";
+    a2.title = "Renamed".into();
+    a2.reps = vec![rep("text", "nothing")];
+    let mut late = obj(
+        "l_late",
+        "Parquet storage engine",
+        vec![rep("text", "late")],
+    );
+    late.created = "2026-05-28T00:00:00Z";
+    o.push(a2);
+    o.push(late);
+    let dir = tempfile::tempdir().unwrap();
+    write_store(dir.path(), &o, &l, &d, true);
+    let q = |as_of: &str| {
+        format!(
+            r#"CONTEXT FOR "parquet storage engine" USING PROJECT "main" EXCLUDE UNTRUSTED, STALE, ROLE INSTRUCTION MAX AGE 60 d AS OF "{as_of}""#
+        )
+    };
+    // Before revision 2: a_main@1 leads; l_late does not exist yet.
+    let before = bundle(dir.path(), &q("2026-05-24T00:00:00Z")).await;
+    assert_eq!(
+        before.metadata.as_of.as_deref(),
+        Some("2026-05-24T00:00:00Z")
+    );
+    assert_eq!(before.items[0].object, "object://a_main@1");
+    assert!(!ids(&before).iter().any(|i| i.contains("l_late")));
+    // After: l_late leads with 9/9; a_main@2 ("Renamed", "nothing") matches nothing and its
+    // links were recorded for revision 1, so only b_engine's derivation reaches it:
+    // 444444 / 2 = 222222; c_linked and k_two_hops are no longer reached.
+    let after = bundle(dir.path(), &q("2026-05-30T00:00:00Z")).await;
+    let got: Vec<(String, i64)> = after
+        .items
+        .iter()
+        .map(|i| (i.object.clone(), i.score))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("object://l_late@1".to_string(), 1_000_000),
+            ("object://b_engine@1".to_string(), 444_444),
+            ("object://a_main@2".to_string(), 222_222),
+        ]
+    );
+    assert_eq!(
+        after.items[2].why[0]["graph_expansion"]["from"],
+        "object://b_engine@1"
+    );
+    assert_ne!(before.id, after.id);
+}
