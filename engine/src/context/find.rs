@@ -12,10 +12,8 @@ use chrono::{DateTime, Utc};
 use datafusion::common::JoinType;
 use datafusion::functions::core::expr_fn::coalesce;
 use datafusion::functions::string::expr_fn::starts_with;
-use datafusion::functions_aggregate::expr_fn::max;
-use datafusion::functions_aggregate::string_agg::string_agg_udaf;
 use datafusion::functions_nested::expr_fn::{array_has, array_union, make_array};
-use datafusion::logical_expr::{Expr, col, lit, when};
+use datafusion::logical_expr::{Expr, col, lit};
 use datafusion::prelude::SessionContext;
 use signalql_catalog::Dataset;
 use signalql_udfs::scalar::lexical::lexical_score;
@@ -130,35 +128,20 @@ pub async fn plan(
             readable = readable.and(col("name").eq(lit(r.as_str())));
         }
         let text = lit(about.as_str());
-        let scored = joined
-            .filter(readable)?
-            .aggregate(
-                vec![col("object_id"), col("title")],
-                vec![
-                    max(when(col("name").eq(lit("summary")), col("content")).end()?)
-                        .alias("summary_text"),
-                    string_agg_udaf()
-                        .call(vec![
-                            when(col("name").not_eq(lit("summary")), col("content")).end()?,
-                            lit("\n"),
-                        ])
-                        .alias("other_text"),
-                ],
-            )?
-            .select(vec![
-                col("object_id").alias("s_object_id"),
-                if q.representation.is_some() {
-                    lexical_score(
-                        text.clone(),
-                        lit(""),
-                        col("summary_text"),
-                        col("other_text"),
-                    )
-                } else {
-                    lexical_score(text, col("title"), col("summary_text"), col("other_text"))
-                }
-                .alias("score"),
-            ])?;
+        let scored = super::load::per_object_text(joined.filter(readable)?)?.select(vec![
+            col("object_id").alias("s_object_id"),
+            if q.representation.is_some() {
+                lexical_score(
+                    text.clone(),
+                    lit(""),
+                    col("summary_text"),
+                    col("other_text"),
+                )
+            } else {
+                lexical_score(text, col("title"), col("summary_text"), col("other_text"))
+            }
+            .alias("score"),
+        ])?;
         df = df
             .join(
                 scored,

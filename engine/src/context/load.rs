@@ -196,79 +196,42 @@ pub async fn plan(
     }
     let packable = starts_with(col("media_type"), lit("text/"))
         .or(col("media_type").eq(lit("application/json")));
-    let step1 = joined.select(vec![
-        col("object_id"),
-        col("project"),
-        col("title"),
-        col("revision"),
-        col("rev_created_at"),
-        col("origin"),
-        col("trust"),
-        col("validation"),
-        col("rev_roles"),
-        col("state"),
-        col("name"),
-        col("media_type"),
-        col("content"),
-        col("content_hash"),
-        col("tokens"),
-        eff.alias("eff_roles"),
-    ])?;
     let secret = coalesce(vec![has("secret"), lit(false)]);
     let role_excluded = coalesce(vec![role_excluded, lit(false)]);
     let packable = coalesce(vec![packable, lit(false)]);
-    let step2 = step1.select(vec![
-        col("object_id"),
-        col("project"),
-        col("title"),
-        col("revision"),
-        col("rev_created_at"),
-        col("origin"),
-        col("trust"),
-        col("validation"),
-        col("state"),
-        col("name"),
-        col("media_type"),
-        col("content_hash"),
-        col("tokens"),
-        col("eff_roles"),
-        secret.clone().alias("secret"),
-        role_excluded.clone().alias("role_excluded"),
-        packable.clone().alias("packable"),
-        when(packable.and(!secret).and(!role_excluded), col("content"))
-            .end()?
-            .alias("content"),
-    ])?;
-    let rows_df = step2.select(vec![
-        col("object_id"),
-        col("project"),
-        col("title"),
-        col("revision"),
-        col("rev_created_at"),
-        col("origin"),
-        col("trust"),
-        col("validation"),
-        col("state"),
-        col("name"),
-        col("media_type"),
-        col("content_hash"),
-        col("eff_roles"),
-        col("secret"),
-        col("role_excluded"),
-        col("packable"),
-        col("content"),
-        cast_expr(
-            coalesce(vec![
-                col("tokens"),
-                (character_length(col("content")) + lit(3i64)) / lit(4i64),
-            ]),
-            DataType::Int64,
-        )
-        .alias("est_tokens"),
-        when(col("tokens").is_not_null(), lit(super::load::STORED))
-            .otherwise(lit(CHARS_DIV_4))?
-            .alias("estimator"),
-    ])?;
+    let readable = packable
+        .clone()
+        .and(!secret.clone())
+        .and(!role_excluded.clone());
+    let rows_df = joined
+        .with_column("eff_roles", eff)?
+        .with_column("secret", secret)?
+        .with_column("role_excluded", role_excluded)?
+        .with_column("packable", packable)?
+        // Content only where readable, so nothing after this can read secret or excluded text.
+        .with_column("content", when(readable, col("content")).end()?)?
+        .with_column(
+            "est_tokens",
+            cast_expr(
+                coalesce(vec![
+                    col("tokens"),
+                    (character_length(col("content")) + lit(3i64)) / lit(4i64),
+                ]),
+                DataType::Int64,
+            ),
+        )?
+        .with_column(
+            "estimator",
+            when(col("tokens").is_not_null(), lit(STORED)).otherwise(lit(CHARS_DIV_4))?,
+        )?
+        .drop_columns(&[
+            "rev_roles",
+            "rep_roles",
+            "tokens",
+            "p_object_id",
+            "p_revision",
+            "r_object_id",
+        ])?;
 
     // lexical-v1 over the loaded (eligible) content, per object: title 3, summary 2, other 1.
     let task = lit(q.task.as_str());
@@ -287,22 +250,7 @@ pub async fn plan(
     if params.exclude_stale {
         scope = scope.and(col("state").in_list(vec![lit("stale"), lit("invalid")], true));
     }
-    let scores_df = rows_df
-        .clone()
-        .filter(scope)?
-        .aggregate(
-            vec![col("object_id"), col("title")],
-            vec![
-                max(when(col("name").eq(lit("summary")), col("content")).end()?)
-                    .alias("summary_text"),
-                string_agg_udaf()
-                    .call(vec![
-                        when(col("name").not_eq(lit("summary")), col("content")).end()?,
-                        lit("\n"),
-                    ])
-                    .alias("other_text"),
-            ],
-        )?
+    let scores_df = per_object_text(rows_df.clone().filter(scope)?)?
         .select(vec![
             col("object_id").alias("s_object_id"),
             lexical_match(task, col("title"), col("summary_text"), col("other_text")).alias("m"),
@@ -338,6 +286,24 @@ pub async fn plan(
     Ok(LogicalPlan::Extension(Extension {
         node: Arc::new(node),
     }))
+}
+
+/// Per object (`object_id`, `title`): the `summary` representation's content as
+/// `summary_text` and every other one's joined by a line break as `other_text` (lexical-v1's
+/// fields), from rows of readable representations with `name` and `content`.
+pub(crate) fn per_object_text(rows: DataFrame) -> Result<DataFrame> {
+    Ok(rows.aggregate(
+        vec![col("object_id"), col("title")],
+        vec![
+            max(when(col("name").eq(lit("summary")), col("content")).end()?).alias("summary_text"),
+            string_agg_udaf()
+                .call(vec![
+                    when(col("name").not_eq(lit("summary")), col("content")).end()?,
+                    lit("\n"),
+                ])
+                .alias("other_text"),
+        ],
+    )?)
 }
 
 /// The graph edges (`a`, `b`, `relation`) of the selected revisions: links (an `object`
