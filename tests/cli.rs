@@ -294,3 +294,62 @@ fn gen_is_deterministic_and_queryable() {
     ]);
     assert_eq!(json(&o)["rows"], serde_json::json!([[5000]]));
 }
+
+#[test]
+fn ingest_objects_then_context_and_explain() {
+    let tmp = tempfile::tempdir().unwrap();
+    let docs = tmp.path().join("docs");
+    std::fs::create_dir_all(&docs).unwrap();
+    std::fs::write(
+        docs.join("storage.md"),
+        "# Object storage\n\nObjects are Parquet revisions.\n",
+    )
+    .unwrap();
+    std::fs::write(docs.join(".env"), "TOKEN=storage\n").unwrap();
+    let root = tmp.path().join("store");
+    let root_s = root.to_str().unwrap();
+    let docs_s = docs.to_str().unwrap();
+    let args = [
+        "ingest",
+        "objects",
+        docs_s,
+        "--data",
+        root_s,
+        "--project",
+        "p",
+        "--now",
+        "2026-01-01T00:00:00Z",
+    ];
+    let o = signalql(&args);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(stdout(&o).contains("2 file(s): 2 new"), "{}", stdout(&o));
+    // Again: nothing new.
+    assert!(stdout(&signalql(&args)).contains("0 new, 0 revised, 2 unchanged"));
+
+    let o = signalql(&["context", "--data", root_s, "object storage"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let b = json(&o);
+    let items = b["items"].as_array().unwrap();
+    assert_eq!(items.len(), 1, "the .env secret is never packed: {b}");
+    // "object storage": title has both (3 + 3) / 6.
+    assert_eq!(items[0]["score"], 1_000_000);
+    let id = b["id"].as_str().unwrap().to_string();
+
+    let o = signalql(&["context", "--data", root_s, "--render", "object storage"]);
+    let text = stdout(&o);
+    assert!(text.starts_with("# Context for: object storage"), "{text}");
+    assert!(text.contains(&id));
+    assert!(text.contains("Objects are Parquet revisions."));
+
+    let o = signalql(&[
+        "query",
+        "--data",
+        root_s,
+        "--format",
+        "json",
+        &format!("EXPLAIN CONTEXT {id}"),
+    ]);
+    let x = json(&o);
+    assert_eq!(x["context"], id);
+    assert_eq!(x["rejected"][0]["reason"], "excluded_secret");
+}
