@@ -29,6 +29,8 @@ struct Rep {
     content: String,
     roles: Vec<&'static str>,
     tokens: Option<i64>,
+    /// Kept by reference: NULL content and this `content_ref`.
+    by_ref: Option<&'static str>,
 }
 
 fn rep(name: &'static str, content: &str) -> Rep {
@@ -38,6 +40,7 @@ fn rep(name: &'static str, content: &str) -> Rep {
         content: content.into(),
         roles: vec![],
         tokens: None,
+        by_ref: None,
     }
 }
 
@@ -151,10 +154,12 @@ fn write_store(
             strings(reps.iter().map(|(_, r)| r.media.to_string()).collect()),
             Arc::new(LargeStringArray::from(
                 reps.iter()
-                    .map(|(_, r)| r.content.as_str())
+                    .map(|(_, r)| r.by_ref.is_none().then_some(r.content.as_str()))
                     .collect::<Vec<_>>(),
             )),
-            Arc::new(StringArray::from(vec![None::<&str>; reps.len()])),
+            Arc::new(StringArray::from(
+                reps.iter().map(|(_, r)| r.by_ref).collect::<Vec<_>>(),
+            )),
             strings(
                 reps.iter()
                     .map(|(_, r)| hex::encode(sha2::Sha256::digest(r.content.as_bytes())))
@@ -885,4 +890,26 @@ async fn as_of_selects_revisions_and_liveness_at_that_time() {
         "object://b_engine@1"
     );
     assert_ne!(before.id, after.id);
+}
+
+#[tokio::test]
+async fn content_kept_by_reference_is_packed_by_reference() {
+    let mut stored = obj("r_stored", "Parquet storage engine", vec![rep("text", "")]);
+    stored.reps[0].by_ref = Some("s3://bucket/r_stored.txt");
+    stored.reps[0].tokens = Some(5);
+    let mut unsized_ = obj("r_unsized", "Parquet storage engine", vec![rep("text", "")]);
+    unsized_.reps[0].by_ref = Some("s3://bucket/r_unsized.txt");
+    let dir = tempfile::tempdir().unwrap();
+    write_store(dir.path(), &[stored, unsized_], &[], &[], false);
+    let b = bundle(dir.path(), r#"CONTEXT FOR "parquet storage engine""#).await;
+    assert_eq!(b.items.len(), 1);
+    let i = &b.items[0];
+    assert_eq!(i.object, "object://r_stored@1");
+    assert_eq!(i.content, None);
+    assert_eq!(i.content_ref.as_deref(), Some("s3://bucket/r_stored.txt"));
+    assert_eq!((i.tokens, i.estimator.as_str()), (5, "stored"));
+    // Without content or a stored estimate there is nothing to count: not packable.
+    let x = engine(dir.path()).explain_context(&b.id).unwrap();
+    assert_eq!(x.rejected[0]["object"], "object://r_unsized@1");
+    assert_eq!(x.rejected[0]["reason"], "no_packable_representation");
 }

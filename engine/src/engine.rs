@@ -364,7 +364,7 @@ impl Engine {
         let keys: Vec<(String, i64, String)> = bundle
             .items
             .iter()
-            .filter(|i| i.content.is_none())
+            .filter(|i| i.content.is_none() && i.content_ref.is_none())
             .filter_map(|i| {
                 let (id, rev) = i.object.strip_prefix("object://")?.rsplit_once('@')?;
                 Some((id.to_string(), rev.parse().ok()?, i.representation.clone()))
@@ -374,7 +374,7 @@ impl Engine {
         for (item, key) in bundle
             .items
             .iter_mut()
-            .filter(|i| i.content.is_none())
+            .filter(|i| i.content.is_none() && i.content_ref.is_none())
             .zip(&keys)
         {
             item.content = Some(texts.remove(key).ok_or_else(|| {

@@ -164,6 +164,7 @@ pub async fn plan(
         col("name"),
         col("media_type"),
         col("content"),
+        col("content_ref"),
         col("content_hash"),
         col("tokens"),
         col("roles").alias("rep_roles"),
@@ -237,7 +238,10 @@ pub async fn plan(
     let task = lit(q.task.as_str());
     // Scope, MAX AGE and the object-level EXCLUDE items filter before relevance reads
     // anything (the packer gives the same objects their rejection reasons).
-    let mut scope = col("content").is_not_null();
+    // Readable representations only (content kept by reference still lets the title count).
+    let mut scope = col("packable")
+        .and(col("secret").not_eq(lit(true)))
+        .and(col("role_excluded").not_eq(lit(true)));
     if let Some(p) = &params.project {
         scope = scope.and(col("project").eq(lit(p.as_str())));
     }
@@ -413,11 +417,12 @@ pub fn candidates_from(
             s("validation")?,
             s("state")?,
         );
-        let (names, medias, hashes, estimators) = (
+        let (names, medias, hashes, estimators, refs) = (
             s("name")?,
             s("media_type")?,
             s("content_hash")?,
             s("estimator")?,
+            s("content_ref")?,
         );
         let revs = int_col(b, "revision")?;
         let tokens = int_col(b, "est_tokens")?;
@@ -478,6 +483,7 @@ pub fn candidates_from(
                 content: contents
                     .as_ref()
                     .and_then(|c| (!c.is_null(i)).then(|| c.value(i).to_string())),
+                content_ref: (!refs.is_null(i)).then(|| refs.value(i).to_string()),
                 content_hash: hashes.value(i).to_string(),
                 tokens: if tokens.is_null(i) {
                     0
@@ -492,7 +498,8 @@ pub fn candidates_from(
                 roles: roles.get(i),
                 secret: secret.value(i),
                 role_excluded: role_ex.value(i),
-                packable: packable.value(i),
+                // Content kept by reference and no stored estimate: no token count, not packed.
+                packable: packable.value(i) && !tokens.is_null(i),
             });
         }
     }

@@ -77,6 +77,9 @@ pub struct Item {
     pub roles: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    /// Where to fetch the content when the representation keeps it by reference.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_ref: Option<String>,
     pub content_hash: String,
     /// Present on an item COMPRESS shrank.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -471,6 +474,7 @@ pub fn decide(p: &PackParams, candidates: &[Candidate], edges: &[select::Edge]) 
             validation: r.c.validation.clone(),
             roles,
             content: None,
+            content_ref: rep.content_ref.clone(),
             content_hash: rep.content_hash.clone(),
             compression: None,
         };

@@ -15,6 +15,8 @@ pub struct Rep {
     pub media_type: String,
     /// NULL when not loaded (secret or excluded representations are never read).
     pub content: Option<String>,
+    /// Where the content is kept when it is not stored inline.
+    pub content_ref: Option<String>,
     pub content_hash: String,
     /// The token estimate and the estimator that produced it.
     pub tokens: i64,
