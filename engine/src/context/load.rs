@@ -28,7 +28,7 @@ use signalql_catalog::Dataset;
 use signalql_udfs::scalar::lexical::lexical_match;
 
 use super::Graph;
-use super::select::{Candidate, Edge, Rep, object_node};
+use super::select::{Candidate, Rep};
 use crate::error::{Error, Result};
 use crate::lower::fields::ts_lit;
 use crate::lower::time::micros;
@@ -553,8 +553,8 @@ pub async fn contents(
     Ok(out)
 }
 
-/// Edges and evidence rows of the candidates' selected revisions, and every object's latest
-/// revision as of `t` (for WITH EVIDENCE).
+/// The evidence rows (derivations, links) of the selected revisions, and every object's latest
+/// revision as of `t` (for WITH EVIDENCE; the packer reads its edges from the plan).
 pub async fn graph(
     ctx: &SessionContext,
     dataset: &Dataset,
@@ -586,16 +586,6 @@ pub async fn graph(
                 if selected.get(id) != Some(&revs.value(i)) {
                     continue;
                 }
-                let node = if types.value(i) == "object" {
-                    object_node(ents.value(i))
-                } else {
-                    format!("{}:{}", types.value(i), ents.value(i))
-                };
-                g.edges.push(Edge {
-                    a: object_node(id),
-                    b: node,
-                    relation: rels.value(i).to_string(),
-                });
                 g.links.entry(id.to_string()).or_default().push((
                     types.value(i).to_string(),
                     ents.value(i).to_string(),
@@ -627,11 +617,6 @@ pub async fn graph(
                 if selected.get(id) != Some(&revs.value(i)) {
                     continue;
                 }
-                g.edges.push(Edge {
-                    a: object_node(id),
-                    b: object_node(srcs.value(i)),
-                    relation: rels.value(i).to_string(),
-                });
                 g.derivations.entry(id.to_string()).or_default().push((
                     rels.value(i).to_string(),
                     srcs.value(i).to_string(),
@@ -646,8 +631,6 @@ pub async fn graph(
     for list in g.links.values_mut() {
         list.sort();
     }
-    g.edges.sort();
-    g.edges.dedup();
     let revisions = table(ctx, dataset, "revisions", true)
         .await?
         .expect("required");

@@ -139,10 +139,9 @@ pub struct Explanation {
     pub rejected: Vec<Value>,
 }
 
-/// The graph and evidence rows of the candidates' selected revisions.
+/// The evidence rows of the selected revisions (WITH EVIDENCE).
 #[derive(Debug, Clone, Default)]
 pub struct Graph {
-    pub edges: Vec<select::Edge>,
     /// Per object id: (relation, source id, source revision) of its derivations.
     pub derivations: HashMap<String, Vec<(String, String, i64)>>,
     /// Per object id: (entity_type, entity_id, relation) of its links.
