@@ -347,6 +347,40 @@ fn funnel_users() -> Vec<Vec<Event>> {
         .collect()
 }
 
+/// The `text` bodies of `n` generated objects.
+fn lexical_docs(n: u64) -> Vec<String> {
+    use datafusion::arrow::array::AsArray;
+    use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    let dir = tempfile::tempdir().expect("temp dir");
+    generate_objects(&ObjectGenOptions::new(dir.path(), n)).expect("generate objects");
+    let file =
+        std::fs::File::open(dir.path().join("representations/part-00000.parquet")).expect("file");
+    let mut out = Vec::new();
+    for batch in ParquetRecordBatchReaderBuilder::try_new(file)
+        .expect("reader")
+        .build()
+        .expect("build")
+    {
+        let batch = batch.expect("batch");
+        let names = batch
+            .column_by_name("name")
+            .expect("name")
+            .as_string::<i32>()
+            .clone();
+        let content = batch
+            .column_by_name("content")
+            .expect("content")
+            .as_string::<i64>()
+            .clone();
+        for i in 0..batch.num_rows() {
+            if names.value(i) == "text" {
+                out.push(content.value(i).to_string());
+            }
+        }
+    }
+    out
+}
+
 fn percentile_accumulator(p: f64) -> Box<dyn Accumulator> {
     let schema = Schema::new(vec![Field::new("x", DataType::Float64, true)]);
     let exprs = [col("x", &schema).expect("column x"), lit(p)];
@@ -394,6 +428,24 @@ fn bench_udf(c: &mut Criterion) {
             })
         });
     }
+    // lexical-v1 over 10 000 generated ~400-word bodies (the context corpus's text).
+    let docs = lexical_docs(10_000);
+    let terms = signalql::udfs::scalar::lexical::terms(CONTEXT_TASK);
+    group.bench_function("lexical/weights/10k_docs", |b| {
+        b.iter(|| {
+            docs.iter()
+                .map(|d| {
+                    signalql::udfs::scalar::lexical::weights(
+                        &terms,
+                        "Title words",
+                        "",
+                        black_box(d),
+                    )
+                    .len()
+                })
+                .sum::<usize>()
+        })
+    });
     for (label, input) in [("dense", values(0)), ("nulls10", values(10))] {
         let batch = [input];
         group.bench_function(format!("stats/update_batch/{label}"), |b| {
