@@ -13,16 +13,14 @@ use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, TimestampMicrosecondType};
 use datafusion::common::JoinType;
 use datafusion::dataframe::DataFrame;
+use datafusion::datasource::MemTable;
 use datafusion::functions::core::expr_fn::{coalesce, get_field};
 use datafusion::functions::string::expr_fn::{concat, starts_with};
 use datafusion::functions::unicode::expr_fn::character_length;
 use datafusion::functions_aggregate::expr_fn::max;
 use datafusion::functions_aggregate::string_agg::string_agg_udaf;
 use datafusion::functions_nested::expr_fn::{array_has, array_union, make_array};
-use datafusion::functions_window::expr_fn::row_number;
-use datafusion::logical_expr::{
-    Expr, ExprFunctionExt, Extension, LogicalPlan, cast as cast_expr, col, lit, when,
-};
+use datafusion::logical_expr::{Expr, Extension, LogicalPlan, cast as cast_expr, col, lit, when};
 use datafusion::prelude::SessionContext;
 use signalql_catalog::Dataset;
 use signalql_udfs::scalar::lexical::lexical_match;
@@ -64,26 +62,28 @@ pub(crate) async fn table(
     }
 }
 
-/// Keeps, per `partition`, the row first in `order`.
-fn first_per(
-    df: DataFrame,
-    partition: Vec<Expr>,
-    order: Vec<datafusion::logical_expr::SortExpr>,
-) -> Result<DataFrame> {
-    let rn = row_number()
-        .partition_by(partition)
-        .order_by(order)
-        .build()?
-        .alias("__rn");
+/// Keeps, per `object_id`, the rows whose `by` is the largest: a hash aggregate and a join,
+/// cheaper than a sorted window. Rows tied on `by` are all kept (the candidates are assembled
+/// per object id, so a duplicate row changes nothing).
+fn latest_per_object(df: DataFrame, by: &str) -> Result<DataFrame> {
     let cols: Vec<Expr> = df
         .schema()
         .columns()
         .into_iter()
         .map(Expr::Column)
         .collect();
+    let best = df
+        .clone()
+        .aggregate(vec![col("object_id")], vec![max(col(by)).alias("__best")])?
+        .select(vec![col("object_id").alias("__oid"), col("__best")])?;
     Ok(df
-        .window(vec![rn])?
-        .filter(col("__rn").eq(lit(1u64)))?
+        .join(
+            best,
+            JoinType::Inner,
+            &["object_id", by],
+            &["__oid", "__best"],
+            None,
+        )?
         .select(cols)?)
 }
 
@@ -97,10 +97,9 @@ pub(crate) async fn candidates_df(
     let objects = table(ctx, dataset, "objects", true)
         .await?
         .expect("required");
-    let objects = first_per(
+    let objects = latest_per_object(
         objects.filter(col("recorded_at").lt_eq(ts_lit(t)))?,
-        vec![col("object_id")],
-        vec![col("recorded_at").sort(false, true)],
+        "recorded_at",
     )?
     .filter(
         col("tombstoned_at")
@@ -116,10 +115,9 @@ pub(crate) async fn candidates_df(
     let revisions = table(ctx, dataset, "revisions", true)
         .await?
         .expect("required");
-    let revisions = first_per(
+    let revisions = latest_per_object(
         revisions.filter(col("created_at").lt_eq(ts_lit(t)))?,
-        vec![col("object_id")],
-        vec![col("revision").sort(false, true)],
+        "revision",
     )?
     .select(vec![
         col("object_id").alias("r_object_id"),
@@ -313,12 +311,15 @@ pub(crate) fn per_object_text(rows: DataFrame) -> Result<DataFrame> {
 /// The graph edges (`a`, `b`, `relation`) of the selected revisions: links (an `object`
 /// entity is an object node) and derivations.
 async fn edges_df(ctx: &SessionContext, dataset: &Dataset, t: i64) -> Result<DataFrame> {
-    let selected = || async {
-        Ok::<_, Error>(candidates_df(ctx, dataset, t).await?.select(vec![
-            col("object_id").alias("c_object_id"),
-            col("revision").alias("c_revision"),
-        ])?)
-    };
+    // The selected revisions, computed once and shared by both joins.
+    let sel = candidates_df(ctx, dataset, t).await?.select(vec![
+        col("object_id").alias("c_object_id"),
+        col("revision").alias("c_revision"),
+    ])?;
+    let schema = Arc::new(sel.schema().as_arrow().clone());
+    let batches = sel.collect().await?;
+    let selected_table = Arc::new(MemTable::try_new(schema, vec![batches])?);
+    let selected = || async { Ok::<_, Error>(ctx.read_table(selected_table.clone())?) };
     let mut parts: Vec<DataFrame> = Vec::new();
     if let Some(links) = table(ctx, dataset, "links", false).await? {
         let node = when(
