@@ -319,46 +319,37 @@ async fn edges_df(ctx: &SessionContext, dataset: &Dataset, t: i64) -> Result<Dat
     let schema = Arc::new(sel.schema().as_arrow().clone());
     let batches = sel.collect().await?;
     let selected_table = Arc::new(MemTable::try_new(schema, vec![batches])?);
-    let selected = || async { Ok::<_, Error>(ctx.read_table(selected_table.clone())?) };
+    // Rows of `rows` for the selected revisions, as edges from the object to `b`.
+    let edges_of = |rows: DataFrame, b: Expr| -> Result<DataFrame> {
+        Ok(rows
+            .join(
+                ctx.read_table(selected_table.clone())?,
+                JoinType::Inner,
+                &["object_id", "revision"],
+                &["c_object_id", "c_revision"],
+                None,
+            )?
+            .select(vec![
+                concat(vec![lit("object:"), col("object_id")]).alias("a"),
+                b.alias("b"),
+                col("relation"),
+            ])?)
+    };
     let mut parts: Vec<DataFrame> = Vec::new();
     if let Some(links) = table(ctx, dataset, "links", false).await? {
+        // An `object` entity is an object node.
         let node = when(
             col("entity_type").eq(lit("object")),
             concat(vec![lit("object:"), col("entity_id")]),
         )
         .otherwise(concat(vec![col("entity_type"), lit(":"), col("entity_id")]))?;
-        parts.push(
-            links
-                .join(
-                    selected().await?,
-                    JoinType::Inner,
-                    &["object_id", "revision"],
-                    &["c_object_id", "c_revision"],
-                    None,
-                )?
-                .select(vec![
-                    concat(vec![lit("object:"), col("object_id")]).alias("a"),
-                    node.alias("b"),
-                    col("relation"),
-                ])?,
-        );
+        parts.push(edges_of(links, node)?);
     }
     if let Some(derivs) = table(ctx, dataset, "derivations", false).await? {
-        parts.push(
-            derivs
-                .join(
-                    selected().await?,
-                    JoinType::Inner,
-                    &["object_id", "revision"],
-                    &["c_object_id", "c_revision"],
-                    None,
-                )?
-                .select(vec![
-                    concat(vec![lit("object:"), col("object_id")]).alias("a"),
-                    concat(vec![lit("object:"), col("source_object_id")]).alias("b"),
-                    col("relation"),
-                ])?,
-        );
+        parts.push(edges_of(
+            derivs,
+            concat(vec![lit("object:"), col("source_object_id")]),
+        )?);
     }
     let mut it = parts.into_iter();
     match it.next() {
