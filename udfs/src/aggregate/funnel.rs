@@ -277,6 +277,9 @@ fn groups_accumulator(args: &AccumulatorArgs) -> Result<FunnelGroups> {
     })
 }
 
+/// A group reference for an event that cannot start a chain: its group value is never read.
+const NO_GROUP: u64 = u64::MAX;
+
 /// Packs a (source array, row) reference into the group-value store.
 fn pack(array: usize, row: usize) -> u64 {
     ((array as u64) << 32) | row as u64
@@ -318,6 +321,16 @@ impl FunnelGroups {
         self.retained_bytes += array.get_array_memory_size();
         self.group_arrays.push(Arc::clone(array));
         self.group_arrays.len() - 1
+    }
+
+    /// Whether `e` can be a chain's first event, the only event whose group value is read: a
+    /// step-1 event, or any step event in the any-order mode.
+    fn starts_chain(&self, e: &Event) -> bool {
+        if self.mode == Mode::Any {
+            e.steps != 0
+        } else {
+            e.steps & 1 != 0
+        }
     }
 
     /// Whether an event with this step mask and exclusion flag is worth keeping.
@@ -407,7 +420,10 @@ impl FunnelGroups {
         sources.push(self.null_group.as_ref());
         let indices: Vec<(usize, usize)> = refs
             .iter()
-            .map(|r| r.map_or((null_source, 0), unpack))
+            .map(|r| match r {
+                Some(r) if *r != NO_GROUP => unpack(*r),
+                _ => (null_source, 0),
+            })
             .collect();
         Ok(interleave(&sources, &indices)?)
     }
@@ -433,10 +449,15 @@ impl GroupsAccumulator for FunnelGroups {
         let array_id = self.grouped.then(|| self.keep_group_array(&values[5]));
         for (row, event) in rows {
             let g = group_indices[row];
-            self.events[g].push(event);
             if let Some(a) = array_id {
-                self.group_refs[g].push(pack(a, row));
+                let r = if self.starts_chain(&event) {
+                    pack(a, row)
+                } else {
+                    NO_GROUP
+                };
+                self.group_refs[g].push(r);
             }
+            self.events[g].push(event);
         }
         Ok(())
     }
@@ -531,15 +552,21 @@ impl GroupsAccumulator for FunnelGroups {
             let (lo, hi) = (offsets[row] as usize, offsets[row + 1] as usize);
             for i in lo..hi {
                 let raw = steps_v.value(i);
-                self.events[g].push(Event {
+                let event = Event {
                     ts: ts_v.value(i),
                     seq: seq_v.value(i),
                     steps: raw & 0x7fff,
                     excluded: raw & (1 << 15) != 0,
-                });
+                };
                 if let Some(a) = array_id {
-                    self.group_refs[g].push(pack(a, i));
+                    let r = if self.starts_chain(&event) {
+                        pack(a, i)
+                    } else {
+                        NO_GROUP
+                    };
+                    self.group_refs[g].push(r);
                 }
+                self.events[g].push(event);
             }
         }
         Ok(())
