@@ -16,7 +16,7 @@ use datafusion::sql::unparser::plan_to_sql;
 use sha2::{Digest, Sha256};
 use signalql_catalog::{Dataset, DatasetError, TableInfo};
 
-use crate::context::{Bundle, Explanation};
+use crate::context::{Bundle, Explanation, parse_object_uri};
 use crate::envelope::{
     ColumnInfo, CostEstimate, Envelope, Metadata, SIGNALQL_VERSION, WindowInfo, limits_json, rows,
     type_name,
@@ -148,9 +148,9 @@ impl Engine {
                 self.lower(&view, |i| lower_sequence(q, &view, i)).await?
             }
             Statement::FindObject(q) => {
-                let (as_of, t) = match &q.as_of {
-                    Some(ts) => (parse_timestamp(ts)?, parse_timestamp(ts)?),
-                    None => (self.now()?, self.now()?),
+                let t = match &q.as_of {
+                    Some(ts) => parse_timestamp(ts)?,
+                    None => self.now()?,
                 };
                 let mut l = crate::context::find::plan(
                     &self.ctx,
@@ -161,7 +161,7 @@ impl Engine {
                 )
                 .await
                 .map_err(|e| if e.span.is_none() { e.at(q.span) } else { e })?;
-                l.as_of = as_of;
+                l.as_of = t;
                 l
             }
             Statement::ContextTask(q) => {
@@ -328,9 +328,10 @@ impl Engine {
     /// record for an address wins; the returned bundle is the one computed now).
     pub async fn context(&self, q: &ContextQuery) -> Result<Bundle> {
         crate::context::check_limits(q)?;
+        let now = self.now()?;
         let (as_of, t) = match &q.as_of {
             Some(ts) => (Some(ts.0.clone()), parse_timestamp(ts)?),
-            None => (None, self.now()?),
+            None => (None, now),
         };
         let params = crate::context::PackParams::of(q, crate::lower::time::micros(t))?;
         let plan = crate::context::load::plan(&self.ctx, &self.dataset, q, t, &params).await?;
@@ -341,8 +342,8 @@ impl Engine {
                 .items
                 .iter()
                 .filter_map(|i| {
-                    let (id, rev) = i.object.strip_prefix("object://")?.rsplit_once('@')?;
-                    Some((id.to_string(), rev.parse().ok()?))
+                    let (id, rev) = parse_object_uri(&i.object)?;
+                    Some((id.to_string(), rev))
                 })
                 .collect();
             Some(
@@ -357,7 +358,7 @@ impl Engine {
         } else {
             None
         };
-        let evaluated_at = rfc3339(self.now()?);
+        let evaluated_at = rfc3339(now);
         let (mut bundle, explanation) =
             crate::context::assemble(q, as_of, evaluated_at, decisions, graph.as_ref());
         // Only the packed representations' content is read, after packing.
@@ -366,8 +367,8 @@ impl Engine {
             .iter()
             .filter(|i| i.content.is_none() && i.content_ref.is_none())
             .filter_map(|i| {
-                let (id, rev) = i.object.strip_prefix("object://")?.rsplit_once('@')?;
-                Some((id.to_string(), rev.parse().ok()?, i.representation.clone()))
+                let (id, rev) = parse_object_uri(&i.object)?;
+                Some((id.to_string(), rev, i.representation.clone()))
             })
             .collect();
         let mut texts = crate::context::load::contents(&self.ctx, &self.dataset, &keys).await?;

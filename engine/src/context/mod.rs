@@ -54,6 +54,12 @@ pub fn object_uri(id: &str, rev: i64) -> String {
     format!("object://{id}@{rev}")
 }
 
+/// The id and revision of an `object://id@rev` address.
+pub fn parse_object_uri(uri: &str) -> Option<(&str, i64)> {
+    let (id, rev) = uri.strip_prefix("object://")?.rsplit_once('@')?;
+    Some((id, rev.parse().ok()?))
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Budget {
     pub limit: u64,
@@ -180,12 +186,8 @@ pub fn address(
     let items: Vec<Value> = items
         .iter()
         .map(|i| {
-            let (o, r) = i
-                .object
-                .strip_prefix("object://")
-                .and_then(|s| s.rsplit_once('@'))
-                .unwrap_or(("", "0"));
-            json!({"o": o, "r": r.parse::<i64>().unwrap_or(0), "rep": i.representation, "t": i.tokens, "h": i.content_hash})
+            let (o, r) = parse_object_uri(&i.object).unwrap_or(("", 0));
+            json!({"o": o, "r": r, "rep": i.representation, "t": i.tokens, "h": i.content_hash})
         })
         .collect();
     let pre = json!({
@@ -643,12 +645,7 @@ fn evidence(items: &[Item], graph: &Graph) -> Vec<Value> {
     items
         .iter()
         .map(|i| {
-            let id = i
-                .object
-                .strip_prefix("object://")
-                .and_then(|s| s.rsplit_once('@'))
-                .map(|(id, _)| id)
-                .unwrap_or("");
+            let id = parse_object_uri(&i.object).map_or("", |(id, _)| id);
             let derivations: Vec<Value> = graph
                 .derivations
                 .get(id)
