@@ -11,8 +11,7 @@
 use chrono::{DateTime, Utc};
 use datafusion::common::JoinType;
 use datafusion::functions::core::expr_fn::coalesce;
-use datafusion::functions::string::expr_fn::starts_with;
-use datafusion::functions_nested::expr_fn::{array_has, array_union, make_array};
+use datafusion::functions_nested::expr_fn::array_has;
 use datafusion::logical_expr::{Expr, col, lit};
 use datafusion::prelude::SessionContext;
 use signalql_catalog::Dataset;
@@ -113,16 +112,8 @@ pub async fn plan(
             &["p_object_id", "p_revision"],
             None,
         )?;
-        let empty = make_array(vec![]);
-        let secret = array_has(
-            array_union(
-                coalesce(vec![col("rev_roles"), empty.clone()]),
-                coalesce(vec![col("rep_roles"), empty]),
-            ),
-            lit("secret"),
-        );
-        let packable = starts_with(col("media_type"), lit("text/"))
-            .or(col("media_type").eq(lit("application/json")));
+        let secret = array_has(super::load::effective_roles(), lit("secret"));
+        let packable = super::load::packable_media();
         let mut readable = packable.and(coalesce(vec![secret, lit(false)]).not_eq(lit(true)));
         if let Some(r) = &q.representation {
             readable = readable.and(col("name").eq(lit(r.as_str())));

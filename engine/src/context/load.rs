@@ -62,6 +62,21 @@ pub(crate) async fn table(
     }
 }
 
+/// A representation's effective roles: its revision's (`rev_roles`) and its own
+/// (`rep_roles`).
+pub(crate) fn effective_roles() -> Expr {
+    let empty = make_array(vec![]);
+    array_union(
+        coalesce(vec![col("rev_roles"), empty.clone()]),
+        coalesce(vec![col("rep_roles"), empty]),
+    )
+}
+
+/// Whether `media_type` is packable text (`text/*` or `application/json`).
+pub(crate) fn packable_media() -> Expr {
+    starts_with(col("media_type"), lit("text/")).or(col("media_type").eq(lit("application/json")))
+}
+
 /// Keeps, per `object_id`, the rows whose `by` is the largest: a hash aggregate and a join,
 /// cheaper than a sorted window. Rows tied on `by` are all kept (the candidates are assembled
 /// per object id, so a duplicate row changes nothing).
@@ -177,11 +192,7 @@ pub async fn plan(
 
     // Effective roles, the secret and EXCLUDE ROLE tests, packability; content only where all
     // three allow it, so no later expression can read secret or excluded text.
-    let empty_roles = make_array(vec![]);
-    let eff = array_union(
-        coalesce(vec![col("rev_roles"), empty_roles.clone()]),
-        coalesce(vec![col("rep_roles"), empty_roles]),
-    );
+    let eff = effective_roles();
     let has = |r: &str| array_has(col("eff_roles"), lit(r));
     let mut role_excluded = lit(false);
     for x in &q.exclude {
@@ -193,8 +204,7 @@ pub async fn plan(
             role_excluded = role_excluded.or(e);
         }
     }
-    let packable = starts_with(col("media_type"), lit("text/"))
-        .or(col("media_type").eq(lit("application/json")));
+    let packable = packable_media();
     let secret = coalesce(vec![has("secret"), lit(false)]);
     let role_excluded = coalesce(vec![role_excluded, lit(false)]);
     let packable = coalesce(vec![packable, lit(false)]);
