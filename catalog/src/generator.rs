@@ -223,6 +223,8 @@ struct User {
     seen: bool,
     signed_up: bool,
     activated: bool,
+    /// The start of the user's first session (i64::MIN until seen).
+    first_ts: i64,
     last_ts: i64,
 }
 
@@ -356,6 +358,7 @@ impl Generator {
                 seen: false,
                 signed_up: false,
                 activated: false,
+                first_ts: i64::MIN,
                 last_ts: i64::MIN,
             });
         }
@@ -480,7 +483,11 @@ impl Generator {
         }
         start = start.max(self.clock.begin_us);
         if !anon {
-            self.users[user as usize].last_ts = start + duration;
+            let p = &mut self.users[user as usize];
+            p.last_ts = start + duration;
+            if p.first_ts == i64::MIN {
+                p.first_ts = start;
+            }
         }
         for ((kind, path, amount), off) in kinds.into_iter().zip(offsets) {
             out.push(Row {
@@ -581,21 +588,7 @@ fn write_config(opts: &GenOptions) -> Result<()> {
         opts.end
             .to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true),
     );
-    // create_new: a concurrent writer's file wins, ours is dropped.
-    match std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&path)
-    {
-        Ok(mut f) => {
-            use std::io::Write;
-            f.write_all(text.as_bytes())
-                .and_then(|()| f.sync_all())
-                .map_err(|e| CatalogError::io(&path, e))
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
-        Err(e) => Err(CatalogError::io(&path, e)),
-    }
+    crate::write::write_new_file(&path, &text)
 }
 
 fn check_no_parts(dir: &Path) -> Result<()> {
@@ -644,7 +637,9 @@ pub fn generate_events(
     let dir = opts.out.join("events");
     check_no_parts(&dir)?;
     let signals_dir = opts.out.join("signals");
-    check_no_parts(&signals_dir)?;
+    for table in ["signals", "entities", "relationships"] {
+        check_no_parts(&opts.out.join(table))?;
+    }
     std::fs::create_dir_all(&dir).map_err(|e| CatalogError::io(&dir, e))?;
     write_config(opts)?;
 
@@ -682,7 +677,27 @@ pub fn generate_events(
         &generator.users,
         end_us - opts.days as i64 * 86_400_000_000,
     )?;
-    let users = generator.users.iter().filter(|u| u.seen).count() as u64;
+    let seen: Vec<crate::entity_gen::SeenUser> = generator
+        .users
+        .iter()
+        .enumerate()
+        .filter(|(_, u)| u.seen)
+        .map(|(index, u)| crate::entity_gen::SeenUser {
+            index,
+            plan: PLANS.get(u.plan as usize).copied(),
+            country: COUNTRIES[u.country as usize],
+            variant: VARIANTS[u.variant as usize],
+            first_ts: u.first_ts,
+        })
+        .collect();
+    crate::entity_gen::write_graph(
+        &opts.out,
+        &seen,
+        end_us - opts.days as i64 * 86_400_000_000,
+        end_us,
+        opts.seed,
+    )?;
+    let users = seen.len() as u64;
     Ok(GenSummary {
         rows: written,
         files: paths.len(),

@@ -2,6 +2,7 @@
 //! listing tables over Parquet, ingest writers and the deterministic data generator.
 
 pub mod dataset;
+pub mod entity_gen;
 pub mod error;
 pub mod generator;
 pub mod ingest;

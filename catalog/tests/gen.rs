@@ -112,11 +112,18 @@ fn shape_ranges_and_realism() {
     );
     assert_eq!(
         listing(dir.path()),
-        vec!["events", "signalql.toml", "signals"]
+        vec![
+            "entities",
+            "events",
+            "metrics.toml",
+            "relationships",
+            "signalql.toml",
+            "signals"
+        ]
     );
     assert_eq!(
         listing(&dir.path().join("signals")),
-        vec!["part-00000.parquet"]
+        vec!["part-00000.parquet", "part-00001.parquet"]
     );
     let on_disk: u64 = summary
         .paths
@@ -373,7 +380,7 @@ async fn signals_match_the_events_variants() {
     .await
     .unwrap();
     let sql = "SELECT
-        (SELECT count(*) FROM signals) AS n_signals,
+        (SELECT count(*) FROM signals WHERE name = 'experiment_variant') AS n_signals,
         (SELECT count(DISTINCT user_id) FROM events) AS n_users,
         (SELECT count(*) FROM (SELECT DISTINCT user_id, properties['experiment_variant'] AS v FROM events WHERE user_id IS NOT NULL) e
            JOIN signals s ON e.user_id = s.entity_id AND e.v = s.value AND s.name = 'experiment_variant') AS matched";
@@ -420,4 +427,68 @@ fn gen_objects_is_deterministic() {
     }
     // A second run into the same root refuses rather than mixing stores.
     assert!(generate_objects(&ObjectGenOptions::new(a.path(), 300)).is_err());
+}
+
+/// The generated entity graph agrees with the events: one `analytics.user` per user seen (its
+/// first row carrying the events' plan and variant), one `member_of` edge per user to an
+/// existing account, referrals only from earlier users, and each user's `churn_risk` twice.
+#[tokio::test]
+async fn entity_graph_matches_the_events() {
+    use datafusion::prelude::{ParquetReadOptions, SessionContext};
+    let dir = tempfile::tempdir().unwrap();
+    generate_events(&opts(dir.path(), 20_000, 5), None).unwrap();
+    let ctx = SessionContext::new();
+    let root = dir.path().display().to_string();
+    for t in ["events", "signals", "entities", "relationships"] {
+        ctx.register_parquet(t, format!("{root}/{t}/"), ParquetReadOptions::default())
+            .await
+            .unwrap();
+    }
+    let one = |sql: &'static str| {
+        let ctx = ctx.clone();
+        async move {
+            let b = ctx.sql(sql).await.unwrap().collect().await.unwrap();
+            let v = datafusion::arrow::compute::cast(b[0].column(0), &DataType::Int64).unwrap();
+            v.as_any()
+                .downcast_ref::<datafusion::arrow::array::Int64Array>()
+                .unwrap()
+                .value(0)
+        }
+    };
+    let users = one("SELECT count(DISTINCT user_id) FROM events").await;
+    assert!(users > 100);
+    let user_entities =
+        one("SELECT count(DISTINCT entity_id) FROM entities WHERE entity_type = 'analytics.user'")
+            .await;
+    assert_eq!(users, user_entities);
+    // The first row of each user agrees with the events' plan and variant.
+    let mismatched = one(
+        "WITH first AS (SELECT entity_id, attributes['plan'] AS plan,
+                attributes['experiment_variant'] AS v,
+                row_number() OVER (PARTITION BY entity_id ORDER BY updated_at) AS rn
+              FROM entities WHERE entity_type = 'analytics.user'),
+         ev AS (SELECT DISTINCT user_id, properties['plan'] AS plan,
+                properties['experiment_variant'] AS v FROM events WHERE user_id IS NOT NULL)
+         SELECT count(*) FROM first f JOIN ev e ON f.entity_id = e.user_id
+         WHERE f.rn = 1 AND ((f.plan IS DISTINCT FROM e.plan) OR (f.v IS DISTINCT FROM e.v))",
+    )
+    .await;
+    assert_eq!(mismatched, 0);
+    let upgrades = one(
+        "SELECT count(*) FROM (SELECT entity_id FROM entities WHERE entity_type = 'analytics.user'
+         GROUP BY entity_id HAVING count(*) > 1)",
+    )
+    .await;
+    assert!(upgrades > 0, "some users have a newer row");
+    let member = one("SELECT count(*) FROM relationships r JOIN entities a
+           ON a.entity_type = 'analytics.account' AND a.entity_id = r.dst_id
+         WHERE r.relation = 'member_of'")
+    .await;
+    assert_eq!(member, users, "one member_of edge per user, to an account");
+    let backwards =
+        one("SELECT count(*) FROM relationships WHERE relation = 'referred' AND src_id >= dst_id")
+            .await;
+    assert_eq!(backwards, 0, "referrals come from earlier users");
+    let churn = one("SELECT count(*) FROM signals WHERE name = 'churn_risk'").await;
+    assert_eq!(churn, 2 * users);
 }
