@@ -233,6 +233,20 @@ impl Dataset {
         })
     }
 
+    /// Open the `entities` table and check its columns.
+    pub async fn entities(&self, ctx: &SessionContext) -> Result<TableInfo, DatasetError> {
+        let info = self.table(ctx, "entities").await?;
+        check_entities_schema(&info.schema)?;
+        Ok(info)
+    }
+
+    /// Open the `relationships` table and check its columns.
+    pub async fn relationships(&self, ctx: &SessionContext) -> Result<TableInfo, DatasetError> {
+        let info = self.table(ctx, "relationships").await?;
+        check_relationships_schema(&info.schema)?;
+        Ok(info)
+    }
+
     /// Open the `events` table and check the columns the language relies on.
     pub async fn events(&self, ctx: &SessionContext) -> Result<TableInfo, DatasetError> {
         let info = self.table(ctx, "events").await?;
@@ -241,42 +255,103 @@ impl Dataset {
     }
 }
 
-/// The `events` table must have `event_name` (text), `timestamp` (a timestamp) and, if
-/// present, `properties` as a struct, a map or JSON text.
-pub fn check_events_schema(schema: &SchemaRef) -> Result<(), DatasetError> {
+/// What a column of a table must be.
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Text,
+    Timestamp,
+}
+
+/// Check that `schema` has the `required` columns of the right kinds, and that the optional
+/// property-bag column `bag`, if present, is a struct, map or JSON text.
+fn check_columns(
+    table: &str,
+    schema: &SchemaRef,
+    required: &[(&str, Kind)],
+    bag: Option<&str>,
+) -> Result<(), DatasetError> {
     let bad = |column: &str, found: &DataType, expected: &str| DatasetError::BadColumn {
-        table: "events".into(),
+        table: table.into(),
         column: column.into(),
         found: found.to_string(),
         expected: expected.into(),
     };
-    let need = |name: &str| {
-        schema
+    for (name, kind) in required {
+        let f = schema
             .field_with_name(name)
             .map_err(|_| DatasetError::Unreadable {
-                table: "events".into(),
-                message: format!("the events table has no `{name}` column"),
-            })
-    };
-    let en = need("event_name")?;
-    if !matches!(
-        en.data_type(),
-        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
-    ) {
-        return Err(bad("event_name", en.data_type(), "utf8"));
+                table: table.into(),
+                message: format!("the {table} table has no `{name}` column"),
+            })?;
+        let dt = f.data_type();
+        match kind {
+            Kind::Text
+                if !matches!(
+                    dt,
+                    DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
+                ) =>
+            {
+                return Err(bad(name, dt, "utf8"));
+            }
+            Kind::Timestamp if !matches!(dt, DataType::Timestamp(_, _)) => {
+                return Err(bad(name, dt, "timestamp"));
+            }
+            _ => {}
+        }
     }
-    let ts = need("timestamp")?;
-    if !matches!(ts.data_type(), DataType::Timestamp(_, _)) {
-        return Err(bad("timestamp", ts.data_type(), "timestamp"));
-    }
-    if let Ok(p) = schema.field_with_name("properties")
+    if let Some(bag) = bag
+        && let Ok(p) = schema.field_with_name(bag)
         && PropertiesEncoding::of(p.data_type()).is_none()
     {
         return Err(bad(
-            "properties",
+            bag,
             p.data_type(),
             "struct, map<utf8, utf8> or JSON utf8",
         ));
     }
     Ok(())
+}
+
+/// The `entities` table: `entity_type`, `entity_id` (text), `updated_at` (a timestamp) and,
+/// if present, `attributes` as a struct, a map or JSON text.
+pub fn check_entities_schema(schema: &SchemaRef) -> Result<(), DatasetError> {
+    check_columns(
+        "entities",
+        schema,
+        &[
+            ("entity_type", Kind::Text),
+            ("entity_id", Kind::Text),
+            ("updated_at", Kind::Timestamp),
+        ],
+        Some("attributes"),
+    )
+}
+
+/// The `relationships` table: `src_type`, `src_id`, `relation`, `dst_type`, `dst_id` (text)
+/// and `created_at` (a timestamp).
+pub fn check_relationships_schema(schema: &SchemaRef) -> Result<(), DatasetError> {
+    check_columns(
+        "relationships",
+        schema,
+        &[
+            ("src_type", Kind::Text),
+            ("src_id", Kind::Text),
+            ("relation", Kind::Text),
+            ("dst_type", Kind::Text),
+            ("dst_id", Kind::Text),
+            ("created_at", Kind::Timestamp),
+        ],
+        None,
+    )
+}
+
+/// The `events` table must have `event_name` (text), `timestamp` (a timestamp) and, if
+/// present, `properties` as a struct, a map or JSON text.
+pub fn check_events_schema(schema: &SchemaRef) -> Result<(), DatasetError> {
+    check_columns(
+        "events",
+        schema,
+        &[("event_name", Kind::Text), ("timestamp", Kind::Timestamp)],
+        Some("properties"),
+    )
 }

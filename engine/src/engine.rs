@@ -27,7 +27,7 @@ use crate::lower::funnel::{funnel_view, lower_funnel, lower_sequence, sequence_v
 use crate::lower::retrieve::{Staged, data_span_plan, lower_retrieve};
 use crate::lower::time::{parse_timestamp, rfc3339};
 use crate::lower::{Interval, Limits, LowerInput, Lowered, UnitSource};
-use crate::syntax::ast::{ContextQuery, RetrieveQuery, Statement};
+use crate::syntax::ast::{ContextQuery, RetrieveQuery, Source, Span, Statement};
 use crate::syntax::parse;
 
 /// How an engine evaluates queries.
@@ -103,7 +103,7 @@ impl Engine {
             .with_config(config)
             .with_runtime_env(runtime)
             .with_default_features()
-            .with_query_planner(Arc::new(crate::context::exec::ContextQueryPlanner))
+            .with_query_planner(Arc::new(crate::operator::EngineQueryPlanner))
             .build();
         let ctx = SessionContext::new_with_state(state);
         signalql_udfs::register_all(&ctx);
@@ -203,9 +203,23 @@ impl Engine {
         q: &RetrieveQuery,
         build: impl FnOnce(&LowerInput) -> Result<Lowered>,
     ) -> Result<Lowered> {
-        let table = self.events().await?;
+        let table = match &q.source {
+            Source::Entity(name) => {
+                let table = self
+                    .dataset
+                    .entities(&self.ctx)
+                    .await
+                    .map_err(|e| Error::from(e).at(q.span))?;
+                self.check_entity_type(&table, name, q.span).await?;
+                table
+            }
+            _ => self.events().await?,
+        };
         // v0.1 `traits.K` reads the users table unless events carries its own `traits`.
-        let users = if reads_traits(q) && table.schema.field_with_name("traits").is_err() {
+        let users = if q.source == Source::Events
+            && reads_traits(q)
+            && table.schema.field_with_name("traits").is_err()
+        {
             Some(self.dataset.table(&self.ctx, "users").await?)
         } else {
             None
@@ -213,11 +227,30 @@ impl Engine {
         let signals = if signal_names(q).is_empty() {
             None
         } else {
-            Some(self.dataset.table(&self.ctx, "signals").await?)
+            Some(
+                self.dataset
+                    .table(&self.ctx, "signals")
+                    .await
+                    .map_err(|e| Error::from(e).at(q.span))?,
+            )
+        };
+        let (relationships, entities) = match (&q.traverse, &q.source) {
+            (Some(_), Source::Entity(_)) => (
+                Some(
+                    self.dataset
+                        .relationships(&self.ctx)
+                        .await
+                        .map_err(|e| Error::from(e).at(q.span))?,
+                ),
+                Some(table.clone()),
+            ),
+            _ => (None, None),
         };
         let now = self.now()?;
         let mut input = LowerInput {
             table: &table,
+            relationships: relationships.as_ref(),
+            entities: entities.as_ref(),
             users: users.as_ref(),
             signals: signals.as_ref(),
             now,
@@ -228,6 +261,57 @@ impl Engine {
             input.data_span = self.data_span(q, &input).await?;
         }
         build(&input)
+    }
+
+    /// `entity(type)` must name a type the entities table has.
+    async fn check_entity_type(
+        &self,
+        table: &TableInfo,
+        name: &[String],
+        span: Span,
+    ) -> Result<()> {
+        let wanted = crate::lower::source::entity_type(name);
+        let types = self.entity_types(table).await?;
+        if types.iter().any(|t| *t == wanted) {
+            return Ok(());
+        }
+        Err(Error::unknown_field(format!(
+            "unknown entity type `{wanted}`: the entities table has {}",
+            if types.is_empty() {
+                "no entities".to_string()
+            } else {
+                types.join(", ")
+            }
+        ))
+        .at(span))
+    }
+
+    /// The distinct `entity_type`s of the entities table, sorted.
+    pub async fn entity_types(&self, table: &TableInfo) -> Result<Vec<String>> {
+        let plan =
+            LogicalPlanBuilder::scan("entities", provider_as_source(table.provider.clone()), None)?
+                .aggregate(
+                    vec![crate::lower::fields::column("entity_type")],
+                    Vec::<datafusion::logical_expr::Expr>::new(),
+                )?
+                .build()?;
+        let (batches, _) = self.execute(&plan).await?;
+        let mut out = Vec::new();
+        for b in &batches {
+            let c = datafusion::arrow::compute::cast(
+                b.column(0),
+                &datafusion::arrow::datatypes::DataType::Utf8,
+            )
+            .map_err(|e| Error::internal(e.to_string()))?;
+            let c = c.as_string::<i32>();
+            out.extend(
+                (0..c.len())
+                    .filter(|&i| c.is_valid(i))
+                    .map(|i| c.value(i).to_string()),
+            );
+        }
+        out.sort();
+        Ok(out)
     }
 
     /// The span `[min, max]` of the rows a bucketed query without DURING reads.

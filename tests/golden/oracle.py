@@ -49,6 +49,10 @@ def connect(data):
         )
         signals = ROOT / "data" / "sample" / "signals" / "*.parquet"
         con.execute(f"CREATE VIEW signals AS SELECT * FROM read_parquet('{signals}')")
+        # The raw entities (every version) and relationships tables.
+        for table in ("entities", "relationships"):
+            files = ROOT / "data" / "sample" / table / "*.parquet"
+            con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet('{files}')")
     elif data == "tiny":
         path = ROOT / "tests" / "data" / "tiny" / "events.jsonl"
         con.execute(

@@ -17,6 +17,7 @@ pub fn all_udafs() -> Vec<Arc<AggregateUDF>> {
         aggregate::stats::stats_udaf(),
         aggregate::percentile::percentile_udaf(),
         aggregate::funnel::funnel_udaf(),
+        aggregate::trend::trend_slope_udaf(),
     ]
 }
 

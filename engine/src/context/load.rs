@@ -20,7 +20,7 @@ use datafusion::functions::unicode::expr_fn::character_length;
 use datafusion::functions_aggregate::expr_fn::max;
 use datafusion::functions_aggregate::string_agg::string_agg_udaf;
 use datafusion::functions_nested::expr_fn::{array_has, array_union, make_array};
-use datafusion::logical_expr::{Expr, Extension, LogicalPlan, cast as cast_expr, col, lit, when};
+use datafusion::logical_expr::{Expr, LogicalPlan, cast as cast_expr, col, lit, when};
 use datafusion::prelude::SessionContext;
 use signalql_catalog::Dataset;
 use signalql_udfs::scalar::lexical::lexical_match;
@@ -156,7 +156,7 @@ pub(crate) async fn candidates_df(
 /// Loads the candidates (with lexical scores for the eligible ones) and the graph.
 /// The logical plan of `CONTEXT FOR`: the candidate representations (metadata only) with each
 /// object's lexical-v1 score and matched terms, and the graph edges of the selected revisions,
-/// under a [`BundlePackNode`](super::exec::BundlePackNode).
+/// under the [`BundlePack`](super::exec::BundlePack) operator.
 pub async fn plan(
     ctx: &SessionContext,
     dataset: &Dataset,
@@ -290,14 +290,12 @@ pub async fn plan(
         None,
     )?;
     let edges = edges_df(ctx, dataset, t_us).await?;
-    let node = super::exec::BundlePackNode::new(
+    Ok(crate::operator::TwoInputNode::new(
         rows.into_unoptimized_plan(),
         edges.into_unoptimized_plan(),
-        params.clone(),
-    )?;
-    Ok(LogicalPlan::Extension(Extension {
-        node: Arc::new(node),
-    }))
+        super::exec::BundlePack(params.clone()),
+    )?
+    .into_plan())
 }
 
 /// Per object (`object_id`, `title`): the `summary` representation's content as

@@ -29,19 +29,26 @@ pub fn join_traits(events: LogicalPlanBuilder, users: &TableInfo) -> Result<Logi
                 vec![first_value(column("traits"), vec![]).alias("traits")],
             )?
             .build()?;
-    attach(events, users, "__traits_user_id", &["traits".to_string()])
+    attach(
+        events,
+        users,
+        ("events", "user_id"),
+        "__traits_user_id",
+        &["traits".to_string()],
+    )
 }
 
-/// `signal(name)` / `probability(name)` of an event: the latest `signals` row named `name`
-/// for the event's `user_id` (the entity of an event is its user) with `computed_at <= T`,
-/// attached as the columns `signal(name)` and `probability(name)` by a left join (events of
-/// users without the signal read NULL). Ties at the same `computed_at` take the greatest value.
+/// `signal(name)` / `probability(name)` of a row: the latest `signals` row named `name` for
+/// the row's entity (an event's `user_id`, an entity's `entity_id`) with `computed_at <= T`,
+/// attached as the columns `signal(name)` and `probability(name)` by a left join (rows
+/// without the signal read NULL). Ties at the same `computed_at` take the greatest value.
 pub fn join_signal(
-    events: LogicalPlanBuilder,
+    rows: LogicalPlanBuilder,
     signals: &TableInfo,
     name: &str,
     i: usize,
     as_of: chrono::DateTime<chrono::Utc>,
+    shape: &super::source::SourceShape,
 ) -> Result<LogicalPlanBuilder> {
     use datafusion::functions_aggregate::expr_fn::last_value;
     require_columns(
@@ -79,40 +86,42 @@ pub fn join_signal(
     )?
     .build()?;
     attach(
-        events,
+        rows,
         sub,
+        (shape.alias, shape.entity_key),
         &key,
         &[format!("signal({name})"), format!("probability({name})")],
     )
 }
 
-/// Left-join `side` to the events on `events.user_id = side.<key>` and keep the event columns
-/// plus `columns` of `side`, all re-qualified as `events` so later stages see one flat table.
+/// Left-join `side` to `rows` on `alias.column = side.<key>` (`on`) and keep the row columns
+/// plus `columns` of `side`, all re-qualified as `alias` so later stages see one flat table.
 fn attach(
-    events: LogicalPlanBuilder,
+    rows: LogicalPlanBuilder,
     side: LogicalPlan,
+    on: (&str, &str),
     key: &str,
     columns: &[String],
 ) -> Result<LogicalPlanBuilder> {
-    let mut keep: Vec<Expr> = events
+    let mut keep: Vec<Expr> = rows
         .schema()
         .columns()
         .into_iter()
         .map(Expr::Column)
         .collect();
     keep.extend(columns.iter().map(|c| column(c)));
-    Ok(events
+    Ok(rows
         .join(
             side,
             JoinType::Left,
             (
-                vec![Column::new(Some("events"), "user_id")],
+                vec![Column::new(Some(on.0), on.1)],
                 vec![Column::from_name(key)],
             ),
             None,
         )?
         .project(keep)?
-        .alias("events")?)
+        .alias(on.0)?)
 }
 
 /// A side table must have the columns its join reads.
@@ -135,6 +144,19 @@ pub fn signal_names(q: &RetrieveQuery) -> Vec<String> {
     for f in query_fields(q) {
         if let FieldRef::Signal(n) | FieldRef::Probability(n) = f {
             names.insert(n.clone());
+        }
+    }
+    names.into_iter().collect()
+}
+
+/// The signal names the WHERE clause reads, sorted.
+pub fn signal_names_in_filter(q: &RetrieveQuery) -> Vec<String> {
+    let mut names = BTreeSet::new();
+    if let Some(f) = &q.filter {
+        for (op, _) in operands(f) {
+            if let Operand::Field(FieldRef::Signal(n) | FieldRef::Probability(n)) = op {
+                names.insert(n.clone());
+            }
         }
     }
     names.into_iter().collect()

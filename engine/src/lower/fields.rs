@@ -54,7 +54,9 @@ pub fn field_text(f: &FieldRef) -> String {
         FieldRef::Path(p) => p.join("."),
         FieldRef::Signal(n) => format!("signal({n})"),
         FieldRef::Probability(n) => format!("probability({n})"),
-        FieldRef::SemanticMatch(t) => format!("semantic_match({t:?})"),
+        FieldRef::SemanticMatch(t) => {
+            format!("semantic_match({})", crate::syntax::format::quote(t))
+        }
     }
 }
 
@@ -74,9 +76,7 @@ pub fn resolve(field: &FieldRef, schema: &DFSchema, span: Span) -> Result<Resolv
                 Err(_) => Err(Error::capability(&name, "v0.3-extended").at(span)),
             };
         }
-        FieldRef::SemanticMatch(_) => {
-            return Err(Error::capability("semantic_match()", "v0.3-extended").at(span));
-        }
+        FieldRef::SemanticMatch(text) => return semantic_match(text, schema, span),
     };
     let Some((first, rest)) = path.split_first() else {
         return Err(Error::internal("empty field path").at(span));
@@ -140,6 +140,86 @@ pub fn resolve(field: &FieldRef, schema: &DFSchema, span: Span) -> Result<Resolv
         expr,
         data_type: dt,
         dynamic: !rest.is_empty(),
+    })
+}
+
+/// Attribute names read as an entity's title (lexical-v1 weight 3) and summary (weight 2);
+/// every text attribute is also its other text (weight 1).
+const TITLE_KEYS: [&str; 2] = ["name", "title"];
+const SUMMARY_KEYS: [&str; 2] = ["description", "summary"];
+
+/// `semantic_match("text")`: the lexical-v1 relevance of the row's entity attributes to the
+/// text, as a number in [0, 1] (the score divided by 1 000 000; docs/entities.md).
+fn semantic_match(text: &str, schema: &DFSchema, span: Span) -> Result<Resolved> {
+    use datafusion::functions::string::expr_fn::concat_ws;
+    use datafusion::functions_nested::expr_fn::{array_to_string, map_values};
+    use signalql_udfs::scalar::lexical::lexical_score;
+    let is_entity = ["entity_type", "entity_id"]
+        .iter()
+        .all(|c| schema.qualified_field_with_unqualified_name(c).is_ok());
+    let attributes = schema
+        .qualified_field_with_unqualified_name("attributes")
+        .ok()
+        .filter(|_| is_entity);
+    let Some((_, attributes)) = attributes else {
+        return Err(Error::type_error(
+            "semantic_match() scores an entity's text attributes: use it with FROM entity(type)",
+        )
+        .at(span));
+    };
+    let bag = column("attributes");
+    let join = |parts: Vec<Expr>| {
+        if parts.is_empty() {
+            lit("")
+        } else {
+            concat_ws(lit("\n"), parts)
+        }
+    };
+    let (title, summary, other) = match attributes.data_type() {
+        DataType::Struct(fields) => {
+            let text_keys: Vec<&str> = fields
+                .iter()
+                .filter(|f| is_text(f.data_type()))
+                .map(|f| f.name().as_str())
+                .collect();
+            let pick = |keys: &[&str]| {
+                join(
+                    text_keys
+                        .iter()
+                        .filter(|k| keys.contains(k))
+                        .map(|k| get_field(bag.clone(), *k))
+                        .collect(),
+                )
+            };
+            (pick(&TITLE_KEYS), pick(&SUMMARY_KEYS), pick(&text_keys))
+        }
+        DataType::Map(_, _) => {
+            let pick = |keys: &[&str]| {
+                join(
+                    keys.iter()
+                        .map(|k| cast(get_field(bag.clone(), *k), DataType::Utf8))
+                        .collect(),
+                )
+            };
+            (
+                pick(&TITLE_KEYS),
+                pick(&SUMMARY_KEYS),
+                array_to_string(map_values(bag.clone()), lit("\n")),
+            )
+        }
+        other => {
+            return Err(Error::type_error(format!(
+                "semantic_match() reads the text attributes of a struct or map `attributes` \
+                 column; this one is {other}"
+            ))
+            .at(span));
+        }
+    };
+    let score = lexical_score(lit(text), title, summary, other);
+    Ok(Resolved {
+        expr: cast(score, DataType::Float64) / lit(1_000_000.0),
+        data_type: DataType::Float64,
+        dynamic: false,
     })
 }
 

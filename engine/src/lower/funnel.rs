@@ -8,16 +8,13 @@
 
 use datafusion::arrow::datatypes::DataType;
 use datafusion::common::ScalarValue;
-use datafusion::functions::core::expr_fn::{
-    file_row_index, get_field, input_file_name, named_struct, nullif,
-};
+use datafusion::functions::core::expr_fn::{get_field, named_struct, nullif};
 use datafusion::functions_aggregate::expr_fn::sum;
 use datafusion::functions_nested::expr_fn::{array_element, make_array};
 use datafusion::logical_expr::{Expr, LogicalPlanBuilder, SortExpr, cast, lit, when};
 use signalql_udfs::aggregate::funnel::{FunnelSpec, MAX_STEPS, funnel};
 use signalql_udfs::aggregate::funnel_chain::Mode;
 use signalql_udfs::aggregate::percentile::percentile;
-use signalql_udfs::scalar::file_rank::{file_rank, rank_shift};
 
 use super::fields::{column, field_text, resolve};
 use super::retrieve::{Filtered, scan_filtered_with};
@@ -86,13 +83,11 @@ const SEQ: &str = "__seq";
 /// The events scan, filtered by the view, with [`SEQ`]: the event's position in the files
 /// (file rank in path order, then row in file), so ties keep their order in the files.
 fn scan(view: &RetrieveQuery, input: &LowerInput) -> Result<Filtered> {
-    let files = input
-        .table
-        .files
-        .iter()
-        .map(|(p, _)| p.to_string_lossy().into_owned());
-    let seq = file_rank(files, input_file_name()) * lit(rank_shift()) + file_row_index();
-    scan_filtered_with(view, input, Some((seq, SEQ)))
+    scan_filtered_with(
+        view,
+        input,
+        Some((super::source::file_order(input.table), SEQ)),
+    )
 }
 
 /// The per-user aggregate shared by funnels and sequences: scan → filter → `GROUP BY user_id`

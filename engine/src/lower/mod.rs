@@ -6,7 +6,10 @@ pub mod fields;
 pub mod funnel;
 pub mod predicate;
 pub mod retrieve;
+pub mod source;
 pub mod time;
+pub mod traverse;
+pub mod trend;
 
 use chrono::{DateTime, Utc};
 use datafusion::logical_expr::LogicalPlan;
@@ -24,6 +27,7 @@ pub struct Limits {
     pub max_funnel_steps: u64,
     pub max_result_rows: u64,
     pub max_buckets: u64,
+    pub max_traverse_depth: u64,
     pub query_memory_bytes: u64,
     pub timeout_seconds: u64,
 }
@@ -35,6 +39,7 @@ impl Default for Limits {
             max_funnel_steps: 10,
             max_result_rows: 10_000,
             max_buckets: 10_000,
+            max_traverse_depth: traverse::MAX_DEPTH,
             query_memory_bytes: 4 << 30,
             timeout_seconds: 60,
         }
@@ -43,8 +48,11 @@ impl Default for Limits {
 
 /// What lowering needs besides the query.
 pub struct LowerInput<'a> {
-    /// The events table.
+    /// The source table: events, or entities for `FROM entity(type)`.
     pub table: &'a TableInfo,
+    /// With TRAVERSE: the relationships table and the entities table.
+    pub relationships: Option<&'a TableInfo>,
+    pub entities: Option<&'a TableInfo>,
     /// The users table, when the query reads v0.1 `traits.K` and events has no `traits`.
     pub users: Option<&'a TableInfo>,
     /// The signals table, when the query reads `signal(name)` or `probability(name)`.

@@ -13,9 +13,10 @@ use datafusion::logical_expr::utils::conjunction;
 use datafusion::logical_expr::{Expr, JoinType, LogicalPlan, LogicalPlanBuilder, SortExpr, lit};
 
 use super::aggregate::lower_aggregate;
-use super::enrich::{join_signal, join_traits, operands, signal_names};
+use super::enrich::{join_signal, join_traits, operands, signal_names, signal_names_in_filter};
 use super::fields::{Resolved, column, field_text, resolve, ts_lit};
 use super::predicate::lower_bool;
+use super::source;
 use super::time::{Interval, anchor, bucket_series, micros, trunc_name, window_interval};
 use super::{LowerInput, Lowered, OutColumn, UnitSource};
 use crate::error::{Error, Result};
@@ -59,20 +60,14 @@ fn aggregates(q: &RetrieveQuery) -> bool {
 
 /// Check the parts of a retrieve query this engine does not execute.
 fn check_capabilities(q: &RetrieveQuery) -> Result<()> {
-    match &q.source {
-        Source::Events => {}
-        Source::Entity(_) => {
-            return Err(Error::capability("entity source", "v0.3-extended").at(q.span));
-        }
-        Source::Metric(_) => {
-            return Err(Error::capability("governed metric source", "v0.3-capability").at(q.span));
-        }
+    if let Source::Metric(_) = &q.source {
+        return Err(Error::capability("governed metric source", "v0.3-capability").at(q.span));
     }
-    if q.traverse.is_some() {
-        return Err(Error::capability("TRAVERSE", "v0.3-extended").at(q.span));
-    }
-    if q.trend.is_some() {
-        return Err(Error::capability("TREND", "v0.3-extended").at(q.span));
+    if q.traverse.is_some() && q.source == Source::Events {
+        return Err(Error::type_error(
+            "TRAVERSE follows relationships between entities: use it with FROM entity(type)",
+        )
+        .at(q.span));
     }
     Ok(())
 }
@@ -103,34 +98,53 @@ pub(super) fn scan_filtered_with(
     input: &LowerInput,
     extra: Option<(Expr, &str)>,
 ) -> Result<Filtered> {
-    check_capabilities(q)?;
-    let source = provider_as_source(input.table.provider.clone());
-    let as_of = anchor(q.window.as_ref(), input.now)?;
-    let mut b = LogicalPlanBuilder::scan("events", source, None)?;
-    if let Some((expr, name)) = extra {
-        let mut cols: Vec<Expr> = b.schema().columns().into_iter().map(Expr::Column).collect();
-        cols.push(expr.alias(name));
-        b = b.project(cols)?;
-    }
-    if let Some(users) = input.users {
-        b = join_traits(b, users)?;
-    }
-    let names = signal_names(q);
-    if !names.is_empty() {
-        let Some(signals) = input.signals else {
-            return Err(Error::internal("signal() without the signals table"));
-        };
-        for (i, name) in names.iter().enumerate() {
-            b = join_signal(b, signals, name, i, as_of)?;
-        }
-    }
-    let scan_schema = b.schema().clone();
+    scan_filtered_in(q, input, extra, None)
+}
 
-    let window = match &q.window {
-        Some(w) => Some(window_interval(w, as_of, input.limits.max_window_days)?),
-        None => None,
+/// [`scan_filtered_with`], reading the interval `span` instead of the query's window when given.
+fn scan_filtered_in(
+    q: &RetrieveQuery,
+    input: &LowerInput,
+    extra: Option<(Expr, &str)>,
+    span: Option<Interval>,
+) -> Result<Filtered> {
+    check_capabilities(q)?;
+    let as_of = anchor(q.window.as_ref(), input.now)?;
+    let shape = source::shape(&q.source);
+    let mut b = match &q.source {
+        Source::Entity(name) => {
+            source::entities_as_of(input.table, Some(&source::entity_type(name)), as_of)?
+        }
+        _ => {
+            let source = provider_as_source(input.table.provider.clone());
+            let mut b = LogicalPlanBuilder::scan("events", source, None)?;
+            if let Some((expr, name)) = extra {
+                let mut cols: Vec<Expr> =
+                    b.schema().columns().into_iter().map(Expr::Column).collect();
+                cols.push(expr.alias(name));
+                b = b.project(cols)?;
+            }
+            if let Some(users) = input.users {
+                b = join_traits(b, users)?;
+            }
+            b
+        }
     };
-    let ts = resolve(&timestamp_field(), &scan_schema, q.span)?;
+    // Signals read by WHERE are joined before it; with TRAVERSE, the others are joined to
+    // the reached entities after it.
+    let (before, after) = match &q.traverse {
+        Some(_) => (signal_names_in_filter(q), signal_names(q)),
+        None => (signal_names(q), Vec::new()),
+    };
+    b = join_signals(b, &before, input, &shape, as_of)?;
+    let scan_schema = b.schema().clone();
+    let window = match (&q.window, span) {
+        (_, Some(span)) => Some(span),
+        (Some(w), None) => Some(window_interval(w, as_of, input.limits.max_window_days)?),
+        (None, None) => None,
+    };
+    let time_field = FieldRef::Path(vec![shape.time_column.to_string()]);
+    let ts = resolve(&time_field, &scan_schema, q.span)?;
 
     let mut filters = Vec::new();
     if let Some(i) = window {
@@ -149,6 +163,21 @@ pub(super) fn scan_filtered_with(
     if let Some(f) = conjunction(filters) {
         b = b.filter(f)?;
     }
+    let (b, scan_schema, ts) = match &q.traverse {
+        None => (b, scan_schema, ts),
+        Some(clause) => {
+            source::check_depth(clause.depth, input.limits.max_traverse_depth)
+                .map_err(|e| e.at(q.span))?;
+            let (Some(rels), Some(entities)) = (input.relationships, input.entities) else {
+                return Err(Error::internal("TRAVERSE without its tables"));
+            };
+            let b = source::traverse(b, clause, rels, entities, as_of)?;
+            let b = join_signals(b, &after, input, &shape, as_of)?;
+            let schema = b.schema().clone();
+            let ts = resolve(&time_field, &schema, q.span)?;
+            (b, schema, ts)
+        }
+    };
     Ok(Filtered {
         builder: b,
         scan_schema,
@@ -174,7 +203,27 @@ pub fn data_span_plan(q: &RetrieveQuery, input: &LowerInput) -> Result<LogicalPl
         .build()?)
 }
 
-/// Lower a retrieve query over the events table.
+/// Join the latest value of each signal in `names` to the rows of `b` by their entity key.
+fn join_signals(
+    mut b: LogicalPlanBuilder,
+    names: &[String],
+    input: &LowerInput,
+    shape: &source::SourceShape,
+    as_of: chrono::DateTime<chrono::Utc>,
+) -> Result<LogicalPlanBuilder> {
+    if names.is_empty() {
+        return Ok(b);
+    }
+    let Some(signals) = input.signals else {
+        return Err(Error::internal("signal() without the signals table"));
+    };
+    for (i, name) in names.iter().enumerate() {
+        b = join_signal(b, signals, name, i, as_of, shape)?;
+    }
+    Ok(b)
+}
+
+/// Lower a retrieve query over its source.
 pub fn lower_retrieve(q: &RetrieveQuery, input: &LowerInput) -> Result<Lowered> {
     let Filtered {
         builder: b,
@@ -342,12 +391,19 @@ fn lower_aggregating(
             });
         }
     }
+    let trend = match &q.trend {
+        Some(t) => Some(super::trend::plan(q, t, input, |span| {
+            scan_filtered_in(q, input, None, Some(span))
+        })?),
+        None => None,
+    };
     let after = AfterAggregate {
         query: q.clone(),
         keys,
         dims,
         time_col,
         dense,
+        trend,
         limit: limit_plan(q, input),
     };
     let mut lowered = after.finish(aggregate.clone())?;
@@ -382,6 +438,7 @@ pub struct AfterAggregate {
     dims: Vec<String>,
     time_col: String,
     dense: Option<Dense>,
+    trend: Option<super::trend::TrendPlan>,
     limit: (u64, usize, Option<u64>),
 }
 
@@ -390,10 +447,12 @@ impl AfterAggregate {
     fn key_column(&self, f: &FieldRef, span: Span, clause: &str) -> Result<String> {
         let name = if self.query.bucket.is_some() && *f == timestamp_field() {
             BUCKET_KEY.to_string()
+        } else if self.trend.is_some() && *f == super::trend::slope_field() {
+            super::trend::SLOPE_KEY.to_string()
         } else {
             field_text(f)
         };
-        if self.keys.contains(&name) {
+        if self.keys.contains(&name) || name == super::trend::SLOPE_KEY {
             Ok(name)
         } else {
             Err(Error::type_error(format!(
@@ -432,6 +491,9 @@ impl AfterAggregate {
                 Operand::Field(f) => resolve_after(self.key_column(f, span, "HAVING")?),
             })?;
             b = b.filter(pred)?;
+        }
+        if let Some(t) = &self.trend {
+            b = t.apply(b, &self.dims)?;
         }
 
         let mut sort: Vec<SortExpr> = Vec::new();
@@ -482,6 +544,13 @@ impl AfterAggregate {
             }
             projection.push(column(&source).alias(out.clone()));
             columns.push(OutColumn { name: out, unit });
+        }
+        if self.trend.is_some() {
+            projection.push(column(super::trend::SLOPE_KEY).alias("slope"));
+            columns.push(OutColumn {
+                name: "slope".into(),
+                unit: UnitSource::None,
+            });
         }
         let plan = b.project(projection)?.build()?;
         Ok(Lowered::new(

@@ -4,3 +4,4 @@ pub mod funnel;
 pub mod funnel_chain;
 pub mod percentile;
 pub mod stats;
+pub mod trend;
