@@ -6,6 +6,7 @@ pub mod entity_gen;
 pub mod error;
 pub mod generator;
 pub mod ingest;
+pub mod metrics;
 pub mod objects;
 pub mod write;
 

@@ -138,7 +138,7 @@ impl Engine {
     pub async fn compile(&self, text: &str) -> Result<Compiled> {
         let statement = parse(text)?;
         let lowered = match &statement {
-            Statement::Retrieve(q) => self.lower(q, |i| lower_retrieve(q, i)).await?,
+            Statement::Retrieve(q) => self.lower_retrieve(q).await?,
             Statement::Funnel(q) => {
                 let view = funnel_view(q);
                 self.lower(&view, |i| lower_funnel(q, &view, i)).await?
@@ -203,6 +203,54 @@ impl Engine {
         q: &RetrieveQuery,
         build: impl FnOnce(&LowerInput) -> Result<Lowered>,
     ) -> Result<Lowered> {
+        self.lower_with(q, None, None, build).await
+    }
+
+    /// A retrieve query; `FROM metric(m)` and `metric(m)` resolve through `metrics.toml`.
+    async fn lower_retrieve(&self, q: &RetrieveQuery) -> Result<Lowered> {
+        let names = crate::metrics::names_in(q);
+        if names.is_empty() {
+            return self.lower(q, |i| lower_retrieve(q, i)).await;
+        }
+        let registry =
+            crate::metrics::Registry::load(self.dataset.root()).map_err(|e| e.at(q.span))?;
+        let (view, time_column) = match &q.source {
+            Source::Metric(name) => {
+                let m = registry.get(name, q.span)?;
+                (
+                    crate::metrics::metric_view(q, name, &m.source),
+                    m.def.time_column.clone(),
+                )
+            }
+            _ => (q.clone(), None),
+        };
+        let mut lowered = self
+            .lower_with(&view, Some(&registry), time_column, |i| {
+                lower_retrieve(&view, i)
+            })
+            .await?;
+        for name in &names {
+            for m in registry.closure(name) {
+                let info = registry.info(m);
+                if !lowered.metrics.contains(&info) {
+                    lowered.metrics.push(info);
+                }
+            }
+        }
+        if let Source::Metric(name) = &q.source {
+            crate::metrics::rename_value_column(&mut lowered, name)?;
+        }
+        Ok(lowered)
+    }
+
+    /// [`Engine::lower`] with a metric registry and a time column other than the source's.
+    async fn lower_with(
+        &self,
+        q: &RetrieveQuery,
+        metrics: Option<&crate::metrics::Registry>,
+        time_column: Option<String>,
+        build: impl FnOnce(&LowerInput) -> Result<Lowered>,
+    ) -> Result<Lowered> {
         let table = match &q.source {
             Source::Entity(name) => {
                 let table = self
@@ -251,6 +299,8 @@ impl Engine {
             table: &table,
             relationships: relationships.as_ref(),
             entities: entities.as_ref(),
+            metrics,
+            time_column,
             users: users.as_ref(),
             signals: signals.as_ref(),
             now,
@@ -542,6 +592,7 @@ impl Engine {
                     engine: "datafusion".into(),
                 },
                 compiled_sql_digest: digest,
+                metrics: lowered.metrics.clone(),
                 signalql_version: SIGNALQL_VERSION.into(),
                 engine_version: env!("CARGO_PKG_VERSION").into(),
                 limits: limits_json(&self.options.limits),
@@ -562,6 +613,11 @@ impl Engine {
                     UnitSource::Squared(p) => units.get(p).map(|u| format!("{u}^2")),
                     UnitSource::Count => Some("events".into()),
                     UnitSource::Fixed(u) => Some(u.to_string()),
+                    UnitSource::Metric(m) => lowered
+                        .metrics
+                        .iter()
+                        .find(|i| i.name == *m)
+                        .and_then(|i| i.unit.clone()),
                     UnitSource::None => None,
                 });
                 ColumnInfo {

@@ -44,6 +44,9 @@ pub struct Metadata {
     pub window: Option<WindowInfo>,
     pub cost_estimate: CostEstimate,
     pub compiled_sql_digest: Option<String>,
+    /// The governed metrics used, with their versions and resolved expressions.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub metrics: Vec<crate::metrics::MetricInfo>,
     pub signalql_version: String,
     pub engine_version: String,
     pub limits: Value,

@@ -5,6 +5,7 @@ pub mod engine;
 pub mod envelope;
 pub mod error;
 pub mod lower;
+pub mod metrics;
 pub mod operator;
 pub mod syntax;
 

@@ -91,5 +91,28 @@ pub fn lower_aggregate(agg: &Aggregate, schema: &DFSchema, span: Span) -> Result
             other(percentile(input, *p))
         }
         Aggregate::Stats(f) => other(stats(numeric_input(f, schema, span, "stats")?)),
+        Aggregate::Metric(_) => {
+            return Err(Error::internal("metric() is lowered through the registry").at(span));
+        }
     })
+}
+
+/// [`lower_aggregate`], with `metric(name)` lowered through the query's metric registry.
+pub fn lower_measure(
+    agg: &Aggregate,
+    input: &super::LowerInput,
+    source: &crate::syntax::ast::Source,
+    schema: &DFSchema,
+    span: Span,
+) -> Result<LoweredAggregate> {
+    match agg {
+        Aggregate::Metric(name) => {
+            let Some(registry) = input.metrics else {
+                return Err(Error::internal("metric() without the metric registry").at(span));
+            };
+            let m = registry.get(name, span)?;
+            registry.lower(m, source, schema, span)
+        }
+        _ => lower_aggregate(agg, schema, span),
+    }
 }

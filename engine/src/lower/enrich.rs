@@ -201,7 +201,7 @@ pub fn reads_traits(q: &RetrieveQuery) -> bool {
 
 fn aggregate_field(a: &Aggregate) -> Option<&FieldRef> {
     match a {
-        Aggregate::CountAll => None,
+        Aggregate::CountAll | Aggregate::Metric(_) => None,
         Aggregate::Standard(_, f) | Aggregate::Percentile(f, _) | Aggregate::Stats(f) => Some(f),
     }
 }

@@ -57,6 +57,10 @@ pub struct LowerInput<'a> {
     pub users: Option<&'a TableInfo>,
     /// The signals table, when the query reads `signal(name)` or `probability(name)`.
     pub signals: Option<&'a TableInfo>,
+    /// The metric registry, when the query names a metric.
+    pub metrics: Option<&'a crate::metrics::Registry>,
+    /// The time column when it is not the source's (a metric's `time_column`).
+    pub time_column: Option<String>,
     /// `T` for queries without AS OF.
     pub now: DateTime<Utc>,
     pub limits: &'a Limits,
@@ -76,6 +80,8 @@ pub enum UnitSource {
     Count,
     /// A unit fixed by the column's meaning (`users`, `s`).
     Fixed(&'static str),
+    /// The unit of a governed metric (its registry record).
+    Metric(String),
     None,
 }
 
@@ -100,6 +106,8 @@ pub struct Lowered {
     /// The same query split at its aggregate, when running the aggregate first saves work
     /// (`plan` is still the whole query, for compile output and the SQL digest).
     pub staged: Option<retrieve::Staged>,
+    /// The governed metrics the query used (for `metadata.metrics`).
+    pub metrics: Vec<crate::metrics::MetricInfo>,
 }
 
 impl Lowered {
@@ -119,6 +127,7 @@ impl Lowered {
             as_of: DateTime::<Utc>::UNIX_EPOCH,
             window: None,
             staged: None,
+            metrics: Vec::new(),
         }
     }
 }

@@ -12,7 +12,7 @@ use datafusion::functions_nested::expr_fn::make_array;
 use datafusion::logical_expr::utils::conjunction;
 use datafusion::logical_expr::{Expr, JoinType, LogicalPlan, LogicalPlanBuilder, SortExpr, lit};
 
-use super::aggregate::lower_aggregate;
+use super::aggregate::lower_measure;
 use super::enrich::{join_signal, join_traits, operands, signal_names, signal_names_in_filter};
 use super::fields::{Resolved, column, field_text, resolve, ts_lit};
 use super::predicate::lower_bool;
@@ -44,6 +44,7 @@ fn unit_of_aggregate(a: &Aggregate) -> UnitSource {
         Aggregate::Standard(_, f) | Aggregate::Percentile(f, _) | Aggregate::Stats(f) => {
             UnitSource::Field(field_text(f))
         }
+        Aggregate::Metric(name) => UnitSource::Metric(name.join(".")),
     }
 }
 
@@ -143,7 +144,12 @@ fn scan_filtered_in(
         (Some(w), None) => Some(window_interval(w, as_of, input.limits.max_window_days)?),
         (None, None) => None,
     };
-    let time_field = FieldRef::Path(vec![shape.time_column.to_string()]);
+    let time_field = FieldRef::Path(vec![
+        input
+            .time_column
+            .clone()
+            .unwrap_or_else(|| shape.time_column.to_string()),
+    ]);
     let ts = resolve(&time_field, &scan_schema, q.span)?;
 
     let mut filters = Vec::new();
@@ -232,6 +238,12 @@ pub fn lower_retrieve(q: &RetrieveQuery, input: &LowerInput) -> Result<Lowered> 
         window,
         as_of,
     } = scan_filtered(q, input)?;
+    if q.trend.is_some() && !aggregates(q) {
+        return Err(Error::type_error(
+            "TREND follows the series of an aggregate: RETURN one (the first is the measure)",
+        )
+        .at(q.span));
+    }
     let mut lowered = if aggregates(q) {
         lower_aggregating(q, input, b, &scan_schema, &ts, window)?
     } else {
@@ -346,7 +358,7 @@ fn lower_aggregating(
     let mut need = |a: &Aggregate, span: Span| -> Result<()> {
         let name = aggregate_name(a);
         if !aggs.iter().any(|(n, _, _)| *n == name) {
-            let l = lower_aggregate(a, scan_schema, span)?;
+            let l = lower_measure(a, input, &q.source, scan_schema, span)?;
             aggs.push((name.clone(), l.expr.alias(name), l.counts));
         }
         Ok(())

@@ -16,7 +16,7 @@ use datafusion::logical_expr::{Expr, JoinType, LogicalPlan, LogicalPlanBuilder, 
 use signalql_udfs::aggregate::trend::trend_slope;
 
 use super::LowerInput;
-use super::aggregate::lower_aggregate;
+use super::aggregate::lower_measure;
 use super::fields::{column, field_text, resolve};
 use super::retrieve::Filtered;
 use super::time::{Interval, anchor, micros, unit_seconds};
@@ -118,7 +118,7 @@ pub(super) fn plan(
         (cast(f.ts.expr.clone(), DataType::Int64) - lit(micros(start))) / lit(bucket * 1_000_000);
     let mut per_bucket = groups;
     per_bucket.push(index.alias("__x"));
-    let lowered = lower_aggregate(&measure, &f.scan_schema, q.span)?;
+    let lowered = lower_measure(&measure, input, &q.source, &f.scan_schema, q.span)?;
     let fill = lowered.counts;
     let fit = trend_slope(
         cast(column("__x"), DataType::Float64),

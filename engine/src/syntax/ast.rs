@@ -191,6 +191,32 @@ pub enum Aggregate {
     Percentile(FieldRef, f64),
     /// `stats(field)`.
     Stats(FieldRef),
+    /// `metric(name)`: a governed metric of the registry (docs/metrics.md).
+    Metric(Vec<String>),
+}
+
+/// Arithmetic in metric definitions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ArithOp {
+    #[serde(rename = "+")]
+    Add,
+    #[serde(rename = "-")]
+    Sub,
+    #[serde(rename = "*")]
+    Mul,
+    #[serde(rename = "/")]
+    Div,
+}
+
+/// A metric definition's expression: aggregates, other metrics and numbers under `+ - * /`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MetricExpr {
+    Number(f64),
+    /// An aggregate, or `metric(name)` (another metric).
+    Aggregate(Aggregate),
+    Neg(Box<MetricExpr>),
+    Binary(ArithOp, Box<MetricExpr>, Box<MetricExpr>),
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

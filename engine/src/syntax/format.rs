@@ -249,6 +249,7 @@ impl Display for Aggregate {
             Aggregate::Standard(func, field) => write!(f, "{func}({field})"),
             Aggregate::Percentile(field, p) => write!(f, "percentile({field}, {})", decimal(*p)),
             Aggregate::Stats(field) => write!(f, "stats({field})"),
+            Aggregate::Metric(name) => write!(f, "metric({})", name.join(".")),
         }
     }
 }
@@ -551,5 +552,58 @@ impl Display for ExplainQuery {
             "EXPLAIN "
         })?;
         self.statement.fmt(f)
+    }
+}
+
+impl Display for ArithOp {
+    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ArithOp::Add => "+",
+            ArithOp::Sub => "-",
+            ArithOp::Mul => "*",
+            ArithOp::Div => "/",
+        })
+    }
+}
+
+impl MetricExpr {
+    fn precedence(&self) -> u8 {
+        match self {
+            MetricExpr::Binary(ArithOp::Add | ArithOp::Sub, _, _) => 1,
+            MetricExpr::Binary(_, _, _) => 2,
+            _ => 3,
+        }
+    }
+}
+
+/// Canonical text with the parentheses the tree needs (operators are left-associative).
+impl Display for MetricExpr {
+    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
+        match self {
+            MetricExpr::Number(x) => {
+                if x.fract() == 0.0 && x.abs() < 1e15 {
+                    write!(f, "{}", *x as i64)
+                } else {
+                    f.write_str(&decimal(*x))
+                }
+            }
+            MetricExpr::Aggregate(a) => a.fmt(f),
+            MetricExpr::Neg(inner) if inner.precedence() < 3 => write!(f, "-({inner})"),
+            MetricExpr::Neg(inner) => write!(f, "-{inner}"),
+            MetricExpr::Binary(op, l, r) => {
+                let p = self.precedence();
+                if l.precedence() < p {
+                    write!(f, "({l})")?;
+                } else {
+                    l.fmt(f)?;
+                }
+                write!(f, " {op} ")?;
+                if r.precedence() <= p {
+                    write!(f, "({r})")
+                } else {
+                    r.fmt(f)
+                }
+            }
+        }
     }
 }

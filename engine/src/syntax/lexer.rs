@@ -44,6 +44,11 @@ pub enum TokenKind {
     RParen,
     Comma,
     Dot,
+    /// `+ - * /`: arithmetic, only in metric definitions (`-` before a digit is a sign).
+    Plus,
+    Minus,
+    Star,
+    Slash,
     Eof,
 }
 
@@ -203,6 +208,10 @@ impl<'a> Lexer<'a> {
             ')' => single(self, TokenKind::RParen),
             ',' => single(self, TokenKind::Comma),
             '.' => single(self, TokenKind::Dot),
+            '+' => single(self, TokenKind::Plus),
+            '-' => single(self, TokenKind::Minus),
+            '*' => single(self, TokenKind::Star),
+            '/' => single(self, TokenKind::Slash),
             other => {
                 self.bump();
                 Err(Error::parse(

@@ -7,4 +7,4 @@ pub mod lexer;
 pub mod parser;
 
 pub use format::{aggregate_name, canonical_name, field_name};
-pub use parser::parse;
+pub use parser::{parse, parse_metric_expression, parse_predicate};

@@ -3,8 +3,8 @@
 use super::Parser;
 use crate::error::{Error, Result};
 use crate::syntax::ast::{
-    AggFn, Aggregate, BoolExpr, Comparator, FieldRef, Literal, Operand, OrderKey, OrderTerm,
-    Predicate, PredicateOp, ReturnItem, Span,
+    AggFn, Aggregate, ArithOp, BoolExpr, Comparator, FieldRef, Literal, MetricExpr, Operand,
+    OrderKey, OrderTerm, Predicate, PredicateOp, ReturnItem, Span,
 };
 use crate::syntax::keywords::is_reserved;
 use crate::syntax::lexer::TokenKind;
@@ -14,6 +14,7 @@ enum AggWord {
     Standard(AggFn),
     Percentile,
     Stats,
+    Metric,
 }
 
 fn agg_word(word: &str) -> Option<AggWord> {
@@ -28,6 +29,7 @@ fn agg_word(word: &str) -> Option<AggWord> {
         "stddev" => AggWord::Standard(AggFn::Stddev),
         "percentile" => AggWord::Percentile,
         "stats" => AggWord::Stats,
+        "metric" => AggWord::Metric,
         _ => return None,
     })
 }
@@ -99,6 +101,7 @@ impl Parser {
             AggWord::Standard(AggFn::Count) if self.is(&TokenKind::RParen) => Aggregate::CountAll,
             AggWord::Standard(f) => Aggregate::Standard(f, self.parse_field_path()?),
             AggWord::Stats => Aggregate::Stats(self.parse_field_path()?),
+            AggWord::Metric => Aggregate::Metric(self.parse_qualified_identifier()?),
             AggWord::Percentile => {
                 let field = self.parse_field_path()?;
                 self.expect(&TokenKind::Comma, "','")?;
@@ -278,4 +281,88 @@ impl Parser {
         self.expect(&TokenKind::RParen, "')' or ','")?;
         Ok(values)
     }
+}
+
+impl Parser {
+    /// metric_expr ::= term (("+" | "-") term)*, in a metric definition.
+    pub(super) fn parse_metric_expr(&mut self) -> Result<MetricExpr> {
+        self.enter()?;
+        let mut left = self.parse_metric_term()?;
+        loop {
+            let op = match self.peek().kind {
+                TokenKind::Plus => ArithOp::Add,
+                TokenKind::Minus => ArithOp::Sub,
+                // `a -1` lexes as `a` and `-1`: after an operand it is a subtraction.
+                TokenKind::Integer | TokenKind::Decimal if self.peek().text.starts_with('-') => {
+                    let t = self.advance();
+                    let number = MetricExpr::Number(metric_number(&t, &t.text[1..])?);
+                    let right = self.parse_metric_term_rest(number)?;
+                    left = MetricExpr::Binary(ArithOp::Sub, Box::new(left), Box::new(right));
+                    continue;
+                }
+                _ => break,
+            };
+            self.advance();
+            let right = self.parse_metric_term()?;
+            left = MetricExpr::Binary(op, Box::new(left), Box::new(right));
+        }
+        self.leave();
+        Ok(left)
+    }
+
+    /// term ::= factor (("*" | "/") factor)*
+    fn parse_metric_term(&mut self) -> Result<MetricExpr> {
+        let first = self.parse_metric_factor()?;
+        self.parse_metric_term_rest(first)
+    }
+
+    fn parse_metric_term_rest(&mut self, mut left: MetricExpr) -> Result<MetricExpr> {
+        loop {
+            let op = match self.peek().kind {
+                TokenKind::Star => ArithOp::Mul,
+                TokenKind::Slash => ArithOp::Div,
+                _ => return Ok(left),
+            };
+            self.advance();
+            let right = self.parse_metric_factor()?;
+            left = MetricExpr::Binary(op, Box::new(left), Box::new(right));
+        }
+    }
+
+    /// factor ::= number | aggregate | metric(name) | "(" metric_expr ")" | "-" factor
+    fn parse_metric_factor(&mut self) -> Result<MetricExpr> {
+        let t = self.peek().clone();
+        match t.kind {
+            TokenKind::Integer | TokenKind::Decimal => {
+                self.advance();
+                Ok(MetricExpr::Number(metric_number(&t, &t.text)?))
+            }
+            TokenKind::Minus => {
+                self.advance();
+                self.enter()?;
+                let inner = self.parse_metric_factor()?;
+                self.leave();
+                Ok(MetricExpr::Neg(Box::new(inner)))
+            }
+            TokenKind::LParen => {
+                self.advance();
+                let inner = self.parse_metric_expr()?;
+                self.expect(&TokenKind::RParen, "')'")?;
+                Ok(inner)
+            }
+            _ if self.at_aggregate() => Ok(MetricExpr::Aggregate(self.parse_aggregate()?)),
+            _ if self.at_bare_count() => {
+                self.advance();
+                Ok(MetricExpr::Aggregate(Aggregate::CountAll))
+            }
+            _ => self.expected("an aggregate, metric(name), a number or '('"),
+        }
+    }
+}
+
+fn metric_number(t: &crate::syntax::lexer::Token, text: &str) -> Result<f64> {
+    text.parse::<f64>()
+        .ok()
+        .filter(|x| x.is_finite())
+        .ok_or_else(|| Error::parse(format!("{} is not a number", t.text), t.span))
 }

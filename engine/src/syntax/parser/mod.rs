@@ -38,6 +38,23 @@ pub fn parse(text: &str) -> Result<Statement> {
     }
 }
 
+/// Parses a metric definition's expression (docs/metrics.md): aggregates, `metric(name)` and
+/// numbers under `+ - * /` and parentheses.
+pub fn parse_metric_expression(text: &str) -> Result<crate::syntax::ast::MetricExpr> {
+    let mut p = Parser::new(tokenize(text, StringMode::Escapes)?, false);
+    let e = p.parse_metric_expr()?;
+    p.expect_end()?;
+    Ok(e)
+}
+
+/// Parses a WHERE predicate on its own (a metric definition's filter).
+pub fn parse_predicate(text: &str) -> Result<crate::syntax::ast::BoolExpr> {
+    let mut p = Parser::new(tokenize(text, StringMode::Escapes)?, false);
+    let e = p.parse_predicate_expr()?;
+    p.expect_end()?;
+    Ok(e)
+}
+
 fn parse_v03(text: &str) -> Result<Statement> {
     Parser::new(tokenize(text, StringMode::Escapes)?, false).parse_statement()
 }
