@@ -18,6 +18,7 @@ pub use signalql_engine::syntax::{ast, parse};
 pub use signalql_engine::{
     Answer, Bundle, Compiled, Engine, EngineOptions, Error, ErrorKind, Explanation, Result,
 };
+pub use signalql_engine::{describe, metrics, watch};
 pub use signalql_udfs as udfs;
 
 use std::path::PathBuf;

@@ -86,6 +86,35 @@ enum Command {
         #[command(subcommand)]
         what: IngestWhat,
     },
+    /// Print the dataset's catalog records (DESCRIBE): TARGET is events, entities, signals,
+    /// metrics, relationships or entity(TYPE); without it, every record the dataset has.
+    Describe {
+        #[arg(long)]
+        data: Option<PathBuf>,
+        #[arg(long, value_enum, default_value = "json")]
+        format: Format,
+        /// Evaluation time T (RFC 3339): entities and signals as of T.
+        #[arg(long)]
+        now: Option<String>,
+        target: Option<String>,
+    },
+    /// Re-evaluate `WATCH (query) WHEN condition` every interval and print one JSON line per
+    /// alert (when the condition becomes true); stops on Ctrl-C or after --max-polls.
+    Watch {
+        #[arg(long)]
+        data: Option<PathBuf>,
+        /// Seconds between polls.
+        #[arg(long, default_value_t = 60.0)]
+        interval: f64,
+        /// Stop after this many polls.
+        #[arg(long)]
+        max_polls: Option<u64>,
+        /// Evaluation time T (RFC 3339) for queries without AS OF.
+        #[arg(long)]
+        now: Option<String>,
+        /// The WATCH statement, or `-` to read it from stdin.
+        query: String,
+    },
     /// Generate deterministic synthetic data.
     Gen {
         #[command(subcommand)]
@@ -177,6 +206,67 @@ fn main() -> ExitCode {
     }
 }
 
+fn write_envelope(envelope: &signalql::Envelope, format: Format) -> Result<(), Error> {
+    let out = match format {
+        Format::Json => {
+            let mut s = serde_json::to_string_pretty(envelope)
+                .map_err(|e| Error::internal(e.to_string()))?;
+            s.push('\n');
+            s
+        }
+        Format::Csv => render::csv(envelope),
+        Format::Table => render::table(envelope),
+    };
+    write_out(&out)
+}
+
+/// The `watch` loop: a poll, then a sleep that Ctrl-C ends, until --max-polls. The first poll
+/// failing is an error (the statement is wrong); later failures are reported on stderr and the
+/// loop goes on.
+fn watch(engine: &Engine, text: &str, interval: f64, max_polls: Option<u64>) -> Result<(), Error> {
+    let statement = signalql::parse(text)?;
+    let signalql::ast::Statement::Watch(w) = statement else {
+        return Err(Error::type_error(
+            "signalql watch runs a WATCH (query) WHEN condition statement",
+        ));
+    };
+    if !interval.is_finite() || interval < 0.0 {
+        return Err(Error::type_error(
+            "--interval must be a non-negative number of seconds",
+        ));
+    }
+    let pause = std::time::Duration::from_secs_f64(interval);
+    let rt = runtime()?;
+    let mut watcher = signalql::watch::Watcher::new(w);
+    rt.block_on(async {
+        loop {
+            match watcher.poll(engine).await {
+                Ok(p) => {
+                    eprintln!(
+                        "poll {}: {}",
+                        p.poll,
+                        if p.holds { "true" } else { "false" }
+                    );
+                    if let Some(alert) = p.alert {
+                        let line = serde_json::to_string(&serde_json::json!({ "alert": alert }))
+                            .map_err(|e| Error::internal(e.to_string()))?;
+                        write_out(&format!("{line}\n"))?;
+                    }
+                }
+                Err(e) if watcher.polls() == 0 => return Err(e),
+                Err(e) => eprintln!("poll failed: {e}"),
+            }
+            if max_polls.is_some_and(|m| watcher.polls() >= m) {
+                return Ok(());
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(pause) => {}
+                _ = tokio::signal::ctrl_c() => return Ok(()),
+            }
+        }
+    })
+}
+
 fn read_query(q: String) -> Result<String, Error> {
     if q != "-" {
         return Ok(q);
@@ -245,17 +335,32 @@ fn run(cli: Cli) -> Result<(), Error> {
                 Answer::Bundle(b) => return write_json(&*b),
                 Answer::Explanation(x) => return write_json(&*x),
             };
-            let out = match format {
-                Format::Json => {
-                    let mut s = serde_json::to_string_pretty(&envelope)
-                        .map_err(|e| Error::internal(e.to_string()))?;
-                    s.push('\n');
-                    s
-                }
-                Format::Csv => render::csv(&envelope),
-                Format::Table => render::table(&envelope),
+            write_envelope(&envelope, format)
+        }
+        Command::Describe {
+            data,
+            format,
+            now,
+            target,
+        } => {
+            let engine = open(data, now)?;
+            let rt = runtime()?;
+            let envelope = match target {
+                Some(t) => rt.block_on(engine.query(&format!("DESCRIBE {t}")))?,
+                None => rt.block_on(engine.describe_all())?,
             };
-            write_out(&out)
+            write_envelope(&envelope, format)
+        }
+        Command::Watch {
+            data,
+            interval,
+            max_polls,
+            now,
+            query,
+        } => {
+            let text = read_query(query)?;
+            let engine = open(data, now)?;
+            watch(&engine, &text, interval, max_polls)
         }
         Command::Context {
             data,

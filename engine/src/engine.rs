@@ -27,7 +27,9 @@ use crate::lower::funnel::{funnel_view, lower_funnel, lower_sequence, sequence_v
 use crate::lower::retrieve::{Staged, data_span_plan, lower_retrieve};
 use crate::lower::time::{parse_timestamp, rfc3339};
 use crate::lower::{Interval, Limits, LowerInput, Lowered, UnitSource};
-use crate::syntax::ast::{ContextQuery, RetrieveQuery, Source, Span, Statement};
+use crate::syntax::ast::{
+    ContextQuery, DescribeQuery, DescribeTarget, RetrieveQuery, Source, Span, Statement,
+};
 use crate::syntax::parse;
 
 /// How an engine evaluates queries.
@@ -136,7 +138,11 @@ impl Engine {
 
     /// Parse and lower `text` without running it.
     pub async fn compile(&self, text: &str) -> Result<Compiled> {
-        let statement = parse(text)?;
+        self.compile_statement(parse(text)?).await
+    }
+
+    /// Lower a parsed statement without running it.
+    pub async fn compile_statement(&self, statement: Statement) -> Result<Compiled> {
         let lowered = match &statement {
             Statement::Retrieve(q) => self.lower_retrieve(q).await?,
             Statement::Funnel(q) => {
@@ -551,9 +557,99 @@ impl Engine {
         Ok(crate::context::store::get(self.dataset.root(), address)?.explanation)
     }
 
+    /// Run a logical plan with the engine's limits and timeout.
+    pub(crate) async fn run_plan(&self, plan: &LogicalPlan) -> Result<Vec<RecordBatch>> {
+        Ok(self.execute(plan).await?.0)
+    }
+
+    /// The envelope of a DESCRIBE: one row per catalog record (docs/describe.md).
+    pub async fn describe_envelope(&self, q: &DescribeQuery) -> Result<Envelope> {
+        let records = self.describe(&q.target).await.map_err(|e| e.at(q.span))?;
+        self.catalog_envelope(records, q.target == DescribeTarget::Metrics)
+    }
+
+    /// Every catalog record of the dataset: events, entities, relationships, signals and
+    /// metrics, skipping the tables it does not have.
+    pub async fn describe_all(&self) -> Result<Envelope> {
+        let mut records = Vec::new();
+        for target in [
+            DescribeTarget::Events,
+            DescribeTarget::Entities,
+            DescribeTarget::Relationships,
+            DescribeTarget::Signals,
+            DescribeTarget::Metrics,
+        ] {
+            match self.describe(&target).await {
+                Ok(r) => records.extend(r),
+                Err(e) if e.kind == ErrorKind::Io && e.message.contains(" has no ") => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.catalog_envelope(records, true)
+    }
+
+    fn catalog_envelope(
+        &self,
+        records: Vec<crate::describe::Record>,
+        with_metrics: bool,
+    ) -> Result<Envelope> {
+        let metrics = match with_metrics {
+            true => {
+                let registry = crate::metrics::Registry::load(self.dataset.root())?;
+                registry.all().map(|m| registry.info(m)).collect()
+            }
+            false => Vec::new(),
+        };
+        let rows: Vec<Vec<serde_json::Value>> = records.iter().map(|r| r.row()).collect();
+        Ok(Envelope {
+            columns: crate::describe::columns(),
+            metadata: Metadata {
+                row_count: rows.len() as u64,
+                truncated: false,
+                limit_applied: self.options.limits.max_result_rows,
+                as_of: rfc3339(self.now()?),
+                access_filtered: false,
+                ordered: true,
+                window: None,
+                cost_estimate: CostEstimate {
+                    scanned_rows: 0,
+                    scanned_bytes: 0,
+                    engine: "datafusion".into(),
+                },
+                compiled_sql_digest: None,
+                metrics,
+                signalql_version: SIGNALQL_VERSION.into(),
+                engine_version: env!("CARGO_PKG_VERSION").into(),
+                limits: limits_json(&self.options.limits),
+            },
+            rows,
+        })
+    }
+
     /// Run one query and return its envelope.
     pub async fn query(&self, text: &str) -> Result<Envelope> {
-        let compiled = self.compile(text).await?;
+        match parse(text)? {
+            Statement::Describe(d) => return self.describe_envelope(&d).await,
+            Statement::Watch(w) => {
+                return Err(Error::new(
+                    ErrorKind::Capability {
+                        feature: "WATCH".into(),
+                        tier: "v0.3-capability".into(),
+                    },
+                    "WATCH is a poll loop, not a one-shot query",
+                )
+                .with_help(
+                    "run it with `signalql watch`, which re-evaluates the query every interval \
+                     and prints an alert when the condition becomes true",
+                )
+                .at(w.span));
+            }
+            statement => self.run(&self.compile_statement(statement).await?).await,
+        }
+    }
+
+    /// Run a compiled query and build its envelope.
+    pub async fn run(&self, compiled: &Compiled) -> Result<Envelope> {
         let lowered = &compiled.lowered;
         let (batches, physical, (scanned_rows, scanned_bytes)) = match &lowered.staged {
             None => {

@@ -1,6 +1,7 @@
 //! The SignalQL language engine: syntax, lowering to DataFusion, execution and the result envelope.
 
 pub mod context;
+pub mod describe;
 pub mod engine;
 pub mod envelope;
 pub mod error;
@@ -8,6 +9,7 @@ pub mod lower;
 pub mod metrics;
 pub mod operator;
 pub mod syntax;
+pub mod watch;
 
 pub use context::{Bundle, Explanation};
 pub use engine::{Answer, Compiled, Engine, EngineOptions};

@@ -17,12 +17,15 @@ import datetime as dt
 import decimal
 import json
 import math
+import os
 import pathlib
 import sys
 
 import duckdb
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+# Oracles may name files relative to the repository root (parquet_schema('data/sample/…')).
+os.chdir(ROOT)
 
 TINY_COLUMNS = (
     "{'event_name': 'VARCHAR', 'user_id': 'VARCHAR', 'session_id': 'VARCHAR', "
