@@ -75,11 +75,16 @@ fn errors_exit_1_with_a_json_error() {
     assert_eq!(e["column"], 30);
     assert!(e["message"].as_str().unwrap().contains("expected"), "{e}");
 
-    let o = signalql(&["query", "--format", "json", "DESCRIBE events"]);
+    let o = signalql(&[
+        "query",
+        "--format",
+        "json",
+        "WATCH (FROM events RETURN count) WHEN count > 1",
+    ]);
     assert_eq!(o.status.code(), Some(1));
     let e = &json(&o)["error"];
     assert_eq!(e["code"], "capability_error");
-    assert_eq!(e["feature"], "DESCRIBE");
+    assert_eq!(e["feature"], "WATCH");
     assert_eq!(e["tier"], "v0.3-capability");
 
     // Without --format json the error goes to stderr as text.
@@ -352,4 +357,73 @@ fn ingest_objects_then_context_and_explain() {
     let x = json(&o);
     assert_eq!(x["context"], id);
     assert_eq!(x["rejected"][0]["reason"], "excluded_secret");
+}
+
+#[test]
+fn describe_prints_catalog_records() {
+    let o = signalql(&["describe"]);
+    assert!(o.status.success(), "{o:?}");
+    let env = json(&o);
+    let kinds: std::collections::BTreeSet<String> = env["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r[1].as_str().unwrap().to_string())
+        .collect();
+    let want = [
+        "entity_type",
+        "event",
+        "metric",
+        "relationship",
+        "signal",
+        "table",
+    ];
+    assert_eq!(kinds, want.iter().map(|s| s.to_string()).collect());
+    let o = signalql(&["describe", "entity(analytics.account)", "--format", "csv"]);
+    assert!(o.status.success(), "{o:?}");
+    assert!(stdout(&o).starts_with("identifier,kind,"), "{}", stdout(&o));
+    assert!(stdout(&o).contains("analytics.account,entity_type"));
+    let o = signalql(&["describe", "entity(analytics.nope)"]);
+    assert_eq!(o.status.code(), Some(1));
+}
+
+#[test]
+fn watch_prints_one_alert_while_the_condition_stays_true() {
+    let q = r#"WATCH (FROM events WHERE event_name = "error" DURING LAST 1 d RETURN count) WHEN count > 10"#;
+    let o = signalql(&["watch", "--interval", "0", "--max-polls", "3", q]);
+    assert!(o.status.success(), "{o:?}");
+    let out = stdout(&o);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 1, "{out}");
+    let alert: Value = serde_json::from_str(lines[0]).unwrap();
+    assert_eq!(alert["alert"]["poll"], 1);
+    // 29 errors on 2026-06-12 in the sample (DuckDB: count(*) WHERE event_name = 'error'
+    // AND timestamp in [2026-06-12, 2026-06-13)).
+    assert_eq!(
+        alert["alert"]["envelope"]["rows"],
+        serde_json::json!([[29]])
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&o.stderr).matches("poll ").count(),
+        3
+    );
+
+    // Never true: no alert line, exit 0 after the polls.
+    let never = q.replace("> 10", "> 1000");
+    let o = signalql(&["watch", "--interval", "0", "--max-polls", "2", &never]);
+    assert!(o.status.success() && o.stdout.is_empty(), "{o:?}");
+
+    // A bad statement fails on the first poll; WATCH through `query` points to `watch`.
+    let o = signalql(&["watch", "--max-polls", "1", "FROM events RETURN count"]);
+    assert_eq!(o.status.code(), Some(1));
+    let o = signalql(&["query", "--format", "json", q]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = json(&o);
+    assert_eq!(err["error"]["code"], "capability_error");
+    assert!(
+        err["error"]["help"]
+            .as_str()
+            .unwrap()
+            .contains("signalql watch")
+    );
 }
