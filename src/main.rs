@@ -239,6 +239,7 @@ fn watch(engine: &Engine, text: &str, interval: f64, max_polls: Option<u64>) -> 
     let rt = runtime()?;
     let mut watcher = signalql::watch::Watcher::new(w);
     rt.block_on(async {
+        let mut interrupt = Interrupt::new()?;
         loop {
             match watcher.poll(engine).await {
                 Ok(p) => {
@@ -261,10 +262,37 @@ fn watch(engine: &Engine, text: &str, interval: f64, max_polls: Option<u64>) -> 
             }
             tokio::select! {
                 _ = tokio::time::sleep(pause) => {}
-                _ = tokio::signal::ctrl_c() => return Ok(()),
+                _ = interrupt.recv() => return Ok(()),
             }
         }
     })
+}
+
+/// Ctrl-C, listened for from creation on (so a SIGINT during the first poll is not lost).
+struct Interrupt {
+    #[cfg(unix)]
+    signal: tokio::signal::unix::Signal,
+}
+
+impl Interrupt {
+    fn new() -> Result<Self, Error> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            let signal = signal(SignalKind::interrupt())
+                .map_err(|e| Error::io(format!("cannot listen for Ctrl-C: {e}")))?;
+            Ok(Interrupt { signal })
+        }
+        #[cfg(not(unix))]
+        Ok(Interrupt {})
+    }
+
+    async fn recv(&mut self) {
+        #[cfg(unix)]
+        self.signal.recv().await;
+        #[cfg(not(unix))]
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }
 
 fn read_query(q: String) -> Result<String, Error> {

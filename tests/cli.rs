@@ -427,3 +427,30 @@ fn watch_prints_one_alert_while_the_condition_stays_true() {
             .contains("signalql watch")
     );
 }
+
+#[test]
+fn watch_stops_cleanly_on_ctrl_c() {
+    use std::io::{BufRead, BufReader};
+    let q = r#"WATCH (FROM events DURING LAST 1 d RETURN count) WHEN count > 1000000"#;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_signalql"))
+        .args(["watch", "--interval", "30", "--max-polls", "4", q])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "poll 1: false");
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let status = child.wait().unwrap();
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "Ctrl-C ends the watch with status 0"
+    );
+}

@@ -247,29 +247,21 @@ pub(crate) fn write_graph(
         // Small accounts are more common: a skewed pick.
         let r: f64 = rng.random();
         let account = &accounts[((r * r) * n_accounts as f64) as usize % n_accounts];
-        entities.push(EntityRow {
+        let row = |plan: Option<&'static str>, updated_at: i64| EntityRow {
             entity_type: USER,
             entity_id: user_id(u.index),
             account: Some(account.id.clone()),
             country: Some(u.country),
             variant: Some(u.variant),
-            plan: u.plan,
-            updated_at: u.first_ts,
+            plan,
+            updated_at,
             ..Default::default()
-        });
+        };
+        entities.push(row(u.plan, u.first_ts));
         if u.plan == Some("free") && rng.random::<f64>() < 1.0 / 6.0 {
             let at = u.first_ts + rng.random_range(1..=60) * DAY_US;
             if at < end {
-                entities.push(EntityRow {
-                    entity_type: USER,
-                    entity_id: user_id(u.index),
-                    account: Some(account.id.clone()),
-                    country: Some(u.country),
-                    variant: Some(u.variant),
-                    plan: Some("pro"),
-                    updated_at: at,
-                    ..Default::default()
-                });
+                entities.push(row(Some("pro"), at));
             }
         }
         edges.push(Edge {

@@ -176,6 +176,14 @@ impl Engine {
             Statement::ExplainContext(q) => {
                 return Err(not_an_envelope("EXPLAIN CONTEXT").at(q.span));
             }
+            Statement::Describe(q) => {
+                return Err(Error::type_error(
+                    "DESCRIBE reads the catalog and has no DataFusion plan to show",
+                )
+                .with_help("run it with `signalql query` or `signalql describe`")
+                .at(q.span));
+            }
+            Statement::Watch(q) => return Err(watch_is_a_loop().at(q.span)),
             other => return Err(unsupported(other)),
         };
         let sql = plan_sql(&lowered.plan);
@@ -630,20 +638,7 @@ impl Engine {
     pub async fn query(&self, text: &str) -> Result<Envelope> {
         match parse(text)? {
             Statement::Describe(d) => return self.describe_envelope(&d).await,
-            Statement::Watch(w) => {
-                return Err(Error::new(
-                    ErrorKind::Capability {
-                        feature: "WATCH".into(),
-                        tier: "v0.3-capability".into(),
-                    },
-                    "WATCH is a poll loop, not a one-shot query",
-                )
-                .with_help(
-                    "run it with `signalql watch`, which re-evaluates the query every interval \
-                     and prints an alert when the condition becomes true",
-                )
-                .at(w.span));
-            }
+            Statement::Watch(w) => return Err(watch_is_a_loop().at(w.span)),
             statement => self.run(&self.compile_statement(statement).await?).await,
         }
     }
@@ -752,6 +747,21 @@ fn scan_metrics(plan: &dyn ExecutionPlan) -> (u64, u64) {
         bytes += b;
     }
     (rows, bytes)
+}
+
+/// WATCH asked for as a one-shot query.
+fn watch_is_a_loop() -> Error {
+    Error::new(
+        ErrorKind::Capability {
+            feature: "WATCH".into(),
+            tier: "v0.3-capability".into(),
+        },
+        "WATCH is a poll loop, not a one-shot query",
+    )
+    .with_help(
+        "run it with `signalql watch`, which re-evaluates the query every interval and prints \
+         an alert when the condition becomes true",
+    )
 }
 
 /// A context statement asked for through the analytics API.
