@@ -146,6 +146,13 @@ impl Engine {
         let lowered = match &statement {
             Statement::Retrieve(q) => self.lower_retrieve(q).await?,
             Statement::Funnel(q) => {
+                if q.source != Source::Events {
+                    return Err(Error::type_error(format!(
+                        "FUNNEL follows users through events: use FROM events, not FROM {}",
+                        q.source
+                    ))
+                    .at(q.span));
+                }
                 let view = funnel_view(q);
                 self.lower(&view, |i| lower_funnel(q, &view, i)).await?
             }

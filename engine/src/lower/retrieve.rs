@@ -62,7 +62,9 @@ fn aggregates(q: &RetrieveQuery) -> bool {
 /// Check the parts of a retrieve query this engine does not execute.
 fn check_capabilities(q: &RetrieveQuery) -> Result<()> {
     if let Source::Metric(_) = &q.source {
-        return Err(Error::capability("governed metric source", "v0.3-capability").at(q.span));
+        return Err(
+            Error::internal("FROM metric(…) is lowered through the metric registry").at(q.span),
+        );
     }
     if q.traverse.is_some() && q.source == Source::Events {
         return Err(Error::type_error(
