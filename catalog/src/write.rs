@@ -199,6 +199,21 @@ fn sync_dir(dir: &Path) {
     let _ = dir;
 }
 
+/// Writes `text` to `path` only if no file is there: a concurrent writer's file wins and ours
+/// is dropped; an existing file is never overwritten.
+pub fn write_new_file(path: &Path, text: &str) -> Result<()> {
+    match OpenOptions::new().write(true).create_new(true).open(path) {
+        Ok(mut f) => {
+            use std::io::Write;
+            f.write_all(text.as_bytes())
+                .and_then(|()| f.sync_all())
+                .map_err(|e| CatalogError::io(path, e))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(CatalogError::io(path, e)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -264,20 +279,5 @@ mod tests {
         let (_, b) = batch();
         assert!(write_parquet_atomic(tmp.path(), "h", other, &[b]).is_err());
         assert!(names(tmp.path()).is_empty());
-    }
-}
-
-/// Writes `text` to `path` only if no file is there: a concurrent writer's file wins and ours
-/// is dropped; an existing file is never overwritten.
-pub fn write_new_file(path: &Path, text: &str) -> Result<()> {
-    match OpenOptions::new().write(true).create_new(true).open(path) {
-        Ok(mut f) => {
-            use std::io::Write;
-            f.write_all(text.as_bytes())
-                .and_then(|()| f.sync_all())
-                .map_err(|e| CatalogError::io(path, e))
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
-        Err(e) => Err(CatalogError::io(path, e)),
     }
 }

@@ -204,7 +204,7 @@ impl Engine {
     async fn counts(&self, b: LogicalPlanBuilder, keys: &[&str], bag: &[Field]) -> Result<Counts> {
         let mut aggs = vec![count(lit(1)).alias("__n")];
         aggs.extend(bag.iter().enumerate().map(|(i, f)| {
-            count(get_field(column(&format!("__bag")), f.name().as_str())).alias(format!("__c{i}"))
+            count(get_field(column("__bag"), f.name().as_str())).alias(format!("__c{i}"))
         }));
         let plan = b
             .aggregate(keys.iter().map(|k| column(k)).collect::<Vec<_>>(), aggs)?

@@ -153,7 +153,7 @@ impl TrendPlan {
         } else {
             let left: Vec<_> = dims
                 .iter()
-                .map(|d| datafusion::common::Column::from_name(d))
+                .map(datafusion::common::Column::from_name)
                 .collect();
             let right: Vec<_> = (0..dims.len())
                 .map(|i| datafusion::common::Column::from_name(trend_key(i)))
