@@ -9,6 +9,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod plot;
 pub mod render;
 
 pub use signalql_catalog as catalog;

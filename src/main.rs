@@ -29,6 +29,8 @@ enum Format {
     #[value(alias = "envelope")]
     Json,
     Csv,
+    /// The result rows as a Parquet file (`--out FILE`).
+    Parquet,
 }
 
 #[derive(Subcommand)]
@@ -43,6 +45,12 @@ enum Command {
         /// Evaluation time T for queries without AS OF (RFC 3339).
         #[arg(long)]
         now: Option<String>,
+        /// Where `--format parquet` writes the rows.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Also draw a bucketed result as an SVG line chart (one line per group).
+        #[arg(long)]
+        plot: Option<PathBuf>,
         /// The query text, or `-` to read it from stdin.
         query: String,
     },
@@ -206,6 +214,86 @@ fn main() -> ExitCode {
     }
 }
 
+/// Write `batches` to `path` as Parquet: into a temporary file beside it, then renamed over
+/// it, so `path` is never half-written.
+fn write_parquet(
+    path: &std::path::Path,
+    batches: &[datafusion::arrow::record_batch::RecordBatch],
+) -> Result<(), Error> {
+    let Some(first) = batches.first() else {
+        return Err(Error::type_error("the query returned no rows to write"));
+    };
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let io = |e: &dyn std::fmt::Display| Error::io(format!("{}: {e}", path.display()));
+    let tmp = tempfile::NamedTempFile::new_in(&dir).map_err(|e| io(&e))?;
+    let file = tmp.reopen().map_err(|e| io(&e))?;
+    let mut w = datafusion::parquet::arrow::ArrowWriter::try_new(
+        file,
+        first.schema(),
+        Some(signalql::catalog::write::writer_properties()),
+    )
+    .map_err(|e| io(&e))?;
+    for b in batches {
+        w.write(b).map_err(|e| io(&e))?;
+    }
+    w.close().map_err(|e| io(&e))?;
+    tmp.persist(path).map_err(|e| io(&e))?;
+    Ok(())
+}
+
+/// `--plot FILE.svg`: the series of a bucketed retrieve query, one line per group.
+fn write_plot(path: &std::path::Path, text: &str, env: &signalql::Envelope) -> Result<(), Error> {
+    use signalql::ast::{ReturnItem, Statement};
+    let not_bucketed =
+        || Error::type_error("--plot draws a bucketed series: the query needs BUCKET BY");
+    let Statement::Retrieve(q) = signalql::parse(text)? else {
+        return Err(not_bucketed());
+    };
+    if q.bucket.is_none() {
+        return Err(not_bucketed());
+    }
+    let time_name = q.time_column.clone().unwrap_or_else(|| "timestamp".into());
+    let time = env
+        .columns
+        .iter()
+        .position(|c| c.name == time_name)
+        .ok_or_else(|| Error::type_error(format!("--plot needs `{time_name}` in RETURN")))?;
+    let mut groups = Vec::new();
+    let mut measure = None;
+    for (i, (item, col)) in q.returns.iter().zip(&env.columns).enumerate() {
+        match item {
+            ReturnItem::Field(_) if i != time => groups.push(i),
+            ReturnItem::Count | ReturnItem::Aggregate(_)
+                if measure.is_none() && matches!(col.data_type.as_str(), "integer" | "number") =>
+            {
+                measure = Some(i)
+            }
+            _ => {}
+        }
+    }
+    let measure =
+        measure.ok_or_else(|| Error::type_error("--plot needs a numeric aggregate in RETURN"))?;
+    let series = signalql::plot::series(env, time, &groups, measure);
+    let svg = signalql::plot::svg(
+        &series,
+        &q.to_string().replace('\n', " "),
+        &env.columns[measure].name,
+    )
+    .map_err(Error::io)?;
+    let tmp_dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
+    let io = |e: &dyn std::fmt::Display| Error::io(format!("{}: {e}", path.display()));
+    let mut tmp = tempfile::NamedTempFile::new_in(tmp_dir).map_err(|e| io(&e))?;
+    tmp.write_all(svg.as_bytes()).map_err(|e| io(&e))?;
+    tmp.persist(path).map_err(|e| io(&e))?;
+    Ok(())
+}
+
 fn write_envelope(envelope: &signalql::Envelope, format: Format) -> Result<(), Error> {
     let out = match format {
         Format::Json => {
@@ -216,6 +304,11 @@ fn write_envelope(envelope: &signalql::Envelope, format: Format) -> Result<(), E
         }
         Format::Csv => render::csv(envelope),
         Format::Table => render::table(envelope),
+        Format::Parquet => {
+            return Err(Error::type_error(
+                "--format parquet is for analytics queries with --out FILE",
+            ));
+        }
     };
     write_out(&out)
 }
@@ -354,15 +447,38 @@ fn run(cli: Cli) -> Result<(), Error> {
             data,
             format,
             now,
+            out,
+            plot,
             query,
         } => {
             let text = read_query(query)?;
             let engine = open(data, now)?;
-            let envelope = match runtime()?.block_on(engine.answer(&text))? {
+            let rt = runtime()?;
+            if format == Format::Parquet {
+                let Some(out) = out else {
+                    return Err(Error::type_error(
+                        "--format parquet writes a file: add --out FILE",
+                    ));
+                };
+                let (envelope, batches) = rt.block_on(engine.query_batches(&text))?;
+                write_parquet(&out, &batches)?;
+                if let Some(p) = plot {
+                    write_plot(&p, &text, &envelope)?;
+                }
+                return write_out(&format!(
+                    "wrote {} row(s) to {}\n",
+                    envelope.rows.len(),
+                    out.display()
+                ));
+            }
+            let envelope = match rt.block_on(engine.answer(&text))? {
                 Answer::Envelope(e) => *e,
                 Answer::Bundle(b) => return write_json(&*b),
                 Answer::Explanation(x) => return write_json(&*x),
             };
+            if let Some(p) = plot {
+                write_plot(&p, &text, &envelope)?;
+            }
             write_envelope(&envelope, format)
         }
         Command::Describe {

@@ -454,3 +454,79 @@ fn watch_stops_cleanly_on_ctrl_c() {
         "Ctrl-C ends the watch with status 0"
     );
 }
+
+#[test]
+fn parquet_out_writes_the_rows_and_plot_draws_one_line_per_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.parquet");
+    let q = r#"FROM events DURING LAST 7 d GROUP BY properties.platform RETURN properties.platform, count"#;
+    let o = signalql(&[
+        "query",
+        "--format",
+        "parquet",
+        "--out",
+        out.to_str().unwrap(),
+        q,
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    let file = std::fs::File::open(&out).unwrap();
+    let reader =
+        datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
+            .unwrap()
+            .build()
+            .unwrap();
+    let batches: Vec<_> = reader.map(|b| b.unwrap()).collect();
+    let schema = batches[0].schema();
+    let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+    assert_eq!(names, ["properties.platform", "count"]);
+    // Events per platform in [2026-06-06, 2026-06-13), by DuckDB: android 1882, ios 3378,
+    // web 8525.
+    let counts = datafusion::arrow::util::pretty::pretty_format_batches(&batches)
+        .unwrap()
+        .to_string();
+    for (p, n) in [("android", "1882"), ("ios", "3378"), ("web", "8525")] {
+        assert!(
+            counts.lines().any(|l| l.contains(p) && l.contains(n)),
+            "{counts}"
+        );
+    }
+    let o = signalql(&["query", "--format", "parquet", q]);
+    assert_eq!(o.status.code(), Some(1), "parquet needs --out");
+
+    // Three platforms, 30 daily buckets each: three series lines of 30 points.
+    let svg = dir.path().join("p.svg");
+    let o = signalql(&[
+        "query",
+        "--plot",
+        svg.to_str().unwrap(),
+        r#"FROM events WHERE event_name = "session_start" DURING LAST 30 d BUCKET BY d GROUP BY properties.platform RETURN timestamp, properties.platform, count_distinct(user_id)"#,
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    let text = std::fs::read_to_string(&svg).unwrap();
+    let lines: Vec<&str> = text
+        .split("<polyline")
+        .skip(1)
+        .filter(|p| p.contains(r#"stroke-width="2""#))
+        .collect();
+    assert_eq!(lines.len(), 3, "one line per group");
+    for l in &lines {
+        let points = l
+            .split("points=\"")
+            .nth(1)
+            .unwrap()
+            .split('"')
+            .next()
+            .unwrap();
+        assert_eq!(points.split_whitespace().count(), 30);
+    }
+    for p in ["android", "ios", "web"] {
+        assert!(text.lines().any(|l| l.trim() == p), "legend {p}");
+    }
+    let o = signalql(&[
+        "query",
+        "--plot",
+        svg.to_str().unwrap(),
+        "FROM events RETURN count",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "--plot needs BUCKET BY");
+}

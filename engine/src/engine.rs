@@ -652,6 +652,22 @@ impl Engine {
 
     /// Run a compiled query and build its envelope.
     pub async fn run(&self, compiled: &Compiled) -> Result<Envelope> {
+        Ok(self.run_with_batches(compiled).await?.0)
+    }
+
+    /// Run one analytics query: its envelope and its rows as Arrow batches (at most the
+    /// envelope's rows, columns named as in the envelope), for Parquet output.
+    pub async fn query_batches(&self, text: &str) -> Result<(Envelope, Vec<RecordBatch>)> {
+        match parse(text)? {
+            Statement::Watch(w) => Err(watch_is_a_loop().at(w.span)),
+            statement => {
+                self.run_with_batches(&self.compile_statement(statement).await?)
+                    .await
+            }
+        }
+    }
+
+    async fn run_with_batches(&self, compiled: &Compiled) -> Result<(Envelope, Vec<RecordBatch>)> {
         let lowered = &compiled.lowered;
         let (batches, physical, (scanned_rows, scanned_bytes)) = match &lowered.staged {
             None => {
@@ -671,7 +687,8 @@ impl Engine {
             .as_ref()
             .ok()
             .map(|sql| format!("sha256:{}", hex::encode(Sha256::digest(sql))));
-        Ok(Envelope {
+        let batches = named_prefix(&batches, &columns, rows.len())?;
+        let envelope = Envelope {
             columns,
             metadata: Metadata {
                 row_count: rows.len() as u64,
@@ -696,7 +713,8 @@ impl Engine {
                 limits: limits_json(&self.options.limits),
             },
             rows,
-        })
+        };
+        Ok((envelope, batches))
     }
 
     fn columns(&self, lowered: &Lowered, schema: SchemaRef) -> Vec<ColumnInfo> {
@@ -726,6 +744,37 @@ impl Engine {
             })
             .collect()
     }
+}
+
+/// The first `n` rows of `batches`, with the columns renamed to `columns`' names.
+fn named_prefix(
+    batches: &[RecordBatch],
+    columns: &[ColumnInfo],
+    n: usize,
+) -> Result<Vec<RecordBatch>> {
+    use datafusion::arrow::datatypes::{Field, Schema};
+    let mut out = Vec::new();
+    let mut left = n;
+    for b in batches {
+        if left == 0 {
+            break;
+        }
+        let take = b.num_rows().min(left);
+        left -= take;
+        let fields: Vec<Field> = b
+            .schema()
+            .fields()
+            .iter()
+            .zip(columns)
+            .map(|(f, c)| f.as_ref().clone().with_name(c.name.clone()))
+            .collect();
+        let schema = Arc::new(Schema::new(fields));
+        out.push(
+            RecordBatch::try_new(schema, b.slice(0, take).columns().to_vec())
+                .map_err(|e| Error::internal(e.to_string()))?,
+        );
+    }
+    Ok(out)
 }
 
 /// The SQL text DataFusion's unparser gives for a plan.
