@@ -9,6 +9,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod mcp;
 pub mod plot;
 pub mod render;
 

@@ -123,6 +123,15 @@ enum Command {
         /// The WATCH statement, or `-` to read it from stdin.
         query: String,
     },
+    /// Serve the dataset to an AI agent over MCP (stdio): tools query, describe, context,
+    /// explain_context and format.
+    Mcp {
+        #[arg(long)]
+        data: Option<PathBuf>,
+        /// Evaluation time T (RFC 3339) for queries without AS OF.
+        #[arg(long)]
+        now: Option<String>,
+    },
     /// Generate deterministic synthetic data.
     Gen {
         #[command(subcommand)]
@@ -494,6 +503,10 @@ fn run(cli: Cli) -> Result<(), Error> {
                 None => rt.block_on(engine.describe_all())?,
             };
             write_envelope(&envelope, format)
+        }
+        Command::Mcp { data, now } => {
+            let engine = open(data, now)?;
+            runtime()?.block_on(signalql::mcp::serve_stdio(engine))
         }
         Command::Watch {
             data,

@@ -1,0 +1,220 @@
+//! `signalql mcp`: an MCP server over stdio (the official Rust SDK, rmcp) with the tools
+//! `query`, `describe`, `context`, `explain_context` and `format`.
+//!
+//! Each tool answers with one text content holding JSON: the result envelope (`query`,
+//! `describe`), the bundle (`context`), the explanation (`explain_context`) or
+//! `{"canonical": …}` (`format`). A failure is an MCP tool error (`isError: true`) whose text
+//! is the engine's `{"error": {"code", "message", "line"?, "column"?, …}}`.
+
+use std::sync::Arc;
+
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::{CallToolResult, ContentBlock, Implementation, ServerCapabilities, ServerConfig};
+use rmcp::{ErrorData, ServerHandler, ServiceExt, schemars, tool, tool_handler, tool_router};
+use serde::{Deserialize, Serialize};
+
+use crate::{Answer, Engine, Error};
+
+/// `query`: run one SignalQL statement.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct QueryArgs {
+    #[schemars(
+        description = "A SignalQL statement: FROM … RETURN …, FUNNEL …, FIND sequence …, \
+                       DESCRIBE …, FIND OBJECT …, CONTEXT FOR …, EXPLAIN CONTEXT …"
+    )]
+    pub query: String,
+}
+
+/// `describe`: catalog records.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct DescribeArgs {
+    #[schemars(
+        description = "events, entities, signals, metrics, relationships or entity(TYPE); \
+                       omitted: every record of every table the dataset has"
+    )]
+    pub target: Option<String>,
+}
+
+/// `context`: a context bundle for a task.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct ContextArgs {
+    #[schemars(description = "The task the context is for (CONTEXT FOR \"task\")")]
+    pub task: String,
+    #[schemars(description = "Token budget (BUDGET n TOKENS); default 8000")]
+    pub budget: Option<u64>,
+    #[schemars(description = "Project to read (USING PROJECT \"p\")")]
+    pub project: Option<String>,
+    #[schemars(
+        description = "Further clauses in SignalQL v0.5 syntax, e.g. `PREFER current \
+                       EXCLUDE stale MAX OBJECTS 5 WITH EVIDENCE`"
+    )]
+    pub clauses: Option<String>,
+    #[schemars(description = "Shrink items that do not fit to their task-relevant sentences")]
+    pub compress: Option<bool>,
+}
+
+/// `explain_context`: the explanation of a stored bundle.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct ExplainArgs {
+    #[schemars(description = "A bundle address, context://ctx_…")]
+    pub address: String,
+}
+
+/// `format`: the canonical text of a statement.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct FormatArgs {
+    #[schemars(description = "A SignalQL statement")]
+    pub query: String,
+}
+
+/// The server: one engine over one dataset.
+#[derive(Clone)]
+pub struct SignalqlServer {
+    engine: Arc<Engine>,
+    tool_router: ToolRouter<Self>,
+}
+
+fn ok(value: &impl Serialize) -> Result<CallToolResult, ErrorData> {
+    Ok(CallToolResult::success(vec![ContentBlock::json(value)?]))
+}
+
+fn failed(e: &Error) -> Result<CallToolResult, ErrorData> {
+    Ok(CallToolResult::error(vec![ContentBlock::text(
+        e.to_json().to_string(),
+    )]))
+}
+
+fn answer(a: Answer) -> Result<CallToolResult, ErrorData> {
+    match a {
+        Answer::Envelope(e) => ok(&*e),
+        Answer::Bundle(b) => ok(&*b),
+        Answer::Explanation(x) => ok(&*x),
+    }
+}
+
+#[tool_router]
+impl SignalqlServer {
+    pub fn new(engine: Engine) -> Self {
+        SignalqlServer {
+            engine: Arc::new(engine),
+            tool_router: Self::tool_router(),
+        }
+    }
+
+    #[tool(
+        description = "Run a SignalQL statement over the dataset. Analytics give the typed \
+                       result envelope {columns, rows, metadata}; CONTEXT FOR gives a bundle."
+    )]
+    async fn query(
+        &self,
+        Parameters(args): Parameters<QueryArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        match self.engine.answer(&args.query).await {
+            Ok(a) => answer(a),
+            Err(e) => failed(&e),
+        }
+    }
+
+    #[tool(
+        description = "Catalog records (DESCRIBE): fields with types, units and nullability, \
+                       relationship edges, signals, metric versions"
+    )]
+    async fn describe(
+        &self,
+        Parameters(args): Parameters<DescribeArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let result = match &args.target {
+            Some(t) => self.engine.query(&format!("DESCRIBE {t}")).await,
+            None => self.engine.describe_all().await,
+        };
+        match result {
+            Ok(env) => ok(&env),
+            Err(e) => failed(&e),
+        }
+    }
+
+    #[tool(
+        description = "Build the context bundle for a task: the smallest relevant, current, \
+                       trusted set of text within a token budget, with provenance"
+    )]
+    async fn context(
+        &self,
+        Parameters(args): Parameters<ContextArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        match self.context_bundle(&args).await {
+            Ok(b) => ok(&b),
+            Err(e) => failed(&e),
+        }
+    }
+
+    #[tool(description = "Explain a stored context bundle: phases, scores, rejections")]
+    async fn explain_context(
+        &self,
+        Parameters(args): Parameters<ExplainArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        match self.engine.explain_context(&args.address) {
+            Ok(x) => ok(&x),
+            Err(e) => failed(&e),
+        }
+    }
+
+    #[tool(description = "The canonical text of a SignalQL statement (v0.1 prints as v0.3)")]
+    async fn format(
+        &self,
+        Parameters(args): Parameters<FormatArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        match crate::parse(&args.query) {
+            Ok(s) => ok(&serde_json::json!({ "canonical": s.to_string() })),
+            Err(e) => failed(&e),
+        }
+    }
+}
+
+impl SignalqlServer {
+    async fn context_bundle(&self, args: &ContextArgs) -> crate::Result<crate::Bundle> {
+        let text = format!(
+            "CONTEXT FOR {} {}",
+            signalql_engine::syntax::format::quote(&args.task),
+            args.clauses.as_deref().unwrap_or("")
+        );
+        let crate::ast::Statement::ContextTask(mut q) = crate::parse(&text)? else {
+            return Err(Error::type_error(
+                "clauses must continue a CONTEXT FOR statement",
+            ));
+        };
+        if args.budget.is_some() {
+            q.budget = args.budget;
+        }
+        if args.project.is_some() {
+            q.project = args.project.clone();
+        }
+        if let Some(c) = args.compress {
+            q.compress = c;
+        }
+        self.engine.context(&q).await
+    }
+}
+
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for SignalqlServer {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("signalql", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "SignalQL over one dataset: `describe` to discover the schema, `query` for \
+                 evidence (typed result envelopes), `context` for a budgeted context bundle.",
+            )
+    }
+}
+
+/// Serve `engine` over stdin/stdout until the client closes the connection.
+pub async fn serve_stdio(engine: Engine) -> crate::Result<()> {
+    let io = |e: &dyn std::fmt::Display| Error::io(format!("mcp: {e}"));
+    let service = SignalqlServer::new(engine)
+        .serve(rmcp::transport::stdio())
+        .await
+        .map_err(|e| io(&e))?;
+    service.waiting().await.map_err(|e| io(&e))?;
+    Ok(())
+}

@@ -1,0 +1,151 @@
+//! A real MCP client session (rmcp's client over a child process) against `signalql mcp`:
+//! initialize, tools/list, tools/call of every tool, and errors as MCP tool errors carrying
+//! our error code.
+
+use rmcp::ServiceExt;
+use rmcp::model::{CallToolRequestParams, CallToolResult};
+use rmcp::service::{RoleClient, RunningService};
+use rmcp::transport::{ConfigureCommandExt, TokioChildProcess};
+use serde_json::{Value, json};
+
+/// A dataset with the sample's events (linked) and a small object store.
+fn dataset() -> tempfile::TempDir {
+    let root = tempfile::tempdir().unwrap();
+    let events = std::fs::canonicalize(signalql::sample_dataset().join("events")).unwrap();
+    std::os::unix::fs::symlink(events, root.path().join("events")).unwrap();
+    std::fs::write(
+        root.path().join("signalql.toml"),
+        "now = \"2026-06-13T00:00:00Z\"\n",
+    )
+    .unwrap();
+    let docs = tempfile::tempdir().unwrap();
+    std::fs::write(
+        docs.path().join("storage.md"),
+        "# Object storage\n\nObjects are Parquet revisions.\n",
+    )
+    .unwrap();
+    let opts = signalql::catalog::objects::ingest::ObjectIngestOptions {
+        now: chrono::DateTime::parse_from_rfc3339("2026-01-01T00:00:00Z")
+            .unwrap()
+            .with_timezone(&chrono::Utc),
+        ..Default::default()
+    };
+    signalql::catalog::objects::ingest::ingest_objects(
+        root.path(),
+        &[docs.path().to_path_buf()],
+        &opts,
+    )
+    .unwrap();
+    root
+}
+
+async fn call(
+    client: &RunningService<RoleClient, ()>,
+    tool: &'static str,
+    args: Value,
+) -> (bool, Value) {
+    let Value::Object(args) = args else {
+        panic!("arguments must be an object")
+    };
+    let r: CallToolResult = client
+        .call_tool(CallToolRequestParams::new(tool).with_arguments(args))
+        .await
+        .unwrap();
+    let v = serde_json::to_value(&r).unwrap();
+    let text = v["content"][0]["text"].as_str().unwrap_or_default();
+    let body = serde_json::from_str(text).unwrap_or_else(|e| panic!("{tool}: not JSON ({e}): {v}"));
+    (r.is_error == Some(true), body)
+}
+
+#[tokio::test]
+async fn an_mcp_client_session_uses_every_tool() {
+    let root = dataset();
+    let transport = TokioChildProcess::new(
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_signalql")).configure(|cmd| {
+            cmd.arg("mcp").arg("--data").arg(root.path());
+        }),
+    )
+    .unwrap();
+    let client = ().serve(transport).await.unwrap();
+
+    let info = client.peer_info().unwrap();
+    assert_eq!(info.server_info.as_ref().unwrap().name, "signalql");
+
+    let tools = client.list_all_tools().await.unwrap();
+    let mut names: Vec<String> = tools.iter().map(|t| t.name.to_string()).collect();
+    names.sort();
+    assert_eq!(
+        names,
+        ["context", "describe", "explain_context", "format", "query"]
+    );
+    for t in &tools {
+        let schema = serde_json::to_value(&*t.input_schema).unwrap();
+        assert_eq!(schema["type"], "object", "{}", t.name);
+        assert!(t.description.as_deref().is_some_and(|d| !d.is_empty()));
+        let props = schema["properties"].as_object().unwrap();
+        for p in props.values() {
+            assert!(p.get("description").is_some(), "{}: {p}", t.name);
+        }
+    }
+
+    // 7 304 page views in [2026-06-06, 2026-06-13), as the DuckDB oracle of golden
+    // spec/v01_count_events says.
+    let (err, env) = call(
+        &client,
+        "query",
+        json!({"query": r#"FROM events WHERE event_name = "page_view" DURING LAST 7 d RETURN count"#}),
+    )
+    .await;
+    assert!(!err);
+    assert_eq!(env["rows"], json!([[7304]]));
+    assert_eq!(env["metadata"]["as_of"], "2026-06-13T00:00:00Z");
+
+    let (err, env) = call(&client, "describe", json!({"target": "events"})).await;
+    assert!(!err);
+    assert_eq!(env["rows"][0][0], "events");
+    assert_eq!(env["rows"][0][1], "table");
+
+    let (err, bundle) = call(
+        &client,
+        "context",
+        json!({"task": "object storage", "budget": 500, "clauses": "PREFER current"}),
+    )
+    .await;
+    assert!(!err, "{bundle}");
+    assert_eq!(bundle["items"].as_array().unwrap().len(), 1);
+    assert_eq!(bundle["metadata"]["budget"]["limit"], 500);
+    let id = bundle["id"].as_str().unwrap().to_string();
+    assert!(id.starts_with("context://ctx_"));
+
+    let (err, x) = call(&client, "explain_context", json!({"address": id})).await;
+    assert!(!err);
+    assert_eq!(x["context"], id);
+
+    let (err, f) = call(
+        &client,
+        "format",
+        json!({"query": "from events return count"}),
+    )
+    .await;
+    assert!(!err);
+    assert_eq!(f["canonical"], "FROM events\nRETURN count");
+
+    // Errors are tool errors with our code and position.
+    let (err, e) = call(&client, "query", json!({"query": "FROM events RETURN"})).await;
+    assert!(err);
+    assert_eq!(e["error"]["code"], "parse_error");
+    assert_eq!(e["error"]["line"], 1);
+    let (err, e) = call(&client, "describe", json!({"target": "entities"})).await;
+    assert!(err);
+    assert_eq!(e["error"]["code"], "io_error");
+    let (err, e) = call(
+        &client,
+        "explain_context",
+        json!({"address": "context://ctx_00000000000000000000000000000000"}),
+    )
+    .await;
+    assert!(err);
+    assert_eq!(e["error"]["code"], "unknown_context");
+
+    client.cancel().await.unwrap();
+}
