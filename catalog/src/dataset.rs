@@ -195,11 +195,24 @@ impl Dataset {
     /// Build a listing table over `ROOT/<table>/**/*.parquet` with the schema merged from
     /// every file (struct fields are unioned, so files written by separate ingests with
     /// different property keys read together; a key missing from a file reads as NULL).
+    ///
+    /// A table registered in `ctx` under the same name (an application embedding the engine,
+    /// `Engine::with_session`) is used instead, as it is: it has no file list.
     pub async fn table(
         &self,
         ctx: &SessionContext,
         table: &str,
     ) -> Result<TableInfo, DatasetError> {
+        if ctx.table_exist(table).unwrap_or(false)
+            && let Ok(provider) = ctx.table_provider(table).await
+        {
+            return Ok(TableInfo {
+                name: table.to_string(),
+                schema: provider.schema(),
+                provider,
+                files: Vec::new(),
+            });
+        }
         // Canonical paths, as the scan reports them (`input_file_name()`).
         let files = self
             .table_files(table)?

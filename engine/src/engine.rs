@@ -84,6 +84,30 @@ impl Engine {
         Engine::open_with(root, EngineOptions::default())
     }
 
+    /// Run SignalQL on a context the application built: its configuration, object stores and
+    /// tables. A table registered in `ctx` under a SignalQL table name (`events`, `signals`,
+    /// `entities`, …) is read instead of `root/<table>/`; `root` still holds `signalql.toml`,
+    /// `metrics.toml` and the context store. signalql's functions are registered into `ctx`
+    /// too, so the application's own SQL can call them.
+    pub fn with_session(
+        ctx: SessionContext,
+        root: impl AsRef<std::path::Path>,
+        options: EngineOptions,
+    ) -> Result<Engine> {
+        let dataset = Dataset::open(root)?;
+        signalql_udfs::register_all(&ctx);
+        // The same catalog, runtime (object stores, memory pool) and settings, planned with
+        // the engine's operators as well.
+        let state = SessionStateBuilder::new_from_existing(ctx.state())
+            .with_query_planner(Arc::new(crate::operator::EngineQueryPlanner))
+            .build();
+        Ok(Engine {
+            dataset,
+            ctx: SessionContext::new_with_state(state),
+            options,
+        })
+    }
+
     pub fn open_with(root: impl AsRef<std::path::Path>, options: EngineOptions) -> Result<Engine> {
         let dataset = Dataset::open(root)?;
         let runtime = RuntimeEnvBuilder::new()

@@ -33,7 +33,7 @@ use crate::lower::time::micros;
 use crate::syntax::ast::{ContextQuery, ExcludeItem, Role};
 
 /// The estimator of a representation without a stored token count.
-pub const CHARS_DIV_4: &str = "chars-div-4-v1";
+pub const CHARS_DIV_4: &str = signalql_udfs::scalar::token_estimate::ESTIMATOR;
 /// The estimator named for a stored token count.
 pub const STORED: &str = "stored";
 

@@ -19,8 +19,13 @@ use crate::syntax::ast::{Source, Traverse as TraverseClause};
 
 /// A row's position in a table's files (file rank in path order, then row in file): the
 /// tie-break of rows with equal timestamps. Only evaluable in a projection directly over the
-/// table's scan.
+/// table's scan; 0 for a table without a file list.
 pub fn file_order(table: &TableInfo) -> Expr {
+    // A table the user registered (Engine::with_session) has no file list: rows are ordered
+    // by their timestamps only.
+    if table.files.is_empty() {
+        return lit(0i64);
+    }
     let files = table
         .files
         .iter()

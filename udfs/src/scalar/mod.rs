@@ -3,3 +3,4 @@
 pub mod file_rank;
 pub mod json_get;
 pub mod lexical;
+pub mod token_estimate;
