@@ -1,7 +1,8 @@
 //! Criterion benches: parse+format, lowering, UDF kernels called directly (stats, percentile,
 //! the funnel's per-user search), end-to-end queries on generated Parquet (the v0.3 examples and
 //! a 3-step funnel, ungrouped and grouped) and CONTEXT FOR over a generated 100k-object corpus
-//! next to the same lexical scoring as plain DataFusion SQL (group `context`).
+//! next to the same lexical scoring as plain DataFusion SQL (group `context`), and the extended
+//! tier (entities, TRAVERSE, TREND, a governed metric, DESCRIBE; group `extended`).
 //!
 //! `cargo bench --bench signalql` (add `-- GROUP` to run one of `syntax`, `lowering`, `udf`,
 //! `end_to_end`). The end-to-end dataset has `SIGNALQL_BENCH_ROWS` rows (default 1 000 000),
@@ -640,12 +641,152 @@ fn bench_context(c: &mut Criterion) {
     group.finish();
 }
 
+/// The extended tier on generated data: entity state as of T, TRAVERSE, TREND, a governed
+/// metric and DESCRIBE. Each that has one is paired with a DataFusion SQL formulation (for
+/// TRAVERSE a recursive CTE) run on the engine's own context over the same tables; the metric
+/// is paired with the same aggregate written without the registry.
+fn bench_extended(c: &mut Criterion) {
+    let rows: u64 = std::env::var("SIGNALQL_BENCH_ROWS")
+        .ok()
+        .and_then(|s| s.replace('_', "").parse().ok())
+        .unwrap_or(1_000_000);
+    let rt = runtime();
+    let dir = tempfile::tempdir().expect("temp dir");
+    generate(dir.path(), rows);
+    let engine = Engine::open(dir.path()).expect("open dataset");
+    for table in ["events", "entities", "relationships"] {
+        let info = rt
+            .block_on(engine.dataset().table(engine.session(), table))
+            .expect("table");
+        engine
+            .session()
+            .register_table(table, Arc::clone(&info.provider))
+            .expect("register");
+    }
+    // The SQL side reads the same listing tables the engine builds, registered once.
+    const LATEST: &str = "SELECT entity_id, last_value(attributes ORDER BY updated_at) AS attributes \
+        FROM entities WHERE entity_type = 'analytics.user' \
+        AND updated_at <= TIMESTAMP '2026-06-13 00:00:00+00:00' GROUP BY entity_id";
+    let pairs: Vec<(&str, &str, Option<String>)> = vec![
+        (
+            "entity_users_by_plan",
+            "FROM entity(analytics.user) GROUP BY attributes.plan RETURN attributes.plan, count",
+            Some(format!(
+                "SELECT attributes['plan'] AS plan, count(*) FROM ({LATEST}) GROUP BY 1 ORDER BY 1 NULLS LAST"
+            )),
+        ),
+        (
+            "traverse_referred_3",
+            r#"FROM entity(analytics.user) WHERE attributes.country = "US" TRAVERSE referred DEPTH <= 3 RETURN count"#,
+            Some(format!(
+                "WITH RECURSIVE s AS (SELECT entity_id FROM ({LATEST}) WHERE attributes['country'] = 'US'), \
+                 e AS (SELECT src_id, dst_id FROM relationships WHERE relation = 'referred' \
+                   AND src_type = 'analytics.user' AND dst_type = 'analytics.user' \
+                   AND created_at <= TIMESTAMP '2026-06-13 00:00:00+00:00'), \
+                 w(id, hops) AS (SELECT e.dst_id, 1 FROM s JOIN e ON e.src_id = s.entity_id \
+                   UNION ALL SELECT e.dst_id, w.hops + 1 FROM w JOIN e ON e.src_id = w.id WHERE w.hops < 3) \
+                 SELECT count(DISTINCT id) AS count FROM w"
+            )),
+        ),
+        (
+            "trend_purchases_by_country",
+            r#"FROM events WHERE event_name = "purchase" DURING LAST 28 d GROUP BY properties.country RETURN properties.country, count TREND UP OVER 8 w"#,
+            None,
+        ),
+        (
+            "metric_weekly_active_users",
+            "FROM metric(analytics.weekly_active_users) DURING LAST 12 w BUCKET BY w RETURN timestamp, metric_value",
+            Some(String::new()),
+        ),
+        ("describe_entities", "DESCRIBE entities", None),
+    ];
+    const WAU_PLAIN: &str = r#"FROM events WHERE event_name = "session_start" DURING LAST 12 w BUCKET BY w RETURN timestamp, count_distinct(user_id)"#;
+    for (name, text, sql) in &pairs {
+        let q = rt.block_on(engine.query(text)).expect("signalql query");
+        let peer_rows = match sql.as_deref() {
+            Some("") => rt
+                .block_on(engine.query(WAU_PLAIN))
+                .expect("plain")
+                .rows
+                .len(),
+            Some(sql) => rt.block_on(async {
+                let b = engine
+                    .session()
+                    .sql(sql)
+                    .await
+                    .expect("plan")
+                    .collect()
+                    .await
+                    .expect("run");
+                let n: usize = b.iter().map(|b| b.num_rows()).sum();
+                n
+            }),
+            None => q.rows.len(),
+        };
+        assert_eq!(q.rows.len(), peer_rows, "{name}");
+        if *name == "traverse_referred_3" {
+            let sql = sql.as_deref().unwrap_or_default();
+            let b = rt.block_on(async {
+                engine
+                    .session()
+                    .sql(sql)
+                    .await
+                    .expect("plan")
+                    .collect()
+                    .await
+                    .expect("run")
+            });
+            let want = datafusion::arrow::util::display::array_value_to_string(b[0].column(0), 0)
+                .expect("count");
+            assert_eq!(q.rows[0][0].to_string(), want, "traversal counts agree");
+        }
+    }
+    let mut group = c.benchmark_group("extended");
+    group
+        .sample_size(10)
+        .sampling_mode(SamplingMode::Flat)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(4));
+    for (name, text, sql) in &pairs {
+        let text: &str = text;
+        group.bench_function(format!("{name}/signalql"), |b| {
+            b.to_async(&rt)
+                .iter(|| async { engine.query(black_box(text)).await.expect("query") })
+        });
+        match sql.as_deref() {
+            Some("") => {
+                group.bench_function(format!("{name}/plain_signalql"), |b| {
+                    b.to_async(&rt)
+                        .iter(|| async { engine.query(black_box(WAU_PLAIN)).await.expect("query") })
+                });
+            }
+            Some(sql) => {
+                group.bench_function(format!("{name}/datafusion_sql"), |b| {
+                    b.to_async(&rt).iter(|| async {
+                        engine
+                            .session()
+                            .sql(black_box(sql))
+                            .await
+                            .expect("sql plan")
+                            .collect()
+                            .await
+                            .expect("sql run")
+                    })
+                });
+            }
+            None => {}
+        }
+    }
+    group.finish();
+}
+
 criterion_group!(
     benches,
     bench_syntax,
     bench_lowering,
     bench_udf,
     bench_end_to_end,
-    bench_context
+    bench_context,
+    bench_extended
 );
 criterion_main!(benches);

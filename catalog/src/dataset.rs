@@ -60,6 +60,9 @@ pub enum DatasetError {
 pub struct Dataset {
     root: PathBuf,
     config: DatasetConfig,
+    /// Read tables registered in the session under a table's name first (an application's
+    /// own tables, `Engine::with_session`).
+    session_tables: bool,
 }
 
 /// A registered table: its provider, the arrow schema, and the files behind it.
@@ -127,11 +130,19 @@ impl Dataset {
         Ok(Dataset {
             root: root.to_path_buf(),
             config,
+            session_tables: false,
         })
     }
 
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// This dataset, reading a table registered in the query's session under a table's name
+    /// instead of `ROOT/<table>/` (such a table has no file list).
+    pub fn with_session_tables(mut self) -> Self {
+        self.session_tables = true;
+        self
     }
 
     pub fn config(&self) -> &DatasetConfig {
@@ -196,14 +207,15 @@ impl Dataset {
     /// every file (struct fields are unioned, so files written by separate ingests with
     /// different property keys read together; a key missing from a file reads as NULL).
     ///
-    /// A table registered in `ctx` under the same name (an application embedding the engine,
-    /// `Engine::with_session`) is used instead, as it is: it has no file list.
+    /// With [`Dataset::with_session_tables`], a table registered in `ctx` under the same name
+    /// (an application embedding the engine) is used instead, as it is: it has no file list.
     pub async fn table(
         &self,
         ctx: &SessionContext,
         table: &str,
     ) -> Result<TableInfo, DatasetError> {
-        if ctx.table_exist(table).unwrap_or(false)
+        if self.session_tables
+            && ctx.table_exist(table).unwrap_or(false)
             && let Ok(provider) = ctx.table_provider(table).await
         {
             return Ok(TableInfo {

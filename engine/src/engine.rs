@@ -94,7 +94,7 @@ impl Engine {
         root: impl AsRef<std::path::Path>,
         options: EngineOptions,
     ) -> Result<Engine> {
-        let dataset = Dataset::open(root)?;
+        let dataset = Dataset::open(root)?.with_session_tables();
         signalql_udfs::register_all(&ctx);
         // The same catalog, runtime (object stores, memory pool) and settings, planned with
         // the engine's operators as well.
