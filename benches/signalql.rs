@@ -256,6 +256,20 @@ fn generate(dir: &Path, rows: u64) {
     );
 }
 
+/// `SIGNALQL_BENCH_ROWS` rows (default 1 000 000) generated into a temporary directory (kept
+/// alive by the returned guard) and an engine over them.
+fn generated_engine() -> (u64, Runtime, tempfile::TempDir, Engine) {
+    let rows: u64 = std::env::var("SIGNALQL_BENCH_ROWS")
+        .ok()
+        .and_then(|s| s.replace('_', "").parse().ok())
+        .unwrap_or(1_000_000);
+    let rt = runtime();
+    let dir = tempfile::tempdir().expect("temp dir");
+    generate(dir.path(), rows);
+    let engine = Engine::open(dir.path()).expect("open dataset");
+    (rows, rt, dir, engine)
+}
+
 fn bench_syntax(c: &mut Criterion) {
     let mut group = c.benchmark_group("syntax");
     group
@@ -478,14 +492,7 @@ fn bench_udf(c: &mut Criterion) {
 }
 
 fn bench_end_to_end(c: &mut Criterion) {
-    let rows: u64 = std::env::var("SIGNALQL_BENCH_ROWS")
-        .ok()
-        .and_then(|s| s.replace('_', "").parse().ok())
-        .unwrap_or(1_000_000);
-    let rt = runtime();
-    let dir = tempfile::tempdir().expect("temp dir");
-    generate(dir.path(), rows);
-    let engine = Engine::open(dir.path()).expect("open dataset");
+    let (rows, rt, _dir, engine) = generated_engine();
     // The SQL side gets the same listing table the engine builds, registered once.
     let table = rt
         .block_on(engine.dataset().events(engine.session()))
@@ -646,14 +653,7 @@ fn bench_context(c: &mut Criterion) {
 /// TRAVERSE a recursive CTE) run on the engine's own context over the same tables; the metric
 /// is paired with the same aggregate written without the registry.
 fn bench_extended(c: &mut Criterion) {
-    let rows: u64 = std::env::var("SIGNALQL_BENCH_ROWS")
-        .ok()
-        .and_then(|s| s.replace('_', "").parse().ok())
-        .unwrap_or(1_000_000);
-    let rt = runtime();
-    let dir = tempfile::tempdir().expect("temp dir");
-    generate(dir.path(), rows);
-    let engine = Engine::open(dir.path()).expect("open dataset");
+    let (_, rt, _dir, engine) = generated_engine();
     for table in ["events", "entities", "relationships"] {
         let info = rt
             .block_on(engine.dataset().table(engine.session(), table))

@@ -1,6 +1,8 @@
 //! The extended and capability tiers beyond what golden cases show: WATCH polling as files
 //! arrive, metric registries that are wrong in each way, and `metadata.metrics`.
 
+mod common;
+
 use std::path::Path;
 
 use chrono::{DateTime, Utc};
@@ -100,14 +102,7 @@ async fn watch_condition_is_checked_per_group() {
 
 /// A dataset with the sample's events (linked) and the given metrics.toml.
 fn with_metrics(toml: &str) -> tempfile::TempDir {
-    let root = tempfile::tempdir().unwrap();
-    let events = std::fs::canonicalize(signalql::sample_dataset().join("events")).unwrap();
-    std::os::unix::fs::symlink(events, root.path().join("events")).unwrap();
-    std::fs::write(
-        root.path().join("signalql.toml"),
-        "now = \"2026-06-13T00:00:00Z\"\n",
-    )
-    .unwrap();
+    let root = common::sample_events_dataset();
     std::fs::write(root.path().join("metrics.toml"), toml).unwrap();
     root
 }

@@ -3,6 +3,8 @@
 //! our error code.
 
 use rmcp::ServiceExt;
+mod common;
+
 use rmcp::model::{CallToolRequestParams, CallToolResult};
 use rmcp::service::{RoleClient, RunningService};
 use rmcp::transport::{ConfigureCommandExt, TokioChildProcess};
@@ -10,14 +12,7 @@ use serde_json::{Value, json};
 
 /// A dataset with the sample's events (linked) and a small object store.
 fn dataset() -> tempfile::TempDir {
-    let root = tempfile::tempdir().unwrap();
-    let events = std::fs::canonicalize(signalql::sample_dataset().join("events")).unwrap();
-    std::os::unix::fs::symlink(events, root.path().join("events")).unwrap();
-    std::fs::write(
-        root.path().join("signalql.toml"),
-        "now = \"2026-06-13T00:00:00Z\"\n",
-    )
-    .unwrap();
+    let root = common::sample_events_dataset();
     let docs = tempfile::tempdir().unwrap();
     std::fs::write(
         docs.path().join("storage.md"),
