@@ -256,6 +256,18 @@ fn generate(dir: &Path, rows: u64) {
     );
 }
 
+/// Run DataFusion SQL on the engine's own context.
+async fn run_sql(engine: &Engine, sql: &str) -> Vec<datafusion::arrow::array::RecordBatch> {
+    engine
+        .session()
+        .sql(sql)
+        .await
+        .expect("sql plan")
+        .collect()
+        .await
+        .expect("sql run")
+}
+
 /// `SIGNALQL_BENCH_ROWS` rows (default 1 000 000) generated into a temporary directory (kept
 /// alive by the returned guard) and an engine over them.
 fn generated_engine() -> (u64, Runtime, tempfile::TempDir, Engine) {
@@ -507,14 +519,7 @@ fn bench_end_to_end(c: &mut Criterion) {
     for (name, text, sql) in &workloads {
         let (q, s) = rt.block_on(async {
             let envelope = engine.query(text).await.expect("signalql query");
-            let batches = engine
-                .session()
-                .sql(sql)
-                .await
-                .expect("sql plan")
-                .collect()
-                .await
-                .expect("sql run");
+            let batches = run_sql(&engine, sql).await;
             let n: usize = batches.iter().map(|b| b.num_rows()).sum();
             (envelope.rows.len(), n)
         });
@@ -535,16 +540,8 @@ fn bench_end_to_end(c: &mut Criterion) {
                 .iter(|| async { engine.query(black_box(text)).await.expect("query") })
         });
         group.bench_function(format!("{name}/datafusion_sql"), |b| {
-            b.to_async(&rt).iter(|| async {
-                engine
-                    .session()
-                    .sql(black_box(sql.as_str()))
-                    .await
-                    .expect("sql plan")
-                    .collect()
-                    .await
-                    .expect("sql run")
-            })
+            b.to_async(&rt)
+                .iter(|| async { run_sql(&engine, black_box(sql.as_str())).await })
         });
     }
     group.finish();
@@ -609,14 +606,8 @@ fn bench_context(c: &mut Criterion) {
             signalql::Answer::Bundle(b) => assert!(!b.items.is_empty()),
             _ => panic!("not a bundle"),
         }
-        let n: usize = engine
-            .session()
-            .sql(&sql)
+        let n: usize = run_sql(&engine, &sql)
             .await
-            .expect("sql plan")
-            .collect()
-            .await
-            .expect("sql run")
             .iter()
             .map(|b| b.num_rows())
             .sum();
@@ -634,16 +625,8 @@ fn bench_context(c: &mut Criterion) {
             .iter(|| async { engine.answer(black_box(&query)).await.expect("context") })
     });
     group.bench_function("lexical_scoring/datafusion_sql", |b| {
-        b.to_async(&rt).iter(|| async {
-            engine
-                .session()
-                .sql(black_box(&sql))
-                .await
-                .expect("sql plan")
-                .collect()
-                .await
-                .expect("sql run")
-        })
+        b.to_async(&rt)
+            .iter(|| async { run_sql(&engine, black_box(&sql)).await })
     });
     group.finish();
 }
@@ -710,14 +693,7 @@ fn bench_extended(c: &mut Criterion) {
                 .rows
                 .len(),
             Some(sql) => rt.block_on(async {
-                let b = engine
-                    .session()
-                    .sql(sql)
-                    .await
-                    .expect("plan")
-                    .collect()
-                    .await
-                    .expect("run");
+                let b = run_sql(&engine, sql).await;
                 let n: usize = b.iter().map(|b| b.num_rows()).sum();
                 n
             }),
@@ -726,16 +702,7 @@ fn bench_extended(c: &mut Criterion) {
         assert_eq!(q.rows.len(), peer_rows, "{name}");
         if *name == "traverse_referred_3" {
             let sql = sql.as_deref().unwrap_or_default();
-            let b = rt.block_on(async {
-                engine
-                    .session()
-                    .sql(sql)
-                    .await
-                    .expect("plan")
-                    .collect()
-                    .await
-                    .expect("run")
-            });
+            let b = rt.block_on(async { run_sql(&engine, sql).await });
             let want = datafusion::arrow::util::display::array_value_to_string(b[0].column(0), 0)
                 .expect("count");
             assert_eq!(q.rows[0][0].to_string(), want, "traversal counts agree");
@@ -762,16 +729,8 @@ fn bench_extended(c: &mut Criterion) {
             }
             Some(sql) => {
                 group.bench_function(format!("{name}/datafusion_sql"), |b| {
-                    b.to_async(&rt).iter(|| async {
-                        engine
-                            .session()
-                            .sql(black_box(sql))
-                            .await
-                            .expect("sql plan")
-                            .collect()
-                            .await
-                            .expect("sql run")
-                    })
+                    b.to_async(&rt)
+                        .iter(|| async { run_sql(&engine, black_box(sql)).await })
                 });
             }
             None => {}
