@@ -1,4 +1,4 @@
-//! The `signalql` command line: query, fmt, compile, ingest and gen.
+//! The `signalql` command line: query, context, fmt, compile, ingest, describe, watch, mcp and gen.
 //!
 //! Exit status: 0 on success, 1 on any error (printed as `{"error": {...}}` on stdout with
 //! `--format json`, as text on stderr otherwise), 2 on a usage error (from clap).
