@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 use crate::lower::fields::{PROPERTY_BAGS, column, ts_lit, ts_type};
 use crate::lower::source::{entities_as_of, entity_type};
 use crate::lower::time::micros;
-use crate::metrics::Registry;
+use crate::metrics::{MetricInfo, Registry};
 use crate::syntax::ast::DescribeTarget;
 
 /// A field of a record: a column, or a key of a property-bag column (`properties.plan`).
@@ -190,7 +190,7 @@ impl Engine {
                 Ok(records)
             }
             DescribeTarget::Signals => self.describe_signals(t).await,
-            DescribeTarget::Metrics => self.describe_metrics(),
+            DescribeTarget::Metrics => Ok(self.metric_catalog()?.0),
             DescribeTarget::Relationships => self.describe_relationships(t).await,
         }
     }
@@ -486,23 +486,25 @@ impl Engine {
         Ok(records)
     }
 
-    fn describe_metrics(&self) -> Result<Vec<Record>> {
+    /// One record per registry entry, and the `metadata.metrics` entries, from one read of
+    /// `metrics.toml`.
+    pub(crate) fn metric_catalog(&self) -> Result<(Vec<Record>, Vec<MetricInfo>)> {
         let registry = Registry::load(self.dataset().root())?;
-        Ok(registry
+        let infos: Vec<MetricInfo> = registry.all().map(|m| registry.info(m)).collect();
+        let records = registry
             .all()
-            .map(|m| {
-                let info = registry.info(m);
-                Record {
-                    identifier: info.name,
-                    kind: "metric",
-                    description: m.def.description.clone(),
-                    version: Some(info.version),
-                    unit: info.unit,
-                    expression: Some(info.resolved_expression),
-                    ..Default::default()
-                }
+            .zip(&infos)
+            .map(|(m, info)| Record {
+                identifier: info.name.clone(),
+                kind: "metric",
+                description: m.def.description.clone(),
+                version: Some(info.version.clone()),
+                unit: info.unit.clone(),
+                expression: Some(info.resolved_expression.clone()),
+                ..Default::default()
             })
-            .collect())
+            .collect();
+        Ok((records, infos))
     }
 }
 

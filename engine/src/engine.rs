@@ -603,8 +603,14 @@ impl Engine {
 
     /// The envelope of a DESCRIBE: one row per catalog record (docs/describe.md).
     pub async fn describe_envelope(&self, q: &DescribeQuery) -> Result<Envelope> {
-        let records = self.describe(&q.target).await.map_err(|e| e.at(q.span))?;
-        self.catalog_envelope(records, q.target == DescribeTarget::Metrics)
+        let (records, metrics) = match &q.target {
+            DescribeTarget::Metrics => self.metric_catalog().map_err(|e| e.at(q.span))?,
+            target => (
+                self.describe(target).await.map_err(|e| e.at(q.span))?,
+                Vec::new(),
+            ),
+        };
+        self.catalog_envelope(records, metrics)
     }
 
     /// Every catalog record of the dataset: events, entities, relationships, signals and
@@ -616,7 +622,6 @@ impl Engine {
             DescribeTarget::Entities,
             DescribeTarget::Relationships,
             DescribeTarget::Signals,
-            DescribeTarget::Metrics,
         ] {
             match self.describe(&target).await {
                 Ok(r) => records.extend(r),
@@ -624,21 +629,16 @@ impl Engine {
                 Err(e) => return Err(e),
             }
         }
-        self.catalog_envelope(records, true)
+        let (metric_records, metrics) = self.metric_catalog()?;
+        records.extend(metric_records);
+        self.catalog_envelope(records, metrics)
     }
 
     fn catalog_envelope(
         &self,
         records: Vec<crate::describe::Record>,
-        with_metrics: bool,
+        metrics: Vec<crate::metrics::MetricInfo>,
     ) -> Result<Envelope> {
-        let metrics = match with_metrics {
-            true => {
-                let registry = crate::metrics::Registry::load(self.dataset.root())?;
-                registry.all().map(|m| registry.info(m)).collect()
-            }
-            false => Vec::new(),
-        };
         let rows: Vec<Vec<serde_json::Value>> = records.iter().map(|r| r.row()).collect();
         Ok(Envelope {
             columns: crate::describe::columns(),
