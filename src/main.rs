@@ -528,20 +528,10 @@ fn run(cli: Cli) -> Result<(), Error> {
             now,
             task,
         } => {
-            let mut q = signalql::ast::ContextQuery {
-                task,
-                project,
-                budget,
-                prefer: Vec::new(),
-                exclude: Vec::new(),
-                max_objects: None,
-                max_depth: None,
-                max_age: None,
-                with_evidence: false,
-                compress,
-                as_of: None,
-                span: Default::default(),
-            };
+            let mut q = signalql::ast::ContextQuery::for_task(task, Default::default());
+            q.project = project;
+            q.budget = budget;
+            q.compress = compress;
             // The canonical text round-trips, so the bundle is the one the query text gives.
             if let signalql::ast::Statement::ContextTask(parsed) = signalql::parse(&q.to_string())?
             {

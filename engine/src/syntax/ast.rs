@@ -461,6 +461,26 @@ pub struct ContextQuery {
     pub span: Span,
 }
 
+impl ContextQuery {
+    /// `CONTEXT FOR "task"` with no clause yet (the parser and the CLI fill it in).
+    pub fn for_task(task: String, span: Span) -> Self {
+        ContextQuery {
+            task,
+            project: None,
+            budget: None,
+            prefer: Vec::new(),
+            exclude: Vec::new(),
+            max_objects: None,
+            max_depth: None,
+            max_age: None,
+            with_evidence: false,
+            compress: false,
+            as_of: None,
+            span,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ExplainContext {
     /// The full address, `context://ctx_…`.

@@ -45,20 +45,7 @@ impl Parser {
         let start = self.expect_kw("context")?.span;
         self.expect_kw("for")?;
         let (task, _) = self.parse_string("a task string")?;
-        let mut q = ContextQuery {
-            task,
-            project: None,
-            budget: None,
-            prefer: Vec::new(),
-            exclude: Vec::new(),
-            max_objects: None,
-            max_depth: None,
-            max_age: None,
-            with_evidence: false,
-            compress: false,
-            as_of: None,
-            span: start,
-        };
+        let mut q = ContextQuery::for_task(task, start);
         let mut seen = Seen::default();
         loop {
             let t = self.peek().clone();
