@@ -9,6 +9,7 @@ use std::process::ExitCode;
 
 use chrono::{DateTime, Utc};
 use clap::{Parser, Subcommand, ValueEnum};
+use signalql::catalog::{Root, StorageOptions};
 use signalql::{Answer, Engine, EngineOptions, Error, render};
 
 #[derive(Parser)]
@@ -20,6 +21,10 @@ use signalql::{Answer, Engine, EngineOptions, Error, render};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// The S3 endpoint for `--data s3://bucket/prefix` (an S3-compatible server); overrides
+    /// AWS_ENDPOINT_URL. Credentials and region come from the AWS environment variables.
+    #[arg(long, global = true, value_name = "URL")]
+    s3_endpoint: Option<String>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -417,15 +422,25 @@ fn parse_now(now: Option<String>) -> Result<Option<DateTime<Utc>>, Error> {
     .transpose()
 }
 
-fn open(data: Option<PathBuf>, now: Option<String>) -> Result<Engine, Error> {
+fn open(
+    data: Option<PathBuf>,
+    now: Option<String>,
+    storage: &StorageOptions,
+) -> Result<Engine, Error> {
     let root = data.unwrap_or_else(signalql::sample_dataset);
     Engine::open_with(
         root,
         EngineOptions {
             now: parse_now(now)?,
+            storage: storage.clone(),
             ..Default::default()
         },
     )
+}
+
+/// The dataset root an ingest writes to: a local folder or an S3 prefix.
+fn ingest_root(data: &std::path::Path, storage: &StorageOptions) -> Result<Root, Error> {
+    Root::parse(&data.to_string_lossy(), storage).map_err(|e| Error::io(e.to_string()))
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime, Error> {
@@ -451,6 +466,10 @@ fn write_out(text: &str) -> Result<(), Error> {
 }
 
 fn run(cli: Cli) -> Result<(), Error> {
+    let storage = StorageOptions {
+        s3_endpoint: cli.s3_endpoint,
+        ..Default::default()
+    };
     match cli.command {
         Command::Query {
             data,
@@ -461,7 +480,7 @@ fn run(cli: Cli) -> Result<(), Error> {
             query,
         } => {
             let text = read_query(query)?;
-            let engine = open(data, now)?;
+            let engine = open(data, now, &storage)?;
             let rt = runtime()?;
             if format == Format::Parquet {
                 let Some(out) = out else {
@@ -496,7 +515,7 @@ fn run(cli: Cli) -> Result<(), Error> {
             now,
             target,
         } => {
-            let engine = open(data, now)?;
+            let engine = open(data, now, &storage)?;
             let rt = runtime()?;
             let envelope = match target {
                 Some(t) => rt.block_on(engine.query(&format!("DESCRIBE {t}")))?,
@@ -505,7 +524,7 @@ fn run(cli: Cli) -> Result<(), Error> {
             write_envelope(&envelope, format)
         }
         Command::Mcp { data, now } => {
-            let engine = open(data, now)?;
+            let engine = open(data, now, &storage)?;
             runtime()?.block_on(signalql::mcp::serve_stdio(engine))
         }
         Command::Watch {
@@ -516,7 +535,7 @@ fn run(cli: Cli) -> Result<(), Error> {
             query,
         } => {
             let text = read_query(query)?;
-            let engine = open(data, now)?;
+            let engine = open(data, now, &storage)?;
             watch(&engine, &text, interval, max_polls)
         }
         Command::Context {
@@ -537,7 +556,7 @@ fn run(cli: Cli) -> Result<(), Error> {
             {
                 q = parsed;
             }
-            let engine = open(data, now)?;
+            let engine = open(data, now, &storage)?;
             let bundle = runtime()?.block_on(engine.context(&q))?;
             if render {
                 write_out(&signalql::render_bundle(&bundle))
@@ -552,7 +571,7 @@ fn run(cli: Cli) -> Result<(), Error> {
         }
         Command::Compile { data, now, query } => {
             let text = read_query(query)?;
-            let engine = open(data, now)?;
+            let engine = open(data, now, &storage)?;
             let rt = runtime()?;
             let compiled = rt.block_on(engine.compile(&text))?;
             let physical = rt.block_on(engine.physical_plan_text(&compiled))?;
@@ -570,8 +589,9 @@ fn run(cli: Cli) -> Result<(), Error> {
         Command::Ingest {
             what: IngestWhat::Events { files, data },
         } => {
-            let summary = signalql::catalog::ingest::ingest_events(&data, &files)
-                .map_err(|e| Error::io(e.to_string()))?;
+            let summary =
+                signalql::catalog::ingest::ingest_events(ingest_root(&data, &storage)?, &files)
+                    .map_err(|e| Error::io(e.to_string()))?;
             write_out(&format!(
                 "ingested {} events from {} file(s) into {}\n",
                 summary.rows,
@@ -605,7 +625,8 @@ fn run(cli: Cli) -> Result<(), Error> {
                 detect_secrets: !no_secret_detection,
                 now: parse_now(now)?.unwrap_or_else(chrono::Utc::now),
             };
-            let s = ingest_objects(&data, &paths, &opts).map_err(|e| Error::io(e.to_string()))?;
+            let s = ingest_objects(ingest_root(&data, &storage)?, &paths, &opts)
+                .map_err(|e| Error::io(e.to_string()))?;
             let mut out = format!(
                 "{} file(s): {} new, {} revised, {} unchanged, {} restored, {} tombstoned, {} secret; {} Parquet file(s) written under {}\n",
                 s.files_seen,

@@ -10,12 +10,22 @@
 //! - `--- error`: instead of expected, `{"code": …, "line": …, "column": …}` (any subset).
 //!
 //! Numbers compare with a relative tolerance of 1e-9; everything else exactly.
+//!
+//! Each case also runs as `s3/<case>`: over a copy of its dataset in a real S3-compatible
+//! server (moto, tests/common/s3.rs), where it must give the local folder's envelope.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
+use signalql::catalog::StorageOptions;
 use signalql::{Engine, EngineOptions};
+
+mod common;
+use common::s3::S3Server;
+
+/// The bucket the S3 trials read the datasets from (`s3://golden/<dataset>`).
+const S3_BUCKET: &str = "golden";
 
 struct Case {
     header: BTreeMap<String, String>,
@@ -146,34 +156,83 @@ fn write_side_tables(src: &Path, root: &Path) {
     );
 }
 
-async fn run_case(case: &Case, tiny: &Path) -> Result<(), String> {
+/// The case's query on the dataset at `root` (a folder or `s3://…`).
+async fn evaluate(
+    case: &Case,
+    root: &Path,
+    storage: StorageOptions,
+) -> Result<Result<signalql::Envelope, signalql::Error>, String> {
     let query = case.sections.get("query").ok_or("no --- query section")?;
-    let root = dataset(
-        case.header
-            .get("data")
-            .map(String::as_str)
-            .unwrap_or("sample"),
-        tiny,
-    );
     let now = case.header.get("now").map(|s| {
         chrono::DateTime::parse_from_rfc3339(s)
             .unwrap()
             .with_timezone(&chrono::Utc)
     });
-    let result = match Engine::open_with(
-        &root,
-        EngineOptions {
-            now,
-            ..Default::default()
-        },
-    ) {
+    let options = EngineOptions {
+        now,
+        storage,
+        ..Default::default()
+    };
+    Ok(match Engine::open_with(root, options) {
         Ok(engine) => match engine.answer(query).await {
             Ok(signalql::Answer::Envelope(env)) => Ok(*env),
             Ok(_) => return Err("a golden case must give a result envelope or an error".into()),
             Err(e) => Err(e),
         },
         Err(e) => Err(e),
-    };
+    })
+}
+
+fn data_name(case: &Case) -> &str {
+    case.header
+        .get("data")
+        .map(String::as_str)
+        .unwrap_or("sample")
+}
+
+/// The case over the copy of its dataset on S3 gives what it gives over the local folder: the
+/// same envelope (numbers within 1e-9), or an error with the same code and position.
+async fn run_case_on_s3(case: &Case, tiny: &Path, s3: &S3Server) -> Result<(), String> {
+    let name = data_name(case);
+    let local = evaluate(case, &dataset(name, tiny), StorageOptions::default()).await?;
+    let remote = evaluate(
+        case,
+        Path::new(&format!("s3://{S3_BUCKET}/{name}")),
+        s3.storage(),
+    )
+    .await?;
+    match (local, remote) {
+        (Ok(a), Ok(b)) => {
+            let (a, b) = (
+                serde_json::to_value(&a).unwrap(),
+                serde_json::to_value(&b).unwrap(),
+            );
+            if close(&a, &b) {
+                Ok(())
+            } else {
+                Err(format!("envelopes differ\n local: {a}\n    s3: {b}"))
+            }
+        }
+        (Err(a), Err(b)) => {
+            let (a, b) = (a.to_json()["error"].clone(), b.to_json()["error"].clone());
+            for k in ["code", "line", "column"] {
+                if a.get(k) != b.get(k) {
+                    return Err(format!("errors differ\n local: {a}\n    s3: {b}"));
+                }
+            }
+            Ok(())
+        }
+        (a, b) => Err(format!(
+            "one side failed\n local: {:?}\n    s3: {:?}",
+            a.map(|e| e.rows.len()),
+            b.map(|e| e.rows.len())
+        )),
+    }
+}
+
+async fn run_case(case: &Case, tiny: &Path) -> Result<(), String> {
+    let root = dataset(data_name(case), tiny);
+    let result = evaluate(case, &root, StorageOptions::default()).await?;
     if let Some(err) = case.sections.get("error") {
         let want: Value =
             serde_json::from_str(err).map_err(|e| format!("bad --- error JSON: {e}"))?;
@@ -246,27 +305,47 @@ fn main() {
         build(name, tiny.path());
     }
     let tiny_path = tiny.path().to_path_buf();
-    let trials = files
-        .into_iter()
-        .map(|f| {
-            let name = f
-                .strip_prefix(&root)
-                .unwrap_or(&f)
-                .with_extension("")
-                .display()
-                .to_string();
-            let tiny = tiny_path.clone();
-            libtest_mimic::Trial::test(name, move || {
-                let case = parse_case(&f);
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()?;
-                rt.block_on(run_case(&case, &tiny))
-                    .map_err(|msg| format!("{}:\n{msg}", f.display()).into())
-            })
-        })
-        .collect();
+    // Every case runs twice: on the local folders, and on copies of them in a real
+    // S3-compatible server (trials named `s3/…`).
+    let s3 = std::sync::Arc::new(S3Server::start());
+    s3.create_bucket(S3_BUCKET);
+    s3.upload_dir(&signalql::sample_dataset(), S3_BUCKET, "sample");
+    for name in BUILT {
+        s3.upload_dir(&tiny_path.join(name), S3_BUCKET, name);
+    }
+    let mut trials = Vec::new();
+    for f in files {
+        let name = f
+            .strip_prefix(&root)
+            .unwrap_or(&f)
+            .with_extension("")
+            .display()
+            .to_string();
+        let runtime = || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+        };
+        let (file, tiny) = (f.clone(), tiny_path.clone());
+        trials.push(libtest_mimic::Trial::test(name.clone(), move || {
+            let case = parse_case(&file);
+            runtime()?
+                .block_on(run_case(&case, &tiny))
+                .map_err(|msg| format!("{}:\n{msg}", file.display()).into())
+        }));
+        let (file, tiny, s3) = (f, tiny_path.clone(), std::sync::Arc::clone(&s3));
+        trials.push(libtest_mimic::Trial::test(
+            format!("s3/{name}"),
+            move || {
+                let case = parse_case(&file);
+                runtime()?
+                    .block_on(run_case_on_s3(&case, &tiny, &s3))
+                    .map_err(|msg| format!("{}:\n{msg}", file.display()).into())
+            },
+        ));
+    }
     let conclusion = libtest_mimic::run(&args, trials);
+    drop(s3);
     drop(tiny);
     conclusion.exit();
 }

@@ -2,7 +2,7 @@
 //! DataFusion listing tables over the Parquet files under `ROOT/<table>/`.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
@@ -14,6 +14,8 @@ use datafusion::datasource::listing::{
 };
 use datafusion::prelude::SessionContext;
 use serde::Deserialize;
+
+use crate::storage::{Root, RootError, StorageError, StorageOptions};
 
 /// Settings read from `ROOT/signalql.toml` (every key optional).
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -53,12 +55,14 @@ pub enum DatasetError {
     },
     #[error("{0}")]
     Unsupported(String),
+    #[error("cannot read {0}")]
+    Storage(#[from] StorageError),
 }
 
-/// A local dataset root.
+/// A dataset: its root (a local folder or an S3 prefix) and its `signalql.toml`.
 #[derive(Debug, Clone)]
 pub struct Dataset {
-    root: PathBuf,
+    root: Root,
     config: DatasetConfig,
     /// Read tables registered in the session under a table's name first (an application's
     /// own tables, `Engine::with_session`).
@@ -71,7 +75,8 @@ pub struct TableInfo {
     pub name: String,
     pub provider: Arc<dyn TableProvider>,
     pub schema: SchemaRef,
-    pub files: Vec<(PathBuf, u64)>,
+    /// (location, size) of each file, sorted: see [`Dataset::table_files`].
+    pub files: Vec<(String, u64)>,
 }
 
 impl TableInfo {
@@ -101,40 +106,44 @@ impl PropertiesEncoding {
 }
 
 impl Dataset {
-    /// Open a dataset root. Only local folders are supported so far; `s3://` roots are
-    /// reported as unsupported rather than misread.
+    /// Open a dataset root: a local folder or `s3://bucket/prefix` (with the AWS environment).
     pub fn open(root: impl AsRef<Path>) -> Result<Self, DatasetError> {
-        let root = root.as_ref();
-        let text = root.to_string_lossy();
-        if text.starts_with("s3://") {
-            return Err(DatasetError::Unsupported(format!(
-                "S3 dataset roots ({text}) are not supported yet; use a local folder"
-            )));
+        Dataset::open_with(root, &StorageOptions::default())
+    }
+
+    /// [`Dataset::open`] with storage options (`--s3-endpoint`).
+    pub fn open_with(
+        root: impl AsRef<Path>,
+        options: &StorageOptions,
+    ) -> Result<Self, DatasetError> {
+        let text = root.as_ref().to_string_lossy();
+        let root = Root::parse(&text, options).map_err(|e| match e {
+            RootError::Unsupported(m) => DatasetError::Unsupported(m),
+            RootError::Storage(e) => DatasetError::Storage(e),
+        })?;
+        if !root.exists()? {
+            return Err(DatasetError::MissingRoot(root.display()));
         }
-        if !root.is_dir() {
-            return Err(DatasetError::MissingRoot(text.into_owned()));
-        }
-        let cfg_path = root.join("signalql.toml");
-        let config = if cfg_path.is_file() {
-            let raw = std::fs::read_to_string(&cfg_path).map_err(|e| DatasetError::Config {
-                path: cfg_path.display().to_string(),
-                message: e.to_string(),
-            })?;
-            toml::from_str(&raw).map_err(|e| DatasetError::Config {
-                path: cfg_path.display().to_string(),
-                message: e.to_string(),
-            })?
-        } else {
-            DatasetConfig::default()
+        let config = match root.read("signalql.toml")? {
+            None => DatasetConfig::default(),
+            Some(raw) => {
+                let bad = |message: String| DatasetError::Config {
+                    path: root.display_of("signalql.toml"),
+                    message,
+                };
+                let raw = String::from_utf8(raw).map_err(|e| bad(e.to_string()))?;
+                toml::from_str(&raw).map_err(|e| bad(e.to_string()))?
+            }
         };
         Ok(Dataset {
-            root: root.to_path_buf(),
+            root,
             config,
             session_tables: false,
         })
     }
 
-    pub fn root(&self) -> &Path {
+    /// Where the dataset lives.
+    pub fn root(&self) -> &Root {
         &self.root
     }
 
@@ -156,51 +165,27 @@ impl Dataset {
             Some(s) => DateTime::parse_from_rfc3339(s)
                 .map(|t| Some(t.with_timezone(&Utc)))
                 .map_err(|e| DatasetError::Config {
-                    path: self.root.join("signalql.toml").display().to_string(),
+                    path: self.root.display_of("signalql.toml"),
                     message: format!("`now` = {s:?} is not an RFC 3339 instant: {e}"),
                 }),
         }
     }
 
-    /// The Parquet files of a table (recursively, so hive partitions work), sorted by path.
+    /// The Parquet files of a table (recursively, so hive partitions work), sorted, as
+    /// (location, size): the canonical local path or the object key, as a scan names them.
     /// Hidden files and in-progress temporaries (names starting with `.` or `_`) are skipped.
-    pub fn table_files(&self, table: &str) -> Result<Vec<(PathBuf, u64)>, DatasetError> {
-        let dir = self.root.join(table);
-        if !dir.is_dir() {
-            return Err(DatasetError::MissingTable {
-                root: self.root.display().to_string(),
+    pub fn table_files(&self, table: &str) -> Result<Vec<(String, u64)>, DatasetError> {
+        match self.root.parquet_files(table) {
+            Ok(Some(files)) => Ok(files),
+            Ok(None) => Err(DatasetError::MissingTable {
+                root: self.root.display(),
                 table: table.to_string(),
-            });
-        }
-        let mut out = Vec::new();
-        let mut stack = vec![dir];
-        while let Some(d) = stack.pop() {
-            let entries = std::fs::read_dir(&d).map_err(|e| DatasetError::Unreadable {
+            }),
+            Err(e) => Err(DatasetError::Unreadable {
                 table: table.to_string(),
-                message: format!("{}: {e}", d.display()),
-            })?;
-            for entry in entries.flatten() {
-                let name = entry.file_name().to_string_lossy().into_owned();
-                if name.starts_with('.') || name.starts_with('_') {
-                    continue;
-                }
-                let path = entry.path();
-                let Ok(meta) = entry.metadata() else { continue };
-                if meta.is_dir() {
-                    stack.push(path);
-                } else if name.ends_with(".parquet") {
-                    out.push((path, meta.len()));
-                }
-            }
+                message: e.to_string(),
+            }),
         }
-        out.sort();
-        if out.is_empty() {
-            return Err(DatasetError::MissingTable {
-                root: self.root.display().to_string(),
-                table: table.to_string(),
-            });
-        }
-        Ok(out)
     }
 
     /// Build a listing table over `ROOT/<table>/**/*.parquet` with the schema merged from
@@ -225,19 +210,23 @@ impl Dataset {
                 files: Vec::new(),
             });
         }
-        // Canonical paths, as the scan reports them (`input_file_name()`).
-        let files = self
-            .table_files(table)?
-            .into_iter()
-            .map(|(p, size)| (std::fs::canonicalize(&p).unwrap_or(p), size))
-            .collect();
+        let files = self.table_files(table)?;
         let unreadable = |message: String| DatasetError::Unreadable {
             table: table.to_string(),
             message,
         };
-        let dir =
-            std::fs::canonicalize(self.root.join(table)).map_err(|e| unreadable(e.to_string()))?;
-        let url = ListingTableUrl::parse(format!("{}/", dir.display()))
+        self.root
+            .register(ctx)
+            .map_err(|e| unreadable(e.to_string()))?;
+        let url = self
+            .root
+            .table_url(table)
+            .and_then(|u| {
+                ListingTableUrl::parse(&u).map_err(|e| StorageError {
+                    location: u,
+                    message: e.to_string(),
+                })
+            })
             .map_err(|e| unreadable(e.to_string()))?;
         let options =
             ListingOptions::new(Arc::new(ParquetFormat::default())).with_file_extension(".parquet");

@@ -35,6 +35,9 @@ pub enum CatalogError {
     /// A DataFusion error.
     #[error("datafusion error: {0}")]
     DataFusion(#[from] DataFusionError),
+    /// A dataset root's storage (a local folder or S3) failed.
+    #[error("cannot read/write {0}")]
+    Storage(#[from] crate::storage::StorageError),
     /// A request that cannot be carried out (bad option, existing target, empty input, ...).
     #[error("{0}")]
     Invalid(String),

@@ -8,7 +8,9 @@ pub mod generator;
 pub mod ingest;
 pub mod metrics;
 pub mod objects;
+pub mod storage;
 pub mod write;
 
 pub use dataset::{Dataset, DatasetConfig, DatasetError, PropertiesEncoding, TableInfo};
 pub use error::CatalogError;
+pub use storage::{Root, StorageError, StorageOptions};

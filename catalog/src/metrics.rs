@@ -1,11 +1,10 @@
 //! The governed-metric registry file `ROOT/metrics.toml` (docs/metrics.md): its records as
 //! written. Parsing the expressions and binding them is the engine's work.
 
-use std::path::Path;
-
 use serde::{Deserialize, Serialize};
 
 use crate::dataset::DatasetError;
+use crate::storage::Root;
 
 /// One `[[metric]]` record.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -35,17 +34,15 @@ struct MetricsFile {
 
 /// The records of `root/metrics.toml`, in file order; none when the file is absent. A file
 /// that does not parse, or names a metric twice, is an error naming the file.
-pub fn read_metrics(root: &Path) -> Result<Vec<MetricDef>, DatasetError> {
-    let path = root.join("metrics.toml");
+pub fn read_metrics(root: &Root) -> Result<Vec<MetricDef>, DatasetError> {
     let config = |message: String| DatasetError::Config {
-        path: path.display().to_string(),
+        path: root.display_of("metrics.toml"),
         message,
     };
-    let text = match std::fs::read_to_string(&path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(config(e.to_string())),
+    let Some(bytes) = root.read("metrics.toml")? else {
+        return Ok(Vec::new());
     };
+    let text = String::from_utf8(bytes).map_err(|e| config(e.to_string()))?;
     let file: MetricsFile = toml::from_str(&text).map_err(|e| config(e.to_string()))?;
     let mut seen = std::collections::BTreeSet::new();
     for m in &file.metric {

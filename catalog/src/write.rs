@@ -17,6 +17,7 @@ use datafusion::parquet::basic::{Compression, ZstdLevel};
 use datafusion::parquet::file::properties::{EnabledStatistics, WriterProperties};
 
 use crate::error::{CatalogError, Result};
+use crate::storage::Root;
 
 /// Maximum rows per Parquet row group.
 pub const ROW_GROUP_ROWS: usize = 1024 * 1024;
@@ -197,6 +198,51 @@ fn sync_dir(dir: &Path) {
     }
     #[cfg(not(unix))]
     let _ = dir;
+}
+
+/// Writes `batches` as the new Parquet file `ROOT/{table}/{stem}.parquet` of a dataset root
+/// and returns its location: locally as [`write_parquet_atomic`] does; on S3 encoded in memory
+/// and created with one conditional PUT (so it appears whole, and never replaces a file).
+pub fn put_parquet_new(
+    root: &Root,
+    table: &str,
+    stem: &str,
+    schema: SchemaRef,
+    batches: &[RecordBatch],
+) -> Result<PathBuf> {
+    if let Some(local) = root.local() {
+        return write_parquet_atomic(&local.join(table), stem, schema, batches);
+    }
+    check_stem(stem)?;
+    let mut bytes = Vec::new();
+    let mut writer = ArrowWriter::try_new(&mut bytes, schema, Some(writer_properties()))?;
+    for batch in batches {
+        writer.write(batch)?;
+    }
+    writer.close()?;
+    put_new_or_fail(root, &format!("{table}/{stem}.parquet"), bytes)
+}
+
+/// Copies the finished local file `file` to `ROOT/{table}/<its name>` of an S3 root (one
+/// conditional PUT) and returns the new location.
+pub fn upload_new(root: &Root, table: &str, file: &Path) -> Result<PathBuf> {
+    let bytes = std::fs::read(file).map_err(|e| CatalogError::io(file, e))?;
+    let name = file
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    put_new_or_fail(root, &format!("{table}/{name}"), bytes)
+}
+
+fn put_new_or_fail(root: &Root, rel: &str, bytes: Vec<u8>) -> Result<PathBuf> {
+    let location = root.display_of(rel);
+    if root.put_new(rel, bytes)? {
+        Ok(PathBuf::from(location))
+    } else {
+        Err(CatalogError::Invalid(format!(
+            "{location} already exists; refusing to overwrite it"
+        )))
+    }
 }
 
 /// Writes `text` to `path` only if no file is there: a concurrent writer's file wins and ours

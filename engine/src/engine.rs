@@ -38,6 +38,8 @@ pub struct EngineOptions {
     /// `T` for queries without AS OF (overrides the dataset's configured `now`).
     pub now: Option<DateTime<Utc>>,
     pub limits: Limits,
+    /// Where S3 is (`--s3-endpoint`); the rest comes from the AWS environment variables.
+    pub storage: signalql_catalog::StorageOptions,
 }
 
 /// What a statement returns.
@@ -68,7 +70,7 @@ impl From<DatasetError> for Error {
             DatasetError::BadColumn { .. } => Error::type_error(e.to_string()),
             DatasetError::Unsupported(_) => Error::new(
                 ErrorKind::Capability {
-                    feature: "s3 datasets".into(),
+                    feature: "dataset root scheme".into(),
                     tier: "engine".into(),
                 },
                 e.to_string(),
@@ -94,7 +96,7 @@ impl Engine {
         root: impl AsRef<std::path::Path>,
         options: EngineOptions,
     ) -> Result<Engine> {
-        let dataset = Dataset::open(root)?.with_session_tables();
+        let dataset = Dataset::open_with(root, &options.storage)?.with_session_tables();
         signalql_udfs::register_all(&ctx);
         // The same catalog, runtime (object stores, memory pool) and settings, planned with
         // the engine's operators as well.
@@ -109,7 +111,7 @@ impl Engine {
     }
 
     pub fn open_with(root: impl AsRef<std::path::Path>, options: EngineOptions) -> Result<Engine> {
-        let dataset = Dataset::open(root)?;
+        let dataset = Dataset::open_with(root, &options.storage)?;
         let runtime = RuntimeEnvBuilder::new()
             .with_memory_limit(options.limits.query_memory_bytes as usize, 1.0)
             .build_arc()?;
@@ -121,7 +123,7 @@ impl Engine {
             config.options_mut().set(key, value).map_err(|e| {
                 Error::io(format!(
                     "{}: [datafusion] {key} = {value:?}: {e}",
-                    dataset.root().join("signalql.toml").display()
+                    dataset.root().display_of("signalql.toml")
                 ))
             })?;
         }

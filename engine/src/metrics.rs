@@ -108,7 +108,7 @@ fn references(e: &MetricExpr, out: &mut Vec<String>) {
 
 impl Registry {
     /// Read and check `root/metrics.toml` (an empty registry when it is absent).
-    pub fn load(root: &std::path::Path) -> Result<Registry> {
+    pub fn load(root: &signalql_catalog::Root) -> Result<Registry> {
         let defs = read_metrics(root).map_err(|e| Error::io(e.to_string()))?;
         let mut metrics = BTreeMap::new();
         for def in defs {

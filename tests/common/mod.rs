@@ -1,4 +1,7 @@
-//! Helpers shared by integration tests.
+//! Helpers shared by integration tests (each test binary uses some of them).
+#![allow(dead_code)]
+
+pub mod s3;
 
 /// A dataset that links the sample's events and fixes T at 2026-06-13T00:00:00Z, to which a
 /// test adds its own files.

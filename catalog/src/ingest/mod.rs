@@ -25,6 +25,9 @@
 //! touched. Files written by different ingests may have different `properties` structs: the
 //! reader must union struct fields across files (a key missing from a file reads as NULL).
 //! Rows keep their input order (they are not sorted by time).
+//!
+//! On an S3 root the file is written in a local temporary folder first and then created in
+//! `ROOT/events/` with one conditional PUT, so it too appears whole or not at all.
 
 mod props;
 mod source;
@@ -37,6 +40,7 @@ use datafusion::arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef, T
 use datafusion::arrow::record_batch::RecordBatch;
 
 use crate::error::{CatalogError, Result};
+use crate::storage::Root;
 use crate::write::AtomicParquetWriter;
 use props::{PropertiesBuilder, PropertyInference};
 use source::{ContentHash, RawEvent, read_events};
@@ -79,17 +83,18 @@ pub struct IngestSummary {
 }
 
 /// Ingests `files` into one new Parquet file under `root/events/`. See the module docs.
-pub fn ingest_events(root: &Path, files: &[PathBuf]) -> Result<IngestSummary> {
+pub fn ingest_events(root: impl Into<Root>, files: &[PathBuf]) -> Result<IngestSummary> {
     ingest_events_with_progress(root, files, None)
 }
 
 /// [`ingest_events`] with a progress bar: its length is set to twice the input size in bytes
 /// (every byte is read once to validate and once to write) and it advances as bytes are read.
 pub fn ingest_events_with_progress(
-    root: &Path,
+    root: impl Into<Root>,
     files: &[PathBuf],
     progress: Option<&indicatif::ProgressBar>,
 ) -> Result<IngestSummary> {
+    let root: Root = root.into();
     if files.is_empty() {
         return Err(CatalogError::Invalid("ingest: no input files".into()));
     }
@@ -134,7 +139,14 @@ pub fn ingest_events_with_progress(
     let schema = events_schema(with_props.then(|| prop_fields.clone()));
 
     // Pass 2: write to a hidden temporary file; it is removed if anything fails.
-    let dir = root.join("events");
+    // An S3 root: the file is staged in a local temporary folder, then uploaded whole.
+    let (dir, staging) = match root.local() {
+        Some(local) => (local.join("events"), None),
+        None => {
+            let t = tempfile::tempdir().map_err(|e| CatalogError::io("temporary folder", e))?;
+            (t.path().to_path_buf(), Some(t))
+        }
+    };
     let mut writer = open_writer(&dir, hash, Arc::clone(&schema))?;
     let mut batch = EventsBuilder::new(with_props.then(|| prop_fields.clone()));
     let mut hash2 = ContentHash::default();
@@ -155,7 +167,10 @@ pub fn ingest_events_with_progress(
             "ingest: an input file changed while it was being ingested; nothing was written".into(),
         ));
     }
-    let written = writer.finish()?;
+    let mut written = writer.finish()?;
+    if staging.is_some() {
+        written = crate::write::upload_new(&root, "events", &written)?;
+    }
     Ok(IngestSummary {
         rows,
         files_read: files.len(),

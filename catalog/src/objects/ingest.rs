@@ -26,7 +26,8 @@ use super::{
     known_objects, links_schema, objects_schema, representations_schema, revisions_schema,
 };
 use crate::error::{CatalogError, Result};
-use crate::write::write_parquet_atomic;
+use crate::storage::Root;
+use crate::write::put_parquet_new;
 
 /// Options of an object ingest.
 #[derive(Debug, Clone)]
@@ -195,7 +196,7 @@ struct Rows {
 
 /// Ingests the files under `paths` into the object tables of the dataset at `root`.
 pub fn ingest_objects(
-    root: &Path,
+    root: impl Into<Root>,
     paths: &[PathBuf],
     opts: &ObjectIngestOptions,
 ) -> Result<ObjectIngestSummary> {
@@ -212,7 +213,8 @@ pub fn ingest_objects(
     let project = opts.project.as_deref();
     let now = opts.now.timestamp_micros();
     let (inputs, scopes) = walk(paths)?;
-    let known = known_objects(root)?;
+    let root: Root = root.into();
+    let known = known_objects(&root)?;
     let mut summary = ObjectIngestSummary {
         files_seen: inputs.len(),
         ..Default::default()
@@ -369,7 +371,7 @@ pub fn ingest_objects(
         ));
     }
 
-    summary.written = write_rows(root, &rows, opts, now)?;
+    summary.written = write_rows(&root, &rows, opts, now)?;
     Ok(summary)
 }
 
@@ -394,7 +396,7 @@ fn roles_array(all: impl Iterator<Item = Vec<String>>) -> ArrayRef {
 
 /// Writes the non-empty tables, representations first and objects last.
 fn write_rows(
-    root: &Path,
+    root: &Root,
     rows: &Rows,
     opts: &ObjectIngestOptions,
     now: i64,
@@ -419,12 +421,7 @@ fn write_rows(
     let mut written = Vec::new();
     let mut put = |table: &str, schema: SchemaRef, cols: Vec<ArrayRef>| -> Result<()> {
         let batch = RecordBatch::try_new(schema.clone(), cols)?;
-        written.push(write_parquet_atomic(
-            &root.join(table),
-            &stem,
-            schema,
-            &[batch],
-        )?);
+        written.push(put_parquet_new(root, table, &stem, schema, &[batch])?);
         Ok(())
     };
     if !rows.reps.is_empty() {

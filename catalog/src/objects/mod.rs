@@ -13,7 +13,6 @@ pub mod text;
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::path::Path;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, AsArray, RecordBatch};
@@ -22,8 +21,10 @@ use datafusion::arrow::datatypes::{
 };
 use datafusion::parquet::arrow::ProjectionMask;
 use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use datafusion::parquet::file::reader::ChunkReader;
 
 use crate::error::{CatalogError, Result};
+use crate::storage::Root;
 
 pub const OBJECTS: &str = "objects";
 pub const REVISIONS: &str = "revisions";
@@ -129,68 +130,60 @@ pub fn links_schema() -> SchemaRef {
     ]))
 }
 
-/// The Parquet files of `root/table` (sorted), or none when the table does not exist.
-fn files(root: &Path, table: &str) -> Result<Vec<std::path::PathBuf>> {
-    let dir = root.join(table);
-    if !dir.is_dir() {
-        return Ok(Vec::new());
-    }
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir(&dir).map_err(|e| CatalogError::io(&dir, e))? {
-        let path = entry.map_err(|e| CatalogError::io(&dir, e))?.path();
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        if name.ends_with(".parquet") && !name.starts_with('.') && !name.starts_with('_') {
-            out.push(path);
+/// Reads `columns` of every file of `root/table` (none when the table does not exist),
+/// calling `f` with each batch (columns in the order asked).
+fn scan(root: &Root, table: &str, columns: &[&str], mut f: impl FnMut(&RecordBatch)) -> Result<()> {
+    for (location, _) in root.parquet_files(table)?.unwrap_or_default() {
+        match root.local() {
+            Some(_) => {
+                let file = File::open(&location).map_err(|e| CatalogError::io(&location, e))?;
+                scan_file(file, &location, columns, &mut f)?;
+            }
+            None => scan_file(root.read_location(&location)?, &location, columns, &mut f)?,
         }
     }
-    out.sort();
-    Ok(out)
+    Ok(())
 }
 
-/// Reads `columns` of every file of `root/table`, calling `f` with each batch (columns in the
-/// order asked).
-fn scan(root: &Path, table: &str, columns: &[&str], mut f: impl FnMut(&RecordBatch)) -> Result<()> {
-    for path in files(root, table)? {
-        let file = File::open(&path).map_err(|e| CatalogError::io(&path, e))?;
-        let builder = ParquetRecordBatchReaderBuilder::try_new(file)?;
-        let schema = builder.parquet_schema();
-        let mut indices = Vec::new();
-        for c in columns {
-            let i = schema
-                .columns()
+fn scan_file<R: ChunkReader + 'static>(
+    reader: R,
+    location: &str,
+    columns: &[&str],
+    f: &mut impl FnMut(&RecordBatch),
+) -> Result<()> {
+    let builder = ParquetRecordBatchReaderBuilder::try_new(reader)?;
+    let schema = builder.parquet_schema();
+    let mut indices = Vec::new();
+    for c in columns {
+        let i = schema
+            .columns()
+            .iter()
+            .position(|d| d.path().string() == *c)
+            .ok_or_else(|| CatalogError::Invalid(format!("{location}: no column `{c}`")))?;
+        indices.push(i);
+    }
+    let mask = ProjectionMask::leaves(schema, indices);
+    let reader = builder.with_projection(mask).build()?;
+    for batch in reader {
+        let batch = batch?;
+        // The projection keeps file order; put the columns in the order asked.
+        let cols = columns
+            .iter()
+            .map(|c| {
+                batch
+                    .column_by_name(c)
+                    .cloned()
+                    .ok_or_else(|| CatalogError::Invalid(format!("no column `{c}`")))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let schema = Arc::new(Schema::new(
+            columns
                 .iter()
-                .position(|d| d.path().string() == *c)
-                .ok_or_else(|| {
-                    CatalogError::Invalid(format!("{}: no column `{c}`", path.display()))
-                })?;
-            indices.push(i);
-        }
-        let mask = ProjectionMask::leaves(schema, indices);
-        let reader = builder.with_projection(mask).build()?;
-        for batch in reader {
-            let batch = batch?;
-            // The projection keeps file order; put the columns in the order asked.
-            let cols = columns
-                .iter()
-                .map(|c| {
-                    batch
-                        .column_by_name(c)
-                        .cloned()
-                        .ok_or_else(|| CatalogError::Invalid(format!("no column `{c}`")))
-                })
-                .collect::<Result<Vec<_>>>()?;
-            let schema = Arc::new(Schema::new(
-                columns
-                    .iter()
-                    .zip(&cols)
-                    .map(|(c, a)| Field::new(*c, a.data_type().clone(), true))
-                    .collect::<Vec<_>>(),
-            ));
-            f(&RecordBatch::try_new(schema, cols)?);
-        }
+                .zip(&cols)
+                .map(|(c, a)| Field::new(*c, a.data_type().clone(), true))
+                .collect::<Vec<_>>(),
+        ));
+        f(&RecordBatch::try_new(schema, cols)?);
     }
     Ok(())
 }
@@ -217,7 +210,7 @@ pub struct KnownObject {
 }
 
 /// The current state of every object in the store, by object id (for ingest).
-pub fn known_objects(root: &Path) -> Result<HashMap<String, KnownObject>> {
+pub fn known_objects(root: &Root) -> Result<HashMap<String, KnownObject>> {
     let mut known: HashMap<String, KnownObject> = HashMap::new();
     scan(
         root,

@@ -1,13 +1,10 @@
 //! The context store: `ROOT/contexts/<ctx_id>.json`, one record per bundle address, created
-//! with create-new semantics (written to a temporary file, then hard-linked to its name, which
-//! fails if the name exists): the first record written for an address wins and a concurrent
-//! writer can neither corrupt nor replace it.
-
-use std::fs::OpenOptions;
-use std::io::Write;
-use std::path::{Path, PathBuf};
+//! with create-new semantics (`Root::put_new`: locally a temporary file hard-linked to its
+//! name, on S3 a PUT with `If-None-Match: *`; both fail if the name exists): the first record
+//! written for an address wins and a concurrent writer can neither corrupt nor replace it.
 
 use serde::{Deserialize, Serialize};
+use signalql_catalog::Root;
 
 use super::{Bundle, Explanation};
 use crate::error::{Error, Result};
@@ -31,55 +28,32 @@ pub fn key(address: &str) -> Option<&str> {
     .then_some(k)
 }
 
-fn path(root: &Path, k: &str) -> PathBuf {
-    root.join("contexts").join(format!("{k}.json"))
+fn path(k: &str) -> String {
+    format!("contexts/{k}.json")
 }
 
 /// Stores `record` under its bundle's address unless one is already there. Returns whether
 /// this call wrote it.
-pub fn put(root: &Path, record: &Record) -> Result<bool> {
+pub fn put(root: &Root, record: &Record) -> Result<bool> {
     let Some(k) = key(&record.bundle.id) else {
         return Err(Error::internal(format!(
             "not a bundle address: {}",
             record.bundle.id
         )));
     };
-    let target = path(root, k);
-    if target.exists() {
-        return Ok(false);
-    }
-    let dir = root.join("contexts");
-    std::fs::create_dir_all(&dir).map_err(|e| Error::io(format!("{}: {e}", dir.display())))?;
-    let tmp = dir.join(format!(
-        ".{k}.json.tmp-{}-{:?}",
-        std::process::id(),
-        std::thread::current().id()
-    ));
     let text = serde_json::to_vec_pretty(record).map_err(|e| Error::internal(e.to_string()))?;
-    let write = || -> std::io::Result<()> {
-        let mut f = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
-        f.write_all(&text)?;
-        f.sync_all()
-    };
-    let written = write();
-    let linked = written.and_then(|_| std::fs::hard_link(&tmp, &target));
-    let _ = std::fs::remove_file(&tmp);
-    match linked {
-        Ok(()) => Ok(true),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
-        Err(e) => Err(Error::io(format!("{}: {e}", target.display()))),
-    }
+    root.put_new(&path(k), text)
+        .map_err(|e| Error::io(e.to_string()))
 }
 
 /// The record stored for `address`, or `unknown_context`.
-pub fn get(root: &Path, address: &str) -> Result<Record> {
+pub fn get(root: &Root, address: &str) -> Result<Record> {
     let unknown = || Error::unknown_context(address);
     let k = key(address).ok_or_else(unknown)?;
-    let text = match std::fs::read(path(root, k)) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(unknown()),
-        Err(e) => return Err(Error::io(format!("{address}: {e}"))),
-    };
+    let text = root
+        .read(&path(k))
+        .map_err(|e| Error::io(format!("{address}: {e}")))?
+        .ok_or_else(unknown)?;
     serde_json::from_slice(&text)
         .map_err(|e| Error::io(format!("stored bundle {address} is unreadable: {e}")))
 }
@@ -131,7 +105,7 @@ mod tests {
     #[test]
     fn the_first_write_wins_under_concurrent_writers() {
         let dir = tempfile::tempdir().unwrap();
-        let root = dir.path().to_path_buf();
+        let root = Root::Local(dir.path().to_path_buf());
         let handles: Vec<_> = (0..8)
             .map(|i| {
                 let root = root.clone();
@@ -144,7 +118,7 @@ mod tests {
         let got = get(&root, "context://ctx_0123456789abcdef0123456789abcdef").unwrap();
         assert_eq!(got.bundle.task, format!("writer {winner}"));
         // No temporary file is left behind.
-        let names: Vec<String> = std::fs::read_dir(root.join("contexts"))
+        let names: Vec<String> = std::fs::read_dir(dir.path().join("contexts"))
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .collect();

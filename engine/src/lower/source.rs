@@ -26,10 +26,7 @@ pub fn file_order(table: &TableInfo) -> Expr {
     if table.files.is_empty() {
         return lit(0i64);
     }
-    let files = table
-        .files
-        .iter()
-        .map(|(p, _)| p.to_string_lossy().into_owned());
+    let files = table.files.iter().map(|(p, _)| p.clone());
     file_rank(files, input_file_name()) * lit(rank_shift()) + file_row_index()
 }
 
