@@ -1,4 +1,5 @@
-//! The `signalql` command line: query, context, fmt, compile, ingest, describe, watch, mcp and gen.
+//! The `signalql` command line: query, bench, context, fmt, compile, ingest, describe, watch,
+//! mcp and gen.
 //!
 //! Exit status: 0 on success, 1 on any error (printed as `{"error": {...}}` on stdout with
 //! `--format json`, as text on stderr otherwise), 2 on a usage error (from clap).
@@ -56,6 +57,24 @@ enum Command {
         /// Also draw a bucketed result as an SVG line chart (one line per group).
         #[arg(long)]
         plot: Option<PathBuf>,
+        /// The query text, or `-` to read it from stdin.
+        query: String,
+    },
+    /// Time a query in this process: WARMUP uncounted runs, then RUNS counted ones (each
+    /// parses, opens the tables, plans, executes and builds the answer). Prints one JSON
+    /// object: times_s (each counted run, seconds), median_s, rows and row_count of the last run.
+    Bench {
+        #[arg(long)]
+        data: Option<PathBuf>,
+        /// Evaluation time T for queries without AS OF (RFC 3339).
+        #[arg(long)]
+        now: Option<String>,
+        /// Counted runs.
+        #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+        runs: u32,
+        /// Uncounted runs first.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(0..=10_000))]
+        warmup: u32,
         /// The query text, or `-` to read it from stdin.
         query: String,
     },
@@ -213,7 +232,7 @@ fn main() -> ExitCode {
         Command::Query {
             format: Format::Json,
             ..
-        }
+        } | Command::Bench { .. }
     );
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
@@ -456,6 +475,62 @@ fn write_json(v: &impl serde::Serialize) -> Result<(), Error> {
     write_out(&s)
 }
 
+/// `signalql bench`: the query answered `warmup + runs` times on one engine, the counted runs
+/// timed one by one. The rows are the envelope's (a bundle's items, for CONTEXT FOR).
+fn bench(engine: &Engine, text: &str, warmup: u32, runs: u32) -> Result<serde_json::Value, Error> {
+    let rt = runtime()?;
+    let mut times = Vec::with_capacity(runs as usize);
+    let mut last = None;
+    for i in 0..warmup + runs {
+        let start = std::time::Instant::now();
+        let answer = rt.block_on(engine.answer(text))?;
+        let took = start.elapsed().as_secs_f64();
+        if i >= warmup {
+            times.push(took);
+        }
+        last = Some(answer);
+    }
+    let (columns, rows) = match last {
+        Some(Answer::Envelope(e)) => (
+            serde_json::to_value(&e.columns).map_err(|e| Error::internal(e.to_string()))?,
+            e.rows
+                .into_iter()
+                .map(serde_json::Value::Array)
+                .collect::<Vec<_>>(),
+        ),
+        Some(Answer::Bundle(b)) => (
+            serde_json::Value::Null,
+            b.items
+                .iter()
+                .map(|i| serde_json::to_value(i).map_err(|e| Error::internal(e.to_string())))
+                .collect::<Result<_, _>>()?,
+        ),
+        Some(Answer::Explanation(x)) => (
+            serde_json::Value::Null,
+            vec![serde_json::to_value(&*x).map_err(|e| Error::internal(e.to_string()))?],
+        ),
+        None => (serde_json::Value::Null, Vec::new()),
+    };
+    let mut sorted = times.clone();
+    sorted.sort_by(f64::total_cmp);
+    let n = sorted.len();
+    let median = if n % 2 == 1 {
+        sorted[n / 2]
+    } else {
+        (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
+    };
+    Ok(serde_json::json!({
+        "query": text,
+        "warmup": warmup,
+        "runs": runs,
+        "times_s": times,
+        "median_s": median,
+        "row_count": rows.len(),
+        "columns": columns,
+        "rows": rows,
+    }))
+}
+
 fn write_out(text: &str) -> Result<(), Error> {
     let mut out = std::io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
@@ -508,6 +583,17 @@ fn run(cli: Cli) -> Result<(), Error> {
                 write_plot(&p, &text, &envelope)?;
             }
             write_envelope(&envelope, format)
+        }
+        Command::Bench {
+            data,
+            now,
+            runs,
+            warmup,
+            query,
+        } => {
+            let text = read_query(query)?;
+            let engine = open(data, now, &storage)?;
+            write_json(&bench(&engine, &text, warmup, runs)?)
         }
         Command::Describe {
             data,

@@ -530,3 +530,30 @@ fn parquet_out_writes_the_rows_and_plot_draws_one_line_per_group() {
     ]);
     assert_eq!(o.status.code(), Some(1), "--plot needs BUCKET BY");
 }
+
+#[test]
+fn bench_times_each_counted_run_and_returns_the_rows() {
+    // 7 304 page views in [2026-06-06, 2026-06-13): the DuckDB oracle of golden spec/v01_count_events.
+    let q = r#"FROM events WHERE event_name = "page_view" DURING LAST 7 d RETURN count"#;
+    let o = signalql(&["bench", "--runs", "3", "--warmup", "2", q]);
+    assert!(o.status.success(), "{o:?}");
+    let b = json(&o);
+    let times = b["times_s"].as_array().unwrap();
+    assert_eq!(times.len(), 3, "{b}");
+    assert!(times.iter().all(|t| t.as_f64().unwrap() > 0.0), "{b}");
+    let mut sorted: Vec<f64> = times.iter().map(|t| t.as_f64().unwrap()).collect();
+    sorted.sort_by(f64::total_cmp);
+    assert_eq!(b["median_s"].as_f64().unwrap(), sorted[1]);
+    assert_eq!(b["rows"], serde_json::json!([[7304]]));
+    assert_eq!(b["row_count"], 1);
+    assert_eq!(b["columns"][0]["name"], "count");
+
+    // A failing query is a JSON error; zero counted runs is a usage error.
+    let o = signalql(&["bench", "FROM events WHERE"]);
+    assert_eq!(o.status.code(), Some(1));
+    let e = json(&o);
+    assert_eq!(e["error"]["code"], "parse_error", "{e}");
+    assert_eq!(e["error"]["line"], 1, "{e}");
+    let o = signalql(&["bench", "--runs", "0", q]);
+    assert_eq!(o.status.code(), Some(2));
+}
