@@ -2,10 +2,11 @@
 //! the funnel's per-user search), end-to-end queries on generated Parquet (the v0.3 examples and
 //! a 3-step funnel, ungrouped and grouped) and CONTEXT FOR over a generated 100k-object corpus
 //! next to the same lexical scoring as plain DataFusion SQL (group `context`), and the extended
-//! tier (entities, TRAVERSE, TREND, a governed metric, DESCRIBE; group `extended`).
+//! tier (entities, TRAVERSE, TREND, a governed metric, DESCRIBE; group `extended`), and issue
+//! 7's W9: parse + format + lower of each of the workloads W1–W8 (group `w9`).
 //!
 //! `cargo bench --bench signalql` (add `-- GROUP` to run one of `syntax`, `lowering`, `udf`,
-//! `end_to_end`). The end-to-end dataset has `SIGNALQL_BENCH_ROWS` rows (default 1 000 000),
+//! `end_to_end`, `context`, `extended`, `w9`). The end-to-end dataset has `SIGNALQL_BENCH_ROWS` rows (default 1 000 000),
 //! generated once per run into a temporary directory; each SignalQL query is paired with the
 //! same query written as DataFusion SQL and run through the engine's own `SessionContext`, so
 //! the two lines of a pair differ only by what SignalQL adds (parse, open the table, lower,
@@ -66,6 +67,32 @@ FROM events
 DURING LAST 28 d
 WITHIN 7 d
 GROUP BY properties.plan"#;
+
+/// Issue 7's workloads W1–W8 as SignalQL (the same texts as `benches/compare.py`); W9 times
+/// parse + format + lower of each.
+const W1_COUNT: &str = r#"FROM events WHERE event_name = "purchase" DURING LAST 30 d RETURN count"#;
+
+const W5_PERCENTILES: &str = r#"FROM events
+WHERE event_name = "purchase"
+DURING LAST 30 d
+GROUP BY properties.platform
+RETURN properties.platform, percentile(properties.amount, 0.5), percentile(properties.amount, 0.95)"#;
+
+fn workloads() -> Vec<(&'static str, String)> {
+    vec![
+        ("W1_count", W1_COUNT.to_string()),
+        ("W2_daily_active", DAILY_ACTIVE.to_string()),
+        ("W3_top_paths", TOP_PATHS.to_string()),
+        ("W4_ab_stats", AB_STATS.to_string()),
+        ("W5_percentiles", W5_PERCENTILES.to_string()),
+        ("W6_funnel", FUNNEL.to_string()),
+        ("W7_funnel_by_plan", FUNNEL_BY_PLAN.to_string()),
+        (
+            "W8_context",
+            format!("CONTEXT FOR \"{CONTEXT_TASK}\" BUDGET 8000 TOKENS"),
+        ),
+    ]
+}
 
 /// The 3-step funnel as DataFusion SQL with window functions (the same formulation as
 /// `benches/compare.py`): per visit, the first signup after it and the first activated after
@@ -547,6 +574,35 @@ fn bench_end_to_end(c: &mut Criterion) {
     group.finish();
 }
 
+/// W9: parse + format (the canonical text) + lower (open the tables the query reads and build
+/// its logical plan; no SQL unparse, no execution) of each workload query, on the generated
+/// dataset. CONTEXT FOR has no separate lowering step (its phases plan from earlier phases'
+/// results), so W8 is parse + format.
+fn bench_w9(c: &mut Criterion) {
+    let (rows, rt, _dir, engine) = generated_engine();
+    let mut group = c.benchmark_group("w9");
+    group
+        .sample_size(50)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2));
+    eprintln!("w9 over {rows} generated rows");
+    for (name, text) in workloads() {
+        let lowers = !text.starts_with("CONTEXT");
+        group.bench_function(name, |b| {
+            b.to_async(&rt).iter(|| async {
+                let statement = signalql::parse(black_box(&text)).expect("parse");
+                let canonical = statement.to_string();
+                if lowers {
+                    let lowered = engine.lower_statement(&statement).await.expect("lower");
+                    black_box(lowered);
+                }
+                black_box(canonical)
+            })
+        });
+    }
+    group.finish();
+}
+
 /// The context task of the `context` group; its 4 terms make lexical-v1's denominator 12.
 const CONTEXT_TASK: &str = "parquet storage engine budget";
 
@@ -746,6 +802,7 @@ criterion_group!(
     bench_udf,
     bench_end_to_end,
     bench_context,
-    bench_extended
+    bench_extended,
+    bench_w9
 );
 criterion_main!(benches);

@@ -167,9 +167,21 @@ impl Engine {
         self.compile_statement(parse(text)?).await
     }
 
-    /// Lower a parsed statement without running it.
+    /// Lower a parsed statement without running it, with the SQL the plan unparses to.
     pub async fn compile_statement(&self, statement: Statement) -> Result<Compiled> {
-        let lowered = match &statement {
+        let lowered = self.lower_statement(&statement).await?;
+        let sql = plan_sql(&lowered.plan);
+        Ok(Compiled {
+            statement,
+            lowered,
+            sql,
+        })
+    }
+
+    /// A parsed statement's DataFusion logical plan (opening the tables it reads), without
+    /// running it and without unparsing it to SQL.
+    pub async fn lower_statement(&self, statement: &Statement) -> Result<Lowered> {
+        Ok(match statement {
             Statement::Retrieve(q) => self.lower_retrieve(q).await?,
             Statement::Funnel(q) => {
                 if q.source != Source::Events {
@@ -218,12 +230,6 @@ impl Engine {
             }
             Statement::Watch(q) => return Err(watch_is_a_loop().at(q.span)),
             other => return Err(unsupported(other)),
-        };
-        let sql = plan_sql(&lowered.plan);
-        Ok(Compiled {
-            statement,
-            lowered,
-            sql,
         })
     }
 
