@@ -201,21 +201,28 @@ pub fn expand(
     for _ in 0..max_depth {
         let mut next: Vec<String> = Vec::new();
         for u in &frontier {
-            let su = best[u].clone();
+            let (score, hops, from) = {
+                let su = &best[u];
+                (su.score >> 1, su.hops + 1, su.from.clone())
+            };
             for (v, rel) in adj.get(u.as_str()).into_iter().flatten() {
                 if let Some(id) = v.strip_prefix("object:")
                     && !passable(id)
                 {
                     continue;
                 }
-                let cand = Step {
-                    score: su.score >> 1,
-                    hops: su.hops + 1,
-                    from: su.from.clone(),
-                    via: rel.to_string(),
-                    prev: Some(u.clone()),
-                };
-                if best.get(*v).is_none_or(|old| cand.better_than(old)) {
+                // Compared before anything is allocated: most edges do not improve a node.
+                let better = best
+                    .get(*v)
+                    .is_none_or(|old| Step::beats(score, hops, &from, rel, u, old));
+                if better {
+                    let cand = Step {
+                        score,
+                        hops,
+                        from: from.clone(),
+                        via: rel.to_string(),
+                        prev: Some(u.clone()),
+                    };
                     best.insert(v.to_string(), cand);
                     next.push(v.to_string());
                 }
@@ -239,14 +246,16 @@ pub struct Step {
 }
 
 impl Step {
-    fn better_than(&self, old: &Step) -> bool {
+    /// Whether a step with these fields (and `prev` = Some(`prev`)) is better than `old`: the
+    /// higher score, then fewer hops, then the seed id, the relation and the previous node.
+    fn beats(score: i64, hops: u32, from: &str, via: &str, prev: &str, old: &Step) -> bool {
         let units = |a: &str, b: &str| a.encode_utf16().cmp(b.encode_utf16());
         old.score
-            .cmp(&self.score)
-            .then(self.hops.cmp(&old.hops))
-            .then_with(|| units(&self.from, &old.from))
-            .then_with(|| units(&self.via, &old.via))
-            .then_with(|| self.prev.cmp(&old.prev))
+            .cmp(&score)
+            .then(hops.cmp(&old.hops))
+            .then_with(|| units(from, &old.from))
+            .then_with(|| units(via, &old.via))
+            .then_with(|| Some(prev).cmp(&old.prev.as_deref()))
             .is_lt()
     }
 }
