@@ -530,7 +530,7 @@ fn local_parquet_files(dir: &Path) -> Result<Vec<(String, u64)>, StorageError> {
 
 /// Writes `bytes` to a hidden temporary file beside `target`, fsyncs it and hard-links it to
 /// `target`, which fails if `target` exists.
-fn put_new_local(target: &Path, bytes: &[u8]) -> Result<bool, StorageError> {
+pub(crate) fn put_new_local(target: &Path, bytes: &[u8]) -> Result<bool, StorageError> {
     use std::io::Write;
     if target.exists() {
         return Ok(false);

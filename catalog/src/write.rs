@@ -246,18 +246,11 @@ fn put_new_or_fail(root: &Root, rel: &str, bytes: Vec<u8>) -> Result<PathBuf> {
 }
 
 /// Writes `text` to `path` only if no file is there: a concurrent writer's file wins and ours
-/// is dropped; an existing file is never overwritten.
+/// is dropped; an existing file is never overwritten, and the file appears whole (a temporary
+/// file hard-linked to `path`, as every create-new write of a dataset root).
 pub fn write_new_file(path: &Path, text: &str) -> Result<()> {
-    match OpenOptions::new().write(true).create_new(true).open(path) {
-        Ok(mut f) => {
-            use std::io::Write;
-            f.write_all(text.as_bytes())
-                .and_then(|()| f.sync_all())
-                .map_err(|e| CatalogError::io(path, e))
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
-        Err(e) => Err(CatalogError::io(path, e)),
-    }
+    crate::storage::put_new_local(path, text.as_bytes())?;
+    Ok(())
 }
 
 #[cfg(test)]
