@@ -161,7 +161,8 @@ u AS (
 
 def funnel_duckdb_keyed_events(grouped, files):
     """DuckDB: the funnel's events with one sortable HUGEINT key per event that orders them as
-    the engine does, (timestamp µs, file path rank, row in file), and needs no window."""
+    the engine does, (timestamp µs, file path rank, row in file), and needs no window; then the
+    visits (v), signups (s) and activated events (x) among them."""
     grp = prop("duckdb", "plan") if grouped else "CAST(NULL AS VARCHAR)"
     return f"""
 f AS (SELECT file AS filename, row_number() OVER (ORDER BY file) AS fno FROM glob('{files}')),
@@ -171,7 +172,10 @@ ev AS (
            + file_row_number AS k
   FROM events JOIN f USING (filename)
   WHERE user_id IS NOT NULL AND event_name IN ('visit', 'signup', 'activated')
-    AND {window("duckdb", DAY28)})"""
+    AND {window("duckdb", DAY28)}),
+v AS (SELECT user_id, k, ts, g FROM ev WHERE name = 'visit'),
+s AS (SELECT user_id, k, ts FROM ev WHERE name = 'signup'),
+x AS (SELECT user_id, k, ts FROM ev WHERE name = 'activated')"""
 
 
 def funnel_per_user(chains):
@@ -197,9 +201,6 @@ def funnel_duckdb_asof_sql(grouped, files):
     w = FUNNEL_WITHIN
     return f"""
 WITH {funnel_duckdb_keyed_events(grouped, files).strip()},
-v AS (SELECT user_id, k, ts, g FROM ev WHERE name = 'visit'),
-s AS (SELECT user_id, k, ts FROM ev WHERE name = 'signup'),
-x AS (SELECT user_id, k, ts FROM ev WHERE name = 'activated'),
 c2 AS (
   SELECT v.user_id, v.k AS k1, v.ts AS t1, v.g,
          CASE WHEN s.ts <= v.ts + {w} THEN s.k END AS k2,
@@ -222,9 +223,6 @@ def funnel_duckdb_join_sql(grouped, files):
     sec = lambda a, b: f"(epoch_us({a}) - epoch_us({b})) / 1e6"
     return f"""
 WITH {funnel_duckdb_keyed_events(grouped, files).strip()},
-v AS (SELECT user_id, k, ts, g FROM ev WHERE name = 'visit'),
-s AS (SELECT user_id, k, ts FROM ev WHERE name = 'signup'),
-x AS (SELECT user_id, k, ts FROM ev WHERE name = 'activated'),
 c2 AS (
   SELECT v.user_id, v.k AS k1, v.ts AS t1, v.g, min({{'k': s.k, 't': s.ts}}) AS m2
   FROM v JOIN s ON s.user_id = v.user_id AND s.k > v.k AND s.ts <= v.ts + {w}

@@ -218,16 +218,11 @@ impl Dataset {
         self.root
             .register(ctx)
             .map_err(|e| unreadable(e.to_string()))?;
-        let url = self
+        let dir = self
             .root
             .table_url(table)
-            .and_then(|u| {
-                ListingTableUrl::parse(&u).map_err(|e| StorageError {
-                    location: u,
-                    message: e.to_string(),
-                })
-            })
             .map_err(|e| unreadable(e.to_string()))?;
+        let url = ListingTableUrl::parse(&dir).map_err(|e| unreadable(format!("{dir}: {e}")))?;
         let options =
             ListingOptions::new(Arc::new(ParquetFormat::default())).with_file_extension(".parquet");
         let state = ctx.state();
