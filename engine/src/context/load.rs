@@ -14,7 +14,7 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema, TimestampMicrosecond
 use datafusion::common::JoinType;
 use datafusion::dataframe::DataFrame;
 use datafusion::datasource::MemTable;
-use datafusion::functions::core::expr_fn::{coalesce, get_field};
+use datafusion::functions::core::expr_fn::coalesce;
 use datafusion::functions::string::expr_fn::{concat, starts_with};
 use datafusion::functions::unicode::expr_fn::character_length;
 use datafusion::functions_aggregate::expr_fn::max;
@@ -23,7 +23,7 @@ use datafusion::functions_nested::expr_fn::{array_has, array_union, make_array};
 use datafusion::logical_expr::{Expr, LogicalPlan, cast as cast_expr, col, lit, when};
 use datafusion::prelude::SessionContext;
 use signalql_catalog::Dataset;
-use signalql_udfs::scalar::lexical::lexical_match;
+use signalql_udfs::scalar::lexical::{lexical_weights, max_weights, score_of};
 
 use super::Graph;
 use super::select::{Candidate, Rep};
@@ -262,17 +262,15 @@ pub async fn plan(
     if params.exclude_stale {
         scope = scope.and(col("state").in_list(vec![lit("stale"), lit("invalid")], true));
     }
-    let scores_df = per_object_text(rows_df.clone().filter(scope)?)?
-        .select(vec![
-            col("object_id").alias("s_object_id"),
-            lexical_match(task, col("title"), col("summary_text"), col("other_text")).alias("m"),
-        ])?
-        // One pass over the text gives both the score and the matched terms.
-        .select(vec![
-            col("s_object_id"),
-            get_field(col("m"), "score").alias("lexical"),
-            get_field(col("m"), "terms").alias("terms"),
-        ])?;
+    // Each in-scope row's term weights (title, and its content as the summary or as other
+    // text); the packer folds an object's rows by maximum, which equals scoring the object
+    // whole (`lexical_weights`), without holding or joining any text.
+    let summary = when(col("name").eq(lit("summary")), col("content")).end()?;
+    let other = when(col("name").not_eq(lit("summary")), col("content")).end()?;
+    let rows_df = rows_df.with_column(
+        "lex_weights",
+        when(scope, lexical_weights(task, col("title"), summary, other)).end()?,
+    )?;
 
     let meta_cols: Vec<Expr> = rows_df
         .schema()
@@ -282,13 +280,7 @@ pub async fn plan(
         .filter(|c| params.compress || c.name != "content")
         .map(Expr::Column)
         .collect();
-    let rows = rows_df.select(meta_cols)?.join(
-        scores_df,
-        JoinType::Left,
-        &["object_id"],
-        &["s_object_id"],
-        None,
-    )?;
+    let rows = rows_df.select(meta_cols)?;
     let edges = edges_df(ctx, dataset, t_us).await?;
     Ok(crate::operator::TwoInputNode::new(
         rows.into_unoptimized_plan(),
@@ -384,30 +376,51 @@ pub fn candidates_from(
     batches: &[RecordBatch],
     params: &super::PackParams,
 ) -> Result<Vec<Candidate>> {
-    let mut score_of: HashMap<String, (i64, Vec<String>)> = HashMap::new();
+    // Per object, its in-scope rows' term weights folded by maximum (None: no row in scope).
+    let mut weights_of: HashMap<String, Vec<i64>> = HashMap::new();
     for b in batches {
         let ids = string_col(b, "object_id")?;
-        let lex = int_col(b, "lexical")?;
-        let terms = ListStrings::new(
-            b.column_by_name("terms")
-                .and_then(|c| c.as_list_opt::<i32>())
-                .ok_or_else(|| Error::internal("terms column missing"))?,
-        )?;
+        let w = b
+            .column_by_name("lex_weights")
+            .and_then(|c| c.as_list_opt::<i32>())
+            .ok_or_else(|| Error::internal("lex_weights column missing"))?;
+        let values = w.values().as_primitive_opt::<datafusion::arrow::datatypes::Int64Type>()
+            .ok_or_else(|| Error::internal("lex_weights values"))?;
+        let offsets = w.value_offsets();
         for i in 0..b.num_rows() {
-            if !lex.is_null(i) {
-                score_of
-                    .entry(ids.value(i).to_string())
-                    .or_insert_with(|| (lex.value(i), terms.get(i)));
+            if w.is_null(i) {
+                continue;
+            }
+            let part = &values.values()[offsets[i] as usize..offsets[i + 1] as usize];
+            match weights_of.get_mut(ids.value(i)) {
+                Some(acc) => max_weights(acc, part),
+                None => {
+                    weights_of.insert(ids.value(i).to_string(), part.to_vec());
+                }
             }
         }
     }
-    let rows = batches;
+    let score_of_object = |id: &str| -> (i64, Vec<String>) {
+        match weights_of.get(id) {
+            None => (0, Vec::new()),
+            Some(w) => (
+                score_of(w),
+                params
+                    .terms
+                    .iter()
+                    .zip(w)
+                    .filter(|(_, w)| **w > 0)
+                    .map(|(t, _)| t.clone())
+                    .collect(),
+            ),
+        }
+    };
     let has_content = batches
         .first()
         .is_some_and(|b| b.column_by_name("content").is_some());
     let max_age_from = params.min_created;
     let mut by_id: BTreeMap<String, Candidate> = BTreeMap::new();
-    for b in rows {
+    for b in batches {
         let s = |name: &str| string_col(b, name);
         let (ids, projects, origins, trusts, validations, states) = (
             s("object_id")?,
@@ -455,7 +468,7 @@ pub fn candidates_from(
         for i in 0..b.num_rows() {
             let id = ids.value(i).to_string();
             let c = by_id.entry(id.clone()).or_insert_with(|| {
-                let (lexical, terms) = score_of.get(&id).cloned().unwrap_or_default();
+                let (lexical, terms) = score_of_object(&id);
                 Candidate {
                     id: id.clone(),
                     revision: revs.value(i),

@@ -27,6 +27,7 @@ use unicode_general_category::{GeneralCategory, get_general_category};
 pub const SCORE_NAME: &str = "lexical_score";
 pub const TERMS_NAME: &str = "lexical_terms";
 pub const MATCH_NAME: &str = "lexical_match";
+pub const WEIGHTS_NAME: &str = "lexical_weights";
 
 /// The name the bundle reports as its scorer.
 pub const SCORER: &str = "lexical-v1";
@@ -191,6 +192,13 @@ lexical_udf!(
     "The `lexical_match` UDF."
 );
 lexical_udf!(
+    LexicalWeights,
+    WEIGHTS_NAME,
+    LEXICAL_WEIGHTS,
+    lexical_weights_udf,
+    "The `lexical_weights` UDF."
+);
+lexical_udf!(
     LexicalTerms,
     TERMS_NAME,
     LEXICAL_TERMS,
@@ -206,6 +214,24 @@ pub fn lexical_score(task: Expr, title: Expr, summary: Expr, text: Expr) -> Expr
 /// `lexical_match(task, title, summary, text)` as an [`Expr`]: `{score, terms}` in one pass.
 pub fn lexical_match(task: Expr, title: Expr, summary: Expr, text: Expr) -> Expr {
     lexical_match_udf().call(vec![task, title, summary, text])
+}
+
+/// `lexical_weights(task, title, summary, text)` as an [`Expr`]: per task term, the weight of
+/// the heaviest field holding it (0 when none), in term order; NULL for a NULL task. The
+/// weights of one object's parts combine by element-wise maximum ([`max_weights`]), so an
+/// object can be scored from its representations one row at a time.
+pub fn lexical_weights(task: Expr, title: Expr, summary: Expr, text: Expr) -> Expr {
+    lexical_weights_udf().call(vec![task, title, summary, text])
+}
+
+/// Folds `part` into `acc` by element-wise maximum (`acc` grows to `part`'s length).
+pub fn max_weights(acc: &mut Vec<i64>, part: &[i64]) {
+    if acc.len() < part.len() {
+        acc.resize(part.len(), 0);
+    }
+    for (a, p) in acc.iter_mut().zip(part) {
+        *a = (*a).max(*p);
+    }
 }
 
 /// `lexical_terms(task, title, summary, text)` as an [`Expr`].
@@ -362,6 +388,35 @@ impl ScalarUDFImpl for LexicalMatch {
     }
 }
 
+impl ScalarUDFImpl for LexicalWeights {
+    fn name(&self) -> &str {
+        WEIGHTS_NAME
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _args: &[DataType]) -> Result<DataType> {
+        Ok(DataType::List(Arc::new(Field::new_list_field(
+            DataType::Int64,
+            true,
+        ))))
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let mut out = ListBuilder::new(Int64Builder::new());
+        each_row(&args, |_, r| match r {
+            None => out.append(false),
+            Some((_, w)) => {
+                out.values().append_slice(&w);
+                out.append(true);
+            }
+        })?;
+        Ok(ColumnarValue::Array(Arc::new(out.finish())))
+    }
+}
+
 impl ScalarUDFImpl for LexicalTerms {
     fn name(&self) -> &str {
         TERMS_NAME
@@ -467,6 +522,25 @@ mod tests {
             let t = terms(&task);
             proptest::prop_assert_eq!(weights(&t, &title, &summary, &text), reference(&t, &title, &summary, &text));
         }
+
+        /// An object scored from its parts one at a time (title with each representation,
+        /// folded by maximum) equals the object scored whole, its other texts joined by a line
+        /// break: what lets CONTEXT FOR score representation rows as they stream.
+        #[test]
+        fn weights_of_parts_fold_to_the_whole(
+            task in "[a-cA-CΣσς _]{0,12}",
+            title in "[a-cA-CΣ _.-]{0,12}",
+            summary in "[a-cA-CΣσ ,]{0,16}",
+            parts in proptest::collection::vec("[a-cA-CΣσ ]{0,16}", 0..4),
+        ) {
+            let t = terms(&task);
+            let whole = weights(&t, &title, &summary, &parts.join("\n"));
+            let mut folded = weights(&t, &title, &summary, "");
+            for p in &parts {
+                max_weights(&mut folded, &weights(&t, &title, "", p));
+            }
+            proptest::prop_assert_eq!(folded, whole);
+        }
     }
 
     #[tokio::test]
@@ -502,5 +576,21 @@ mod tests {
             text.contains("{score: 666666, terms: [object, storage]}"),
             "{text}"
         );
+        // Per term, its heaviest field: object in the title (3), storage in the text (1);
+        // a NULL task gives NULL.
+        let batches = ctx
+            .sql(
+                "SELECT lexical_weights('object storage', 'Object', NULL, 'storage') AS w, \
+                 lexical_weights(NULL, 'Object', NULL, 'storage') AS n",
+            )
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap();
+        let text = datafusion::arrow::util::pretty::pretty_format_batches(&batches)
+            .unwrap()
+            .to_string();
+        assert!(text.contains("| [3, 1] |   |"), "{text}");
     }
 }
