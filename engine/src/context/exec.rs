@@ -76,8 +76,7 @@ fn edges_from(batches: &[RecordBatch]) -> DfResult<Vec<Edge>> {
             });
         }
     }
-    out.sort();
-    out.dedup();
+    // Duplicates are harmless: expansion deduplicates each node's adjacency.
     Ok(out)
 }
 

@@ -384,7 +384,9 @@ pub fn candidates_from(
             .column_by_name("lex_weights")
             .and_then(|c| c.as_list_opt::<i32>())
             .ok_or_else(|| Error::internal("lex_weights column missing"))?;
-        let values = w.values().as_primitive_opt::<datafusion::arrow::datatypes::Int64Type>()
+        let values = w
+            .values()
+            .as_primitive_opt::<datafusion::arrow::datatypes::Int64Type>()
             .ok_or_else(|| Error::internal("lex_weights values"))?;
         let offsets = w.value_offsets();
         for i in 0..b.num_rows() {
