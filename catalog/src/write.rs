@@ -333,8 +333,7 @@ mod tests {
         .unwrap();
         let tmp = tempfile::tempdir().unwrap();
         let path = write_parquet_atomic(tmp.path(), "big", schema, &[b]).unwrap();
-        let reader =
-            ParquetRecordBatchReaderBuilder::try_new(File::open(&path).unwrap()).unwrap();
+        let reader = ParquetRecordBatchReaderBuilder::try_new(File::open(&path).unwrap()).unwrap();
         let groups = reader.metadata().num_row_groups();
         assert!(groups >= 3, "{groups} row groups");
         let mut back: Vec<String> = Vec::new();

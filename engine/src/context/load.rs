@@ -2,7 +2,7 @@
 //! loaded only where packable and neither secret nor excluded), lexical-v1 scores from the
 //! `lexical_score` UDF, and the graph of the selected revisions.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
@@ -371,154 +371,195 @@ async fn edges_df(ctx: &SessionContext, dataset: &Dataset, t: i64) -> Result<Dat
     }
 }
 
-/// The candidates from the rows of [`plan`]'s first input (one per object and representation).
-pub fn candidates_from(
-    batches: &[RecordBatch],
-    params: &super::PackParams,
-) -> Result<Vec<Candidate>> {
-    // Per object, its in-scope rows' term weights folded by maximum (None: no row in scope).
-    let mut weights_of: HashMap<String, Vec<i64>> = HashMap::new();
-    for b in batches {
-        let ids = string_col(b, "object_id")?;
-        let w = b
-            .column_by_name("lex_weights")
-            .and_then(|c| c.as_list_opt::<i32>())
-            .ok_or_else(|| Error::internal("lex_weights column missing"))?;
-        let values = w
-            .values()
-            .as_primitive_opt::<datafusion::arrow::datatypes::Int64Type>()
-            .ok_or_else(|| Error::internal("lex_weights values"))?;
-        let offsets = w.value_offsets();
-        for i in 0..b.num_rows() {
-            if w.is_null(i) {
-                continue;
-            }
-            let part = &values.values()[offsets[i] as usize..offsets[i + 1] as usize];
-            match weights_of.get_mut(ids.value(i)) {
-                Some(acc) => max_weights(acc, part),
-                None => {
-                    weights_of.insert(ids.value(i).to_string(), part.to_vec());
-                }
-            }
-        }
-    }
-    let score_of_object = |id: &str| -> (i64, Vec<String>) {
-        match weights_of.get(id) {
-            None => (0, Vec::new()),
-            Some(w) => (
-                score_of(w),
-                params
-                    .terms
-                    .iter()
-                    .zip(w)
-                    .filter(|(_, w)| **w > 0)
-                    .map(|(t, _)| t.clone())
-                    .collect(),
-            ),
-        }
-    };
-    let has_content = batches
-        .first()
-        .is_some_and(|b| b.column_by_name("content").is_some());
-    let max_age_from = params.min_created;
-    let mut by_id: BTreeMap<String, Candidate> = BTreeMap::new();
-    for b in batches {
+/// The columns of one batch of [`plan`]'s first input, cast once.
+struct RowCols {
+    ids: StringArray,
+    projects: StringArray,
+    origins: StringArray,
+    trusts: StringArray,
+    validations: StringArray,
+    states: StringArray,
+    names: StringArray,
+    medias: StringArray,
+    hashes: StringArray,
+    estimators: StringArray,
+    refs: StringArray,
+    revs: Int64Array,
+    tokens: Int64Array,
+    contents: Option<StringArray>,
+    created: datafusion::arrow::array::TimestampMicrosecondArray,
+    secret: BooleanArray,
+    role_ex: BooleanArray,
+    packable: BooleanArray,
+    roles: ListStrings,
+    weights: ListArray,
+}
+
+impl RowCols {
+    fn of(b: &RecordBatch) -> Result<Self> {
         let s = |name: &str| string_col(b, name);
-        let (ids, projects, origins, trusts, validations, states) = (
-            s("object_id")?,
-            s("project")?,
-            s("origin")?,
-            s("trust")?,
-            s("validation")?,
-            s("state")?,
-        );
-        let (names, medias, hashes, estimators, refs) = (
-            s("name")?,
-            s("media_type")?,
-            s("content_hash")?,
-            s("estimator")?,
-            s("content_ref")?,
-        );
-        let revs = int_col(b, "revision")?;
-        let tokens = int_col(b, "est_tokens")?;
-        let contents = if has_content {
-            Some(string_col(b, "content")?)
-        } else {
-            None
-        };
-        let created = b
-            .column_by_name("rev_created_at")
-            .and_then(|c| c.as_primitive_opt::<TimestampMicrosecondType>())
-            .cloned()
-            .ok_or_else(|| Error::internal("rev_created_at"))?;
         let bools = |name: &str| -> Result<BooleanArray> {
             b.column_by_name(name)
                 .and_then(|c| c.as_boolean_opt())
                 .cloned()
                 .ok_or_else(|| Error::internal(format!("column {name}")))
         };
-        let (secret, role_ex, packable) = (
-            bools("secret")?,
-            bools("role_excluded")?,
-            bools("packable")?,
-        );
-        let roles = ListStrings::new(
-            b.column_by_name("eff_roles")
+        let list = |name: &str| -> Result<ListArray> {
+            b.column_by_name(name)
                 .and_then(|c| c.as_list_opt::<i32>())
-                .ok_or_else(|| Error::internal("eff_roles"))?,
-        )?;
-        for i in 0..b.num_rows() {
-            let id = ids.value(i).to_string();
-            let c = by_id.entry(id.clone()).or_insert_with(|| {
-                let (lexical, terms) = score_of_object(&id);
-                Candidate {
-                    id: id.clone(),
-                    revision: revs.value(i),
-                    in_project: match &params.project {
-                        None => true,
-                        Some(p) => !projects.is_null(i) && projects.value(i) == p,
-                    },
-                    within_age: max_age_from.is_none_or(|from| created.value(i) >= from),
-                    state: states.value(i).to_string(),
-                    origin: origins.value(i).to_string(),
-                    trust: trusts.value(i).to_string(),
-                    validation: validations.value(i).to_string(),
-                    roles: Vec::new(),
-                    reps: Vec::new(),
-                    lexical,
-                    terms,
+                .cloned()
+                .ok_or_else(|| Error::internal(format!("column {name}")))
+        };
+        Ok(RowCols {
+            ids: s("object_id")?,
+            projects: s("project")?,
+            origins: s("origin")?,
+            trusts: s("trust")?,
+            validations: s("validation")?,
+            states: s("state")?,
+            names: s("name")?,
+            medias: s("media_type")?,
+            hashes: s("content_hash")?,
+            estimators: s("estimator")?,
+            refs: s("content_ref")?,
+            revs: int_col(b, "revision")?,
+            tokens: int_col(b, "est_tokens")?,
+            contents: match b.column_by_name("content") {
+                Some(_) => Some(s("content")?),
+                None => None,
+            },
+            created: b
+                .column_by_name("rev_created_at")
+                .and_then(|c| c.as_primitive_opt::<TimestampMicrosecondType>())
+                .cloned()
+                .ok_or_else(|| Error::internal("rev_created_at"))?,
+            secret: bools("secret")?,
+            role_ex: bools("role_excluded")?,
+            packable: bools("packable")?,
+            roles: ListStrings::new(&list("eff_roles")?)?,
+            weights: list("lex_weights")?,
+        })
+    }
+}
+
+/// Shares one allocation per distinct value among the many repeats of a low-cardinality
+/// string (state, trust, representation name, role …).
+#[derive(Default)]
+struct Interner(HashMap<String, Arc<str>>);
+
+impl Interner {
+    fn get(&mut self, s: &str) -> Arc<str> {
+        if let Some(a) = self.0.get(s) {
+            return Arc::clone(a);
+        }
+        let a: Arc<str> = Arc::from(s);
+        self.0.insert(s.to_string(), Arc::clone(&a));
+        a
+    }
+}
+
+/// The candidates from the rows of [`plan`]'s first input (one per object and representation),
+/// each with its lexical-v1 score and matched terms: its in-scope rows' term weights folded by
+/// maximum (0 and none when no row is in scope).
+pub fn candidates_from(
+    batches: &[RecordBatch],
+    params: &super::PackParams,
+) -> Result<Vec<Candidate>> {
+    let cols = batches
+        .iter()
+        .map(RowCols::of)
+        .collect::<Result<Vec<_>>>()?;
+    let max_age_from = params.min_created;
+    let mut strings = Interner::default();
+    let mut index: HashMap<&str, usize> = HashMap::new();
+    let mut out: Vec<Candidate> = Vec::new();
+    let mut weights: Vec<Option<Vec<i64>>> = Vec::new();
+    for c in &cols {
+        let w_values = c
+            .weights
+            .values()
+            .as_primitive_opt::<datafusion::arrow::datatypes::Int64Type>()
+            .ok_or_else(|| Error::internal("lex_weights values"))?;
+        let w_offsets = c.weights.value_offsets();
+        for i in 0..c.ids.len() {
+            let id = c.ids.value(i);
+            let k = match index.get(id) {
+                Some(&k) => k,
+                None => {
+                    out.push(Candidate {
+                        id: id.to_string(),
+                        revision: c.revs.value(i),
+                        in_project: match &params.project {
+                            None => true,
+                            Some(p) => !c.projects.is_null(i) && c.projects.value(i) == p,
+                        },
+                        within_age: max_age_from.is_none_or(|from| c.created.value(i) >= from),
+                        state: strings.get(c.states.value(i)),
+                        origin: strings.get(c.origins.value(i)),
+                        trust: strings.get(c.trusts.value(i)),
+                        validation: strings.get(c.validations.value(i)),
+                        roles: Vec::new(),
+                        reps: Vec::new(),
+                        lexical: 0,
+                        terms: Vec::new(),
+                    });
+                    weights.push(None);
+                    index.insert(id, out.len() - 1);
+                    out.len() - 1
                 }
-            });
-            if names.is_null(i) || c.reps.iter().any(|r| r.name == names.value(i)) {
+            };
+            if !c.weights.is_null(i) {
+                let part = &w_values.values()[w_offsets[i] as usize..w_offsets[i + 1] as usize];
+                match &mut weights[k] {
+                    Some(acc) => max_weights(acc, part),
+                    slot => *slot = Some(part.to_vec()),
+                }
+            }
+            let cand = &mut out[k];
+            if c.names.is_null(i) || cand.reps.iter().any(|r| *r.name == *c.names.value(i)) {
                 continue; // no representation at all, or one seen already
             }
-            c.reps.push(Rep {
-                name: names.value(i).to_string(),
-                media_type: medias.value(i).to_string(),
-                content: contents
+            let tokens = &c.tokens;
+            cand.reps.push(Rep {
+                name: strings.get(c.names.value(i)),
+                media_type: strings.get(c.medias.value(i)),
+                content: c
+                    .contents
                     .as_ref()
-                    .and_then(|c| (!c.is_null(i)).then(|| c.value(i).to_string())),
-                content_ref: (!refs.is_null(i)).then(|| refs.value(i).to_string()),
-                content_hash: hashes.value(i).to_string(),
+                    .and_then(|x| (!x.is_null(i)).then(|| x.value(i).to_string())),
+                content_ref: (!c.refs.is_null(i)).then(|| c.refs.value(i).to_string()),
+                content_hash: c.hashes.value(i).to_string(),
                 tokens: if tokens.is_null(i) {
                     0
                 } else {
                     tokens.value(i)
                 },
-                estimator: if estimators.value(i) == STORED {
+                estimator: if c.estimators.value(i) == STORED {
                     STORED
                 } else {
                     CHARS_DIV_4
                 },
-                roles: roles.get(i),
-                secret: secret.value(i),
-                role_excluded: role_ex.value(i),
+                roles: c.roles.get_with(i, |r| strings.get(r)),
+                secret: c.secret.value(i),
+                role_excluded: c.role_ex.value(i),
                 // Content kept by reference and no stored estimate: no token count, not packed.
-                packable: packable.value(i) && !tokens.is_null(i),
+                packable: c.packable.value(i) && !tokens.is_null(i),
             });
         }
     }
-    Ok(by_id.into_values().collect())
+    for (cand, w) in out.iter_mut().zip(weights) {
+        if let Some(w) = w {
+            cand.lexical = score_of(&w);
+            cand.terms = params
+                .terms
+                .iter()
+                .zip(&w)
+                .filter(|(_, w)| **w > 0)
+                .map(|(t, _)| t.clone())
+                .collect();
+        }
+    }
+    Ok(out)
 }
 
 /// The content of the representations `keys` (object id, revision, name), read after packing
@@ -701,14 +742,15 @@ impl ListStrings {
         })
     }
 
-    fn get(&self, i: usize) -> Vec<String> {
+    /// The non-NULL strings of row `i`, each through `f`.
+    fn get_with<T>(&self, i: usize, mut f: impl FnMut(&str) -> T) -> Vec<T> {
         if self.list.is_null(i) {
             return Vec::new();
         }
         let offsets = self.list.value_offsets();
         (offsets[i] as usize..offsets[i + 1] as usize)
             .filter(|&j| !self.values.is_null(j))
-            .map(|j| self.values.value(j).to_string())
+            .map(|j| f(self.values.value(j)))
             .collect()
     }
 }

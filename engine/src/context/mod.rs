@@ -267,7 +267,8 @@ pub fn decide(p: &PackParams, candidates: &[Candidate], edges: &[select::Edge]) 
         _ => None,
     });
     let mut rejected: Vec<(String, Reason)> = Vec::new();
-    let mut eligible: BTreeMap<&str, &Candidate> = BTreeMap::new();
+    let mut eligible: datafusion::common::HashMap<&str, &Candidate> =
+        datafusion::common::HashMap::new();
     for c in candidates {
         match ineligible(c, ex) {
             Some(r) => rejected.push((object_uri(&c.id, c.revision), r)),
@@ -290,7 +291,7 @@ pub fn decide(p: &PackParams, candidates: &[Candidate], edges: &[select::Edge]) 
         let mut terms = Vec::new();
         for pr in &p.prefer {
             let (ok, term) = match pr {
-                PreferItem::Current => (c.state == "current", "CURRENT".to_string()),
+                PreferItem::Current => (&*c.state == "current", "CURRENT".to_string()),
                 PreferItem::Trust(level) => (trust_at_least(&c.trust, *level), pr.to_string()),
                 PreferItem::Representation(_) => (false, String::new()),
             };
@@ -330,13 +331,13 @@ pub fn decide(p: &PackParams, candidates: &[Candidate], edges: &[select::Edge]) 
         rank_cmp(
             &RankKey {
                 score: a.score,
-                current: a.c.state == "current",
+                current: &*a.c.state == "current",
                 hops: a.hops,
                 id: &a.c.id,
             },
             &RankKey {
                 score: b.score,
-                current: b.c.state == "current",
+                current: &*b.c.state == "current",
                 hops: b.hops,
                 id: &b.c.id,
             },
@@ -413,7 +414,7 @@ pub fn decide(p: &PackParams, candidates: &[Candidate], edges: &[select::Edge]) 
         .collect();
     let sizes: Vec<Vec<(&str, i64)>> = reps_of
         .iter()
-        .map(|v| v.iter().map(|r| (r.name.as_str(), r.tokens)).collect())
+        .map(|v| v.iter().map(|r| (&*r.name, r.tokens)).collect())
         .collect();
     // COMPRESS: an object for which nothing fits gets its preferred (else largest)
     // representation's task-relevant sentences, within what is left.
@@ -424,7 +425,7 @@ pub fn decide(p: &PackParams, candidates: &[Candidate], edges: &[select::Edge]) 
         }
         let reps = &reps_of[k];
         let idx = preferred_rep
-            .and_then(|name| reps.iter().position(|r| r.name == name))
+            .and_then(|name| reps.iter().position(|r| &*r.name == name))
             .or_else(|| {
                 (0..reps.len()).max_by(|&a, &b| {
                     reps[a]
@@ -457,22 +458,22 @@ pub fn decide(p: &PackParams, candidates: &[Candidate], edges: &[select::Edge]) 
             }
         };
         let rep = reps[i];
-        let mut roles: Vec<String> = rep.roles.clone();
+        let mut roles: Vec<String> = rep.roles.iter().map(|r| r.to_string()).collect();
         roles.sort();
         roles.dedup();
         let item = Item {
             object: object_uri(&r.c.id, r.c.revision),
-            representation: rep.name.clone(),
-            media_type: rep.media_type.clone(),
+            representation: rep.name.to_string(),
+            media_type: rep.media_type.to_string(),
             tokens: rep.tokens,
             estimator: rep.estimator.to_string(),
             score: r.score,
             why: r.why.clone(),
             path: r.path.clone(),
-            state: r.c.state.clone(),
-            origin: r.c.origin.clone(),
-            trust: r.c.trust.clone(),
-            validation: r.c.validation.clone(),
+            state: r.c.state.to_string(),
+            origin: r.c.origin.to_string(),
+            trust: r.c.trust.to_string(),
+            validation: r.c.validation.to_string(),
             roles,
             content: None,
             content_ref: rep.content_ref.clone(),

@@ -5,14 +5,15 @@
 
 use datafusion::common::HashMap;
 use std::cmp::Ordering;
+use std::sync::Arc;
 
 use serde::Serialize;
 
 /// One representation of a candidate's selected revision.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Rep {
-    pub name: String,
-    pub media_type: String,
+    pub name: Arc<str>,
+    pub media_type: Arc<str>,
     /// NULL when not loaded (secret or excluded representations are never read).
     pub content: Option<String>,
     /// Where the content is kept when it is not stored inline.
@@ -22,7 +23,7 @@ pub struct Rep {
     pub tokens: i64,
     pub estimator: &'static str,
     /// Effective roles: the revision's and the representation's.
-    pub roles: Vec<String>,
+    pub roles: Vec<Arc<str>>,
     pub secret: bool,
     pub role_excluded: bool,
     pub packable: bool,
@@ -42,11 +43,11 @@ pub struct Candidate {
     pub revision: i64,
     pub in_project: bool,
     pub within_age: bool,
-    pub state: String,
-    pub origin: String,
-    pub trust: String,
-    pub validation: String,
-    pub roles: Vec<String>,
+    pub state: Arc<str>,
+    pub origin: Arc<str>,
+    pub trust: Arc<str>,
+    pub validation: Arc<str>,
+    pub roles: Vec<Arc<str>>,
     pub reps: Vec<Rep>,
     /// lexical-v1 score and matched terms (0 / empty unless eligible).
     pub lexical: i64,
@@ -114,10 +115,10 @@ pub fn ineligible(c: &Candidate, ex: Exclusions) -> Option<Reason> {
     if !c.reps.is_empty() && c.reps.iter().all(|r| r.secret) {
         return Some(Reason::ExcludedSecret);
     }
-    if ex.untrusted && c.trust == "untrusted" {
+    if ex.untrusted && &*c.trust == "untrusted" {
         return Some(Reason::ExcludedTrust);
     }
-    if ex.stale && (c.state == "stale" || c.state == "invalid") {
+    if ex.stale && (&*c.state == "stale" || &*c.state == "invalid") {
         return Some(Reason::ExcludedStale);
     }
     let open: Vec<&Rep> = c.reps.iter().filter(|r| !r.secret).collect();
