@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, AsArray, RecordBatch, StringArray};
+use datafusion::arrow::array::{AsArray, RecordBatch, StringArray};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::common::{DataFusionError, Result as DfResult};
 use serde_json::{Value, json};
@@ -56,9 +56,9 @@ impl Kernel for BundlePack {
 fn edges_from(batches: &[RecordBatch]) -> DfResult<Vec<Edge>> {
     let mut out = Vec::new();
     for b in batches {
-        let col = |i: usize| -> DfResult<StringArray> {
-            let c = datafusion::arrow::compute::cast(b.column(i), &DataType::Utf8)?;
-            Ok(c.as_string::<i32>().clone())
+        let col = |i: usize| -> DfResult<super::load::Strs> {
+            super::load::Strs::of(b.column(i).as_ref())
+                .map_err(|e| DataFusionError::External(Box::new(e)))
         };
         let (a, bb, rel) = (col(0)?, col(1)?, col(2)?);
         for i in 0..b.num_rows() {

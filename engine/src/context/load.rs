@@ -14,6 +14,7 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema, TimestampMicrosecond
 use datafusion::common::JoinType;
 use datafusion::dataframe::DataFrame;
 use datafusion::datasource::MemTable;
+use datafusion::execution::SessionStateBuilder;
 use datafusion::functions::core::expr_fn::coalesce;
 use datafusion::functions::string::expr_fn::{concat, starts_with};
 use datafusion::functions::unicode::expr_fn::character_length;
@@ -373,20 +374,20 @@ async fn edges_df(ctx: &SessionContext, dataset: &Dataset, t: i64) -> Result<Dat
 
 /// The columns of one batch of [`plan`]'s first input, cast once.
 struct RowCols {
-    ids: StringArray,
-    projects: StringArray,
-    origins: StringArray,
-    trusts: StringArray,
-    validations: StringArray,
-    states: StringArray,
-    names: StringArray,
-    medias: StringArray,
-    hashes: StringArray,
-    estimators: StringArray,
-    refs: StringArray,
+    ids: Strs,
+    projects: Strs,
+    origins: Strs,
+    trusts: Strs,
+    validations: Strs,
+    states: Strs,
+    names: Strs,
+    medias: Strs,
+    hashes: Strs,
+    estimators: Strs,
+    refs: Strs,
     revs: Int64Array,
     tokens: Int64Array,
-    contents: Option<StringArray>,
+    contents: Option<Strs>,
     created: datafusion::arrow::array::TimestampMicrosecondArray,
     secret: BooleanArray,
     role_ex: BooleanArray,
@@ -445,7 +446,7 @@ impl RowCols {
 /// Shares one allocation per distinct value among the many repeats of a low-cardinality
 /// string (state, trust, representation name, role …).
 #[derive(Default)]
-struct Interner(HashMap<String, Arc<str>>);
+struct Interner(datafusion::common::HashMap<String, Arc<str>>);
 
 impl Interner {
     fn get(&mut self, s: &str) -> Arc<str> {
@@ -471,7 +472,7 @@ pub fn candidates_from(
         .collect::<Result<Vec<_>>>()?;
     let max_age_from = params.min_created;
     let mut strings = Interner::default();
-    let mut index: HashMap<&str, usize> = HashMap::new();
+    let mut index: datafusion::common::HashMap<&str, usize> = Default::default();
     let mut out: Vec<Candidate> = Vec::new();
     let mut weights: Vec<Option<Vec<i64>>> = Vec::new();
     for c in &cols {
@@ -574,7 +575,17 @@ pub async fn contents(
         return Ok(out);
     }
     let ids: Vec<Expr> = keys.iter().map(|k| lit(k.0.as_str())).collect();
-    let reps = table(ctx, dataset, "representations", true)
+    // A point lookup: with the filter pushed into the Parquet reader, only the pages holding
+    // the wanted rows have their content decoded (representations are written in object id
+    // order), instead of every page of the text column.
+    let mut config = ctx.copied_config();
+    config.options_mut().execution.parquet.pushdown_filters = true;
+    let lookup = SessionContext::new_with_state(
+        SessionStateBuilder::new_from_existing(ctx.state())
+            .with_config(config)
+            .build(),
+    );
+    let reps = table(&lookup, dataset, "representations", true)
         .await?
         .expect("required");
     let batches = reps
@@ -709,12 +720,52 @@ pub async fn graph(
     Ok(g)
 }
 
-fn string_col(b: &RecordBatch, name: &str) -> Result<StringArray> {
+/// A string column read in place (Utf8 or Utf8View, as DataFusion hands them out; any other
+/// type is cast to Utf8 once).
+pub(crate) enum Strs {
+    Utf8(StringArray),
+    View(datafusion::arrow::array::StringViewArray),
+}
+
+impl Strs {
+    pub(crate) fn of(c: &dyn Array) -> Result<Strs> {
+        Ok(match c.data_type() {
+            DataType::Utf8 => Strs::Utf8(c.as_string::<i32>().clone()),
+            DataType::Utf8View => Strs::View(c.as_string_view().clone()),
+            _ => {
+                let c = cast(c, &DataType::Utf8).map_err(|e| Error::internal(e.to_string()))?;
+                Strs::Utf8(c.as_string::<i32>().clone())
+            }
+        })
+    }
+
+    pub(crate) fn value(&self, i: usize) -> &str {
+        match self {
+            Strs::Utf8(a) => a.value(i),
+            Strs::View(a) => a.value(i),
+        }
+    }
+
+    pub(crate) fn is_null(&self, i: usize) -> bool {
+        match self {
+            Strs::Utf8(a) => a.is_null(i),
+            Strs::View(a) => a.is_null(i),
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            Strs::Utf8(a) => a.len(),
+            Strs::View(a) => a.len(),
+        }
+    }
+}
+
+fn string_col(b: &RecordBatch, name: &str) -> Result<Strs> {
     let c = b
         .column_by_name(name)
         .ok_or_else(|| Error::internal(format!("column {name} missing")))?;
-    let c = cast(c, &DataType::Utf8).map_err(|e| Error::internal(e.to_string()))?;
-    Ok(c.as_string::<i32>().clone())
+    Strs::of(c.as_ref())
 }
 
 fn int_col(b: &RecordBatch, name: &str) -> Result<Int64Array> {

@@ -327,7 +327,7 @@ pub fn decide(p: &PackParams, candidates: &[Candidate], edges: &[select::Edge]) 
             hops,
         });
     }
-    keys.sort_by(|a, b| {
+    let order = |a: &Key, b: &Key| {
         rank_cmp(
             &RankKey {
                 score: a.score,
@@ -342,7 +342,14 @@ pub fn decide(p: &PackParams, candidates: &[Candidate], edges: &[select::Edge]) 
                 id: &b.c.id,
             },
         )
-    });
+    };
+    // Only the first MAX OBJECTS need an order (the rank is total: ids are unique); the rest
+    // are rejected, and the rejections are sorted by object URI below.
+    if keys.len() > max_objects {
+        keys.select_nth_unstable_by(max_objects, order);
+    }
+    let cut = keys.len().min(max_objects);
+    keys[..cut].sort_by(order);
     let expanded = keys.iter().filter(|k| k.propagated > k.c.lexical).count() as u64;
     for k in keys.iter().skip(max_objects) {
         rejected.push((object_uri(&k.c.id, k.c.revision), Reason::MaxObjects));
@@ -408,7 +415,7 @@ pub fn decide(p: &PackParams, candidates: &[Candidate], edges: &[select::Edge]) 
         .iter()
         .map(|r| {
             let mut v: Vec<&select::Rep> = r.c.reps.iter().filter(|x| x.eligible()).collect();
-            v.sort_by(|a, b| a.name.encode_utf16().cmp(b.name.encode_utf16()));
+            v.sort_by(|a, b| select::utf16_cmp(&a.name, &b.name));
             v
         })
         .collect();
@@ -431,7 +438,7 @@ pub fn decide(p: &PackParams, candidates: &[Candidate], edges: &[select::Edge]) 
                     reps[a]
                         .tokens
                         .cmp(&reps[b].tokens)
-                        .then_with(|| reps[b].name.encode_utf16().cmp(reps[a].name.encode_utf16()))
+                        .then_with(|| select::utf16_cmp(&reps[b].name, &reps[a].name))
                 })
             })?;
         let text = reps[idx].content.as_deref()?;
@@ -515,7 +522,7 @@ pub fn decide(p: &PackParams, candidates: &[Candidate], edges: &[select::Edge]) 
         items.push(item);
     }
 
-    rejected.sort_by(|a, b| a.0.encode_utf16().cmp(b.0.encode_utf16()));
+    rejected.sort_by(|a, b| select::utf16_cmp(&a.0, &b.0));
     Decisions {
         items,
         explained,

@@ -139,6 +139,18 @@ pub struct Edge {
     pub relation: String,
 }
 
+/// Orders strings by UTF-16 code unit, as the spec's tie-breaks do. Code-unit order is byte
+/// order except between U+E000–U+FFFF and the supplementary planes, so the bytes decide when
+/// the strings first differ at ASCII bytes (the common case, with no transcoding).
+pub fn utf16_cmp(a: &str, b: &str) -> Ordering {
+    let (x, y) = (a.as_bytes(), b.as_bytes());
+    match x.iter().zip(y).position(|(p, q)| p != q) {
+        None => x.len().cmp(&y.len()),
+        Some(i) if x[i].is_ascii() && y[i].is_ascii() => x[i].cmp(&y[i]),
+        Some(_) => a.encode_utf16().cmp(b.encode_utf16()),
+    }
+}
+
 /// The node name of an object.
 pub fn object_node(id: &str) -> String {
     format!("object:{id}")
@@ -256,7 +268,7 @@ pub fn expand<'a>(
     }
     // A seed's code-unit rank (its node name is `object:` and its id, so the order is the ids').
     let mut seed16 = vec![0u32; names.len()];
-    seed_nodes.sort_by(|a, b| a.1.encode_utf16().cmp(b.1.encode_utf16()));
+    seed_nodes.sort_by(|a, b| utf16_cmp(a.1, b.1));
     for (r, (n, _)) in seed_nodes.iter().enumerate() {
         seed16[*n as usize] = r as u32;
     }
@@ -309,7 +321,7 @@ pub fn expand<'a>(
 /// The code-unit (UTF-16) rank of each string.
 fn utf16_ranks(strings: &[&str]) -> Vec<u32> {
     let mut order: Vec<usize> = (0..strings.len()).collect();
-    order.sort_by(|&a, &b| strings[a].encode_utf16().cmp(strings[b].encode_utf16()));
+    order.sort_by(|&a, &b| utf16_cmp(strings[a], strings[b]));
     let mut rank = vec![0u32; strings.len()];
     for (r, i) in order.into_iter().enumerate() {
         rank[i] = r as u32;
@@ -392,7 +404,7 @@ pub fn rank_cmp(a: &RankKey, b: &RankKey) -> Ordering {
         .cmp(&a.score)
         .then(b.current.cmp(&a.current))
         .then(a.hops.cmp(&b.hops))
-        .then_with(|| a.id.encode_utf16().cmp(b.id.encode_utf16()))
+        .then_with(|| utf16_cmp(a.id, b.id))
 }
 
 /// The two packing passes (steps 7–8) over objects in rank order, each with its eligible
@@ -446,10 +458,7 @@ pub fn pack_compressing(
                 reps.iter()
                     .enumerate()
                     .filter(|(_, (_, t))| *t <= left)
-                    .min_by(|(_, a), (_, b)| {
-                        a.1.cmp(&b.1)
-                            .then_with(|| a.0.encode_utf16().cmp(b.0.encode_utf16()))
-                    })
+                    .min_by(|(_, a), (_, b)| a.1.cmp(&b.1).then_with(|| utf16_cmp(a.0, b.0)))
                     .map(|(i, _)| i)
             });
         match pick {
@@ -476,10 +485,7 @@ pub fn pack_compressing(
                 .iter()
                 .enumerate()
                 .filter(|(_, (_, t))| *t <= left)
-                .max_by(|(_, a), (_, b)| {
-                    a.1.cmp(&b.1)
-                        .then_with(|| b.0.encode_utf16().cmp(a.0.encode_utf16()))
-                })
+                .max_by(|(_, a), (_, b)| a.1.cmp(&b.1).then_with(|| utf16_cmp(b.0, a.0)))
                 .map(|(i, _)| i);
             if let Some(i) = best
                 && reps[i].1 > reps[cur].1
@@ -676,6 +682,16 @@ mod tests {
     }
 
     proptest::proptest! {
+        /// The fast code-unit order equals transcoding both strings, on strings mixing ASCII,
+        /// the BMP's private-use area and the supplementary planes.
+        #[test]
+        fn utf16_cmp_is_code_unit_order(
+            a in "[ab\u{e9}\u{e000}\u{ffff}\u{10000}\u{1f600}]{0,6}",
+            b in "[ab\u{e9}\u{e000}\u{ffff}\u{10000}\u{1f600}]{0,6}",
+        ) {
+            proptest::prop_assert_eq!(utf16_cmp(&a, &b), a.encode_utf16().cmp(b.encode_utf16()));
+        }
+
         /// The interned expansion reaches every object as the string-keyed one does: same
         /// score, hops, seed, relation and path, ties included (node names and relations
         /// chosen so byte order and code-unit order differ).
