@@ -206,22 +206,10 @@ pub fn expand<'a>(
         raw.push((a, b, r));
     }
     drop(index);
-    let mut order: Vec<u32> = (0..names.len() as u32).collect();
-    order.sort_unstable_by(|&x, &y| names[x as usize].cmp(names[y as usize]));
-    let mut rank = vec![0u32; names.len()];
-    for (r, &id) in order.iter().enumerate() {
-        rank[id as usize] = r as u32;
-    }
-    let names: Vec<&'a str> = order.iter().map(|&id| names[id as usize]).collect();
+    let (rank, names) = rank_by(&names, str::cmp);
     // Relations: ids are byte-order ranks (the adjacency order); `rel16` is the code-unit rank.
-    let mut rel_order: Vec<u32> = (0..rels.len() as u32).collect();
-    rel_order.sort_unstable_by(|&x, &y| rels[x as usize].cmp(rels[y as usize]));
-    let mut rel_rank = vec![0u32; rels.len()];
-    for (r, &id) in rel_order.iter().enumerate() {
-        rel_rank[id as usize] = r as u32;
-    }
-    let rel_names: Vec<&'a str> = rel_order.iter().map(|&id| rels[id as usize]).collect();
-    let rel16 = utf16_ranks(&rel_names);
+    let (rel_rank, rel_names) = rank_by(&rels, str::cmp);
+    let (rel16, _) = rank_by(&rel_names, utf16_cmp);
 
     // Adjacency (both directions), each list by neighbour name then relation, deduplicated.
     let mut pairs: Vec<(u32, u32, u32)> = Vec::with_capacity(raw.len() * 2);
@@ -318,15 +306,16 @@ pub fn expand<'a>(
     }
 }
 
-/// The code-unit (UTF-16) rank of each string.
-fn utf16_ranks(strings: &[&str]) -> Vec<u32> {
-    let mut order: Vec<usize> = (0..strings.len()).collect();
-    order.sort_by(|&a, &b| utf16_cmp(strings[a], strings[b]));
+/// Each of the distinct `strings`' rank in the order `cmp` gives, and the strings in that
+/// order.
+fn rank_by<'a>(strings: &[&'a str], cmp: fn(&str, &str) -> Ordering) -> (Vec<u32>, Vec<&'a str>) {
+    let mut order: Vec<u32> = (0..strings.len() as u32).collect();
+    order.sort_unstable_by(|&x, &y| cmp(strings[x as usize], strings[y as usize]));
     let mut rank = vec![0u32; strings.len()];
-    for (r, i) in order.into_iter().enumerate() {
-        rank[i] = r as u32;
+    for (r, &id) in order.iter().enumerate() {
+        rank[id as usize] = r as u32;
     }
-    rank
+    (rank, order.iter().map(|&id| strings[id as usize]).collect())
 }
 
 /// The best way expansion reached a node, in interned form.
