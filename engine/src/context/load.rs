@@ -1,6 +1,6 @@
 //! The DataFusion plans behind `CONTEXT FOR`: candidates at T, their representations (content
 //! loaded only where packable and neither secret nor excluded), lexical-v1 scores from the
-//! `lexical_score` UDF, and the graph of the selected revisions.
+//! `lexical_weights` UDF per representation row, and the graph of the selected revisions.
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -3,7 +3,7 @@
 //!
 //! `load` runs the DataFusion plans: the objects live at T at their latest revision, their
 //! representations (secret or excluded content is never loaded), lexical-v1 scores from the
-//! `lexical_score` UDF over eligible content, and the graph edges. `select` decides eligibility,
+//! `lexical_weights` UDF over eligible content, and the graph edges. `select` decides eligibility,
 //! expansion, boosts, rank and packing. This module assembles the bundle, its address and the
 //! explanation the context store keeps for `EXPLAIN CONTEXT`.
 

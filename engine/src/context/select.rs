@@ -1,7 +1,7 @@
 //! Selection and packing for `CONTEXT FOR` (lexical-v1, signalql-v0.5-context.md steps 3–8):
 //! eligibility with one rejection reason per object, expansion over graph edges, preference
 //! boosts, rank, MAX OBJECTS and the two packing passes. Pure functions over loaded rows; the
-//! relevance scores come from the `lexical_score` UDF in the plan (see `load.rs`).
+//! relevance scores come from the `lexical_weights` UDF in the plan (see `load.rs`).
 
 use datafusion::common::HashMap;
 use std::cmp::Ordering;
