@@ -913,3 +913,37 @@ async fn content_kept_by_reference_is_packed_by_reference() {
     assert_eq!(x.rejected[0]["object"], "object://r_unsized@1");
     assert_eq!(x.rejected[0]["reason"], "no_packable_representation");
 }
+
+/// The packed-content lookup runs on a copy of the session with its own config; the copy
+/// must share the session's catalogs, not replace them: a table the user registered in the
+/// engine's session is still there after a CONTEXT FOR (it once vanished).
+#[tokio::test]
+async fn context_for_keeps_the_sessions_registered_tables() {
+    let dir = store();
+    let engine = engine(dir.path());
+    let reps = engine
+        .dataset()
+        .table(engine.session(), "representations")
+        .await
+        .unwrap();
+    engine
+        .session()
+        .register_table("my_reps", reps.provider)
+        .unwrap();
+    let q = r#"CONTEXT FOR "parquet storage engine" BUDGET 4000 TOKENS"#;
+    for _ in 0..2 {
+        match engine.answer(q).await {
+            Ok(Answer::Bundle(b)) => assert!(!b.items.is_empty()),
+            other => panic!("not a bundle: {other:?}"),
+        }
+        let n = engine
+            .session()
+            .sql("SELECT count(*) FROM my_reps")
+            .await
+            .expect("the registered table is still there")
+            .count()
+            .await
+            .unwrap();
+        assert_eq!(n, 1);
+    }
+}

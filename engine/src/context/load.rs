@@ -14,7 +14,6 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema, TimestampMicrosecond
 use datafusion::common::JoinType;
 use datafusion::dataframe::DataFrame;
 use datafusion::datasource::MemTable;
-use datafusion::execution::SessionStateBuilder;
 use datafusion::functions::core::expr_fn::coalesce;
 use datafusion::functions::string::expr_fn::{concat, starts_with};
 use datafusion::functions::unicode::expr_fn::character_length;
@@ -578,13 +577,17 @@ pub async fn contents(
     // A point lookup: with the filter pushed into the Parquet reader, only the pages holding
     // the wanted rows have their content decoded (representations are written in object id
     // order), instead of every page of the text column.
-    let mut config = ctx.copied_config();
-    config.options_mut().execution.parquet.pushdown_filters = true;
-    let lookup = SessionContext::new_with_state(
-        SessionStateBuilder::new_from_existing(ctx.state())
-            .with_config(config)
-            .build(),
-    );
+    // The copy shares the session's catalogs; only its config is its own. (Building a state
+    // with a fresh config would register a new, empty default catalog over the session's own
+    // and drop every table registered in it.)
+    let mut state = ctx.state();
+    state
+        .config_mut()
+        .options_mut()
+        .execution
+        .parquet
+        .pushdown_filters = true;
+    let lookup = SessionContext::new_with_state(state);
     let reps = table(&lookup, dataset, "representations", true)
         .await?
         .expect("required");
