@@ -315,6 +315,59 @@ async fn ingests_with_different_property_keys_read_together() {
     );
 }
 
+/// An engine reuses a table it opened while the table's files are the same, and opens it
+/// again when a file arrives: a key only the new file has is then readable on the same engine.
+#[tokio::test]
+async fn one_engine_sees_files_ingested_after_it_opened_the_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("a.jsonl");
+    let b = dir.path().join("b.jsonl");
+    std::fs::write(
+        &a,
+        r#"{"event_name":"view","user_id":"u1","timestamp":"2026-01-01T00:00:00Z","properties":{"plan":"pro"}}
+"#,
+    )
+    .unwrap();
+    std::fs::write(
+        &b,
+        r#"{"event_name":"buy","user_id":"u2","timestamp":"2026-01-02T00:00:00Z","properties":{"amount":7}}
+"#,
+    )
+    .unwrap();
+    let root = dir.path().join("ds");
+    std::fs::create_dir_all(&root).unwrap();
+    signalql::catalog::ingest::ingest_events(&root, &[a]).unwrap();
+    let engine = Engine::open_with(&root, EngineOptions::default()).unwrap();
+    let ctx = engine.session();
+    let first = engine.dataset().events(ctx).await.unwrap();
+    let again = engine.dataset().events(ctx).await.unwrap();
+    assert!(Arc::ptr_eq(&first.provider, &again.provider), "reused");
+    let q = "FROM events GROUP BY event_name RETURN event_name, count";
+    assert_eq!(
+        json!(engine.query(q).await.unwrap().rows),
+        json!([["view", 1]])
+    );
+    // A key no file has reads as NULL (DESIGN: missing keys are NULL).
+    let sum = "FROM events RETURN sum(properties.amount)";
+    assert_eq!(
+        json!(engine.query(sum).await.unwrap().rows),
+        json!([[null]])
+    );
+
+    signalql::catalog::ingest::ingest_events(&root, &[b]).unwrap();
+    let reopened = engine.dataset().events(ctx).await.unwrap();
+    assert!(
+        !Arc::ptr_eq(&first.provider, &reopened.provider),
+        "reopened"
+    );
+    assert_eq!(reopened.files.len(), 2);
+    assert_eq!(
+        json!(engine.query(q).await.unwrap().rows),
+        json!([["buy", 1], ["view", 1]])
+    );
+    assert_eq!(json!(engine.query(sum).await.unwrap().rows), json!([[7]]));
+}
+
 #[tokio::test]
 async fn datafusion_settings_from_signalql_toml() {
     let dir = tempfile::tempdir().unwrap();

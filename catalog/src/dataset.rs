@@ -1,9 +1,9 @@
 //! A dataset root: its `signalql.toml`, which tables it has, and their registration as
 //! DataFusion listing tables over the Parquet files under `ROOT/<table>/`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, Utc};
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
@@ -67,6 +67,10 @@ pub struct Dataset {
     /// Read tables registered in the session under a table's name first (an application's
     /// own tables, `Engine::with_session`).
     session_tables: bool,
+    /// Tables opened before, by name, reused while their file list (locations and sizes) is
+    /// unchanged: opening infers the schema from every file's footer, which a repeated query
+    /// (WATCH, an agent's follow-ups, an MCP session) need not pay again.
+    opened: Arc<Mutex<HashMap<String, TableInfo>>>,
 }
 
 /// A registered table: its provider, the arrow schema, and the files behind it.
@@ -139,6 +143,7 @@ impl Dataset {
             root,
             config,
             session_tables: false,
+            opened: Arc::default(),
         })
     }
 
@@ -211,6 +216,9 @@ impl Dataset {
             });
         }
         let files = self.table_files(table)?;
+        if let Some(info) = self.opened_before(table, &files) {
+            return Ok(info);
+        }
         let unreadable = |message: String| DatasetError::Unreadable {
             table: table.to_string(),
             message,
@@ -234,12 +242,23 @@ impl Dataset {
             .with_listing_options(options)
             .with_schema(Arc::clone(&schema));
         let provider = ListingTable::try_new(config).map_err(|e| unreadable(e.to_string()))?;
-        Ok(TableInfo {
+        let info = TableInfo {
             name: table.to_string(),
             provider: Arc::new(provider),
             schema,
             files,
-        })
+        };
+        if let Ok(mut opened) = self.opened.lock() {
+            opened.insert(table.to_string(), info.clone());
+        }
+        Ok(info)
+    }
+
+    /// The table as opened before, if its files are the same ones (a file is named by its
+    /// location and size; signalql never rewrites a file in place, it writes new ones).
+    fn opened_before(&self, table: &str, files: &[(String, u64)]) -> Option<TableInfo> {
+        let opened = self.opened.lock().ok()?;
+        opened.get(table).filter(|t| t.files == files).cloned()
     }
 
     /// Open the `entities` table and check its columns.

@@ -8,6 +8,7 @@ use datafusion::arrow::array::{Array, AsArray, RecordBatch};
 use datafusion::arrow::datatypes::{SchemaRef, TimestampMicrosecondType};
 use datafusion::datasource::{MemTable, provider_as_source};
 use datafusion::execution::SessionStateBuilder;
+use datafusion::execution::cache::cache_manager::CacheManagerConfig;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::logical_expr::{LogicalPlan, LogicalPlanBuilder};
 use datafusion::physical_plan::{ExecutionPlan, collect};
@@ -112,8 +113,12 @@ impl Engine {
 
     pub fn open_with(root: impl AsRef<std::path::Path>, options: EngineOptions) -> Result<Engine> {
         let dataset = Dataset::open_with(root, &options.storage)?;
+        // No list-files cache: DataFusion 55 keeps a table folder's listing for the life of
+        // the runtime by default, so a long-lived engine (MCP server, WATCH) would never see
+        // a file ingested after its first scan. The dataset lists each table per query anyway.
         let runtime = RuntimeEnvBuilder::new()
             .with_memory_limit(options.limits.query_memory_bytes as usize, 1.0)
+            .with_cache_manager(CacheManagerConfig::default().with_list_files_cache_limit(0))
             .build_arc()?;
         // DataFusion's defaults, then the dataset's `[datafusion]` settings. (Parquet filter
         // pushdown was measured on 10M generated rows and did not help: top paths 155 ms on
