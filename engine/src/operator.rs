@@ -219,8 +219,11 @@ impl<K: Kernel> ExecutionPlan for TwoInputExec<K> {
             self.kernel.clone(),
         );
         let fut = async move {
-            let a = collect(first, Arc::clone(&context)).await?;
-            let b = collect(second, context).await?;
+            // Both inputs at once: the second's scan fills the first's idle moments.
+            let (a, b) = futures::try_join!(
+                collect(first, Arc::clone(&context)),
+                collect(second, context)
+            )?;
             kernel.run(&a, &b)
         };
         Ok(Box::pin(RecordBatchStreamAdapter::new(

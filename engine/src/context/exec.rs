@@ -11,6 +11,7 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::common::{DataFusionError, Result as DfResult};
 use serde_json::{Value, json};
 
+use super::load::Strs;
 use super::select::{Edge, Reason};
 use super::{Decisions, Item, PackParams, decide};
 use crate::operator::Kernel;
@@ -48,36 +49,46 @@ impl Kernel for BundlePack {
     fn run(&self, candidates: &[RecordBatch], edges: &[RecordBatch]) -> DfResult<RecordBatch> {
         let candidates = super::load::candidates_from(candidates, &self.0)
             .map_err(|e| DataFusionError::External(Box::new(e)))?;
-        let edges = edges_from(edges)?;
-        encode(&decide(&self.0, &candidates, &edges))
+        let columns = edge_columns(edges)?;
+        let decisions = decide(&self.0, &candidates, &edges_from(&columns));
+        let out = encode(&decisions);
+        // Freeing 100k candidates takes tens of milliseconds the answer need not wait for.
+        let garbage = (candidates, columns, decisions);
+        let _ = std::thread::Builder::new()
+            .name("signalql-free".into())
+            .spawn(move || drop(garbage));
+        out
     }
 }
 
-fn edges_from(batches: &[RecordBatch]) -> DfResult<Vec<Edge>> {
+/// The (a, b, relation) string columns of each edge batch.
+fn edge_columns(batches: &[RecordBatch]) -> DfResult<Vec<[Strs; 3]>> {
+    let col = |b: &RecordBatch, i: usize| -> DfResult<Strs> {
+        Strs::of(b.column(i).as_ref()).map_err(|e| DataFusionError::External(Box::new(e)))
+    };
+    batches
+        .iter()
+        .map(|b| Ok([col(b, 0)?, col(b, 1)?, col(b, 2)?]))
+        .collect()
+}
+
+/// The edges, borrowing their names from the batches' columns.
+fn edges_from(columns: &[[Strs; 3]]) -> Vec<Edge<'_>> {
     let mut out = Vec::new();
-    for b in batches {
-        let col = |i: usize| -> DfResult<super::load::Strs> {
-            super::load::Strs::of(b.column(i).as_ref())
-                .map_err(|e| DataFusionError::External(Box::new(e)))
-        };
-        let (a, bb, rel) = (col(0)?, col(1)?, col(2)?);
-        for i in 0..b.num_rows() {
-            if a.is_null(i) || bb.is_null(i) {
+    for [a, b, rel] in columns {
+        for i in 0..a.len() {
+            if a.is_null(i) || b.is_null(i) {
                 continue;
             }
             out.push(Edge {
-                a: a.value(i).to_string(),
-                b: bb.value(i).to_string(),
-                relation: if rel.is_null(i) {
-                    String::new()
-                } else {
-                    rel.value(i).to_string()
-                },
+                a: a.value(i),
+                b: b.value(i),
+                relation: if rel.is_null(i) { "" } else { rel.value(i) },
             });
         }
     }
     // Duplicates are harmless: expansion deduplicates each node's adjacency.
-    Ok(out)
+    out
 }
 
 /// The decisions as the operator's rows.

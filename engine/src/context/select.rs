@@ -132,11 +132,12 @@ pub fn ineligible(c: &Candidate, ex: Exclusions) -> Option<Reason> {
 }
 
 /// An undirected graph edge between two nodes (`object:<id>` or `<entity_type>:<id>`).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Edge {
-    pub a: String,
-    pub b: String,
-    pub relation: String,
+/// It borrows its names (from the edge batches), so reading edges allocates nothing per edge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Edge<'a> {
+    pub a: &'a str,
+    pub b: &'a str,
+    pub relation: &'a str,
 }
 
 /// Orders strings by UTF-16 code unit, as the spec's tie-breaks do. Code-unit order is byte
@@ -180,7 +181,7 @@ pub struct Reached {
 /// order, so the rounds, the adjacency order and the last tie-break compare integers.
 pub fn expand<'a>(
     seeds: &[(String, i64)],
-    edges: &'a [Edge],
+    edges: &[Edge<'a>],
     max_depth: u32,
     passable: &dyn Fn(&str) -> bool,
 ) -> Expansion<'a> {
@@ -198,9 +199,9 @@ pub fn expand<'a>(
     rel_index.insert("", 0);
     let mut raw: Vec<(u32, u32, u32)> = Vec::with_capacity(edges.len());
     for e in edges {
-        let (a, b) = (intern(&e.a), intern(&e.b));
-        let r = *rel_index.entry(e.relation.as_str()).or_insert_with(|| {
-            rels.push(&e.relation);
+        let (a, b) = (intern(e.a), intern(e.b));
+        let r = *rel_index.entry(e.relation).or_insert_with(|| {
+            rels.push(e.relation);
             (rels.len() - 1) as u32
         });
         raw.push((a, b, r));
@@ -256,7 +257,13 @@ pub fn expand<'a>(
     }
     // A seed's code-unit rank (its node name is `object:` and its id, so the order is the ids').
     let mut seed16 = vec![0u32; names.len()];
-    seed_nodes.sort_by(|a, b| utf16_cmp(a.1, b.1));
+    // Node ids are byte-order ranks, and byte order is code-unit order unless a name has a
+    // supplementary-plane character (a 4-byte UTF-8 sequence, lead byte 0xF0–0xF4).
+    if names.iter().any(|n| n.bytes().any(|b| b >= 0xF0)) {
+        seed_nodes.sort_unstable_by(|a, b| utf16_cmp(a.1, b.1));
+    } else {
+        seed_nodes.sort_unstable_by_key(|&(n, _)| n);
+    }
     for (r, (n, _)) in seed_nodes.iter().enumerate() {
         seed16[*n as usize] = r as u32;
     }
@@ -511,12 +518,8 @@ mod tests {
     ) -> HashMap<String, Step> {
         let mut adj: HashMap<&str, Vec<(&str, &str)>> = HashMap::new();
         for e in edges {
-            adj.entry(e.a.as_str())
-                .or_default()
-                .push((e.b.as_str(), e.relation.as_str()));
-            adj.entry(e.b.as_str())
-                .or_default()
-                .push((e.a.as_str(), e.relation.as_str()));
+            adj.entry(e.a).or_default().push((e.b, e.relation));
+            adj.entry(e.b).or_default().push((e.a, e.relation));
         }
         for list in adj.values_mut() {
             list.sort();
@@ -701,9 +704,9 @@ mod tests {
             let edges: Vec<Edge> = raw_edges
                 .iter()
                 .map(|&(a, b, r)| Edge {
-                    a: nodes[a].clone(),
-                    b: nodes[b].clone(),
-                    relation: rels[r].to_string(),
+                    a: &nodes[a],
+                    b: &nodes[b],
+                    relation: rels[r],
                 })
                 .collect();
             let seeds: Vec<(String, i64)> = ids
@@ -724,11 +727,7 @@ mod tests {
 
     #[test]
     fn expansion_halves_per_hop_through_entities_and_eligible_objects() {
-        let e = |a: &str, b: &str, r: &str| Edge {
-            a: a.into(),
-            b: b.into(),
-            relation: r.into(),
-        };
+        let e = |a: &'static str, b: &'static str, r: &'static str| Edge { a, b, relation: r };
         let edges = vec![
             e("object:s", "entity:x", "mentions"),
             e("object:t", "entity:x", "mentions"),
