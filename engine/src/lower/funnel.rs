@@ -19,7 +19,7 @@ use signalql_udfs::aggregate::percentile::percentile;
 use super::fields::{column, field_text, resolve};
 use super::retrieve::{Filtered, scan_filtered_with};
 use super::time::duration_seconds;
-use super::{LowerInput, Lowered, OutColumn, UnitSource};
+use super::{LowerInput, Lowered, OutColumn, UnitSource, project};
 use crate::error::{Error, Result};
 use crate::syntax::ast::{
     BoolExpr, FieldRef, FunnelOrder, FunnelQuery, RetrieveQuery, SequenceQuery, Source, Span,
@@ -180,9 +180,7 @@ pub fn lower_funnel(q: &FunnelQuery, view: &RetrieveQuery, input: &LowerInput) -
         };
         per_user_cols.push(e.alias(d.clone()));
     }
-    let users = users
-        .project(per_user_cols)?
-        .filter(column("level").gt_eq(lit(1i32)))?;
+    let users = project(users, per_user_cols)?.filter(column("level").gt_eq(lit(1i32)))?;
 
     // Per group: users at each step (reached it or a later one) and median seconds.
     let mut aggs = Vec::new();
@@ -196,13 +194,12 @@ pub fn lower_funnel(q: &FunnelQuery, view: &RetrieveQuery, input: &LowerInput) -
     let grouped = users.aggregate(dims.iter().map(|d| column(d)).collect::<Vec<_>>(), aggs)?;
 
     // One row per step: cross with the step numbers and pick each step's columns.
-    let steps = LogicalPlanBuilder::empty(true)
-        .project(vec![
-            make_array((1..=n as i64).map(lit).collect()).alias("__steps"),
-        ])?
-        .unnest_column("__steps")?
-        .project(vec![column("__steps").alias("step")])?
-        .build()?;
+    let steps = project(
+        LogicalPlanBuilder::empty(true),
+        vec![make_array((1..=n as i64).map(lit).collect()).alias("__steps")],
+    )?
+    .unnest_column("__steps")?;
+    let steps = project(steps, vec![column("__steps").alias("step")])?.build()?;
     let long = grouped.cross_join(steps)?;
     let pick = |value: &dyn Fn(usize) -> Expr, first: Expr| -> Result<Expr> {
         let mut c = when(column("step").eq(lit(1i64)), first);
@@ -252,8 +249,7 @@ pub fn lower_funnel(q: &FunnelQuery, view: &RetrieveQuery, input: &LowerInput) -
     let mut sort: Vec<SortExpr> = dims.iter().map(|d| column(d).sort(true, false)).collect();
     sort.push(column("step").sort(true, false));
     let cap = input.limits.max_result_rows;
-    let plan = long
-        .project(out)?
+    let plan = project(long, out)?
         .sort_with_limit(sort, Some(cap as usize + 1))?
         .limit(0, Some(cap as usize + 1))?
         .build()?;

@@ -18,7 +18,7 @@ use super::fields::{Resolved, column, field_text, resolve, ts_lit};
 use super::predicate::lower_bool;
 use super::source;
 use super::time::{Interval, anchor, bucket_series, micros, trunc_name, window_interval};
-use super::{LowerInput, Lowered, OutColumn, UnitSource};
+use super::{LowerInput, Lowered, OutColumn, UnitSource, project};
 use crate::error::{Error, Result};
 use crate::syntax::ast::{
     AggFn, Aggregate, FieldRef, Operand, OrderKey, RetrieveQuery, ReturnItem, Source, Span,
@@ -311,7 +311,7 @@ fn lower_listing(
     if !sort.is_empty() {
         b = b.sort_with_limit(sort, Some(fetch))?;
     }
-    let plan = b.limit(0, Some(fetch))?.project(projection)?.build()?;
+    let plan = project(b.limit(0, Some(fetch))?, projection)?.build()?;
     Ok(Lowered::new(plan, columns, ordered, limit_applied, row_cap))
 }
 
@@ -566,7 +566,7 @@ impl AfterAggregate {
                 unit: UnitSource::None,
             });
         }
-        let plan = b.project(projection)?.build()?;
+        let plan = project(b, projection)?.build()?;
         Ok(Lowered::new(
             plan,
             columns,
@@ -589,24 +589,27 @@ fn densify(
     // The series is an unnested array literal rather than VALUES, which DataFusion's
     // unparser cannot turn into SQL inside a join.
     let series = make_array(starts.iter().map(|s| ts_lit(*s)).collect());
-    let times = LogicalPlanBuilder::empty(true)
-        .project(vec![series.alias("__buckets")])?
-        .unnest_column("__buckets")?
-        .project(vec![column("__buckets").alias("__bucket")])?;
+    let times = project(
+        LogicalPlanBuilder::empty(true),
+        vec![series.alias("__buckets")],
+    )?
+    .unnest_column("__buckets")?;
+    let times = project(times, vec![column("__buckets").alias("__bucket")])?;
     let grid = if dims.is_empty() {
         times
     } else {
-        let groups = LogicalPlanBuilder::from(agg.clone())
-            .aggregate(
-                dims.iter().map(|d| column(d)).collect::<Vec<_>>(),
-                Vec::<Expr>::new(),
-            )?
-            .project(
-                dims.iter()
-                    .enumerate()
-                    .map(|(i, d)| column(d).alias(format!("__g{i}"))),
-            )?
-            .build()?;
+        let groups = LogicalPlanBuilder::from(agg.clone()).aggregate(
+            dims.iter().map(|d| column(d)).collect::<Vec<_>>(),
+            Vec::<Expr>::new(),
+        )?;
+        let groups = project(
+            groups,
+            dims.iter()
+                .enumerate()
+                .map(|(i, d)| column(d).alias(format!("__g{i}")))
+                .collect(),
+        )?
+        .build()?;
         times.cross_join(groups)?
     };
     let mut right = vec![column(BUCKET_KEY).alias("__rb")];
@@ -616,7 +619,7 @@ fn densify(
             .map(|(i, d)| column(d).alias(format!("__rg{i}"))),
     );
     right.extend(aggs.iter().map(|(n, _)| column(n).alias(n.clone())));
-    let right = LogicalPlanBuilder::from(agg).project(right)?.build()?;
+    let right = project(LogicalPlanBuilder::from(agg), right)?.build()?;
 
     let mut left_keys = vec![Column::from_name("__bucket")];
     let mut right_keys = vec![Column::from_name("__rb")];
@@ -644,5 +647,5 @@ fn densify(
             column(n).alias(n.clone())
         }
     }));
-    Ok(joined.project(out)?.build()?)
+    Ok(project(joined, out)?.build()?)
 }
