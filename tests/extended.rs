@@ -57,12 +57,13 @@ async fn watch_alerts_when_files_arrive_and_again_only_after_false() {
     let t = "2026-06-13T00:00:00Z";
 
     // 2 errors in the last hour: false, no alert.
-    let p = w.poll(&engine_at(root.path(), t)).await.unwrap();
+    let engine = engine_at(root.path(), t);
+    let p = w.poll(&engine).await.unwrap();
     assert!(!p.holds && p.alert.is_none());
 
     // A file arrives with 2 more: 4 >= 3 becomes true, one alert with the triggering rows.
+    // The same engine polls, as `signalql watch` does: it must see the new file.
     add_errors(root.path(), "b", 2, "2026-06-12T23:45:00Z");
-    let engine = engine_at(root.path(), t);
     let p = w.poll(&engine).await.unwrap();
     assert!(p.holds);
     let alert = p.alert.expect("an alert when the condition becomes true");
