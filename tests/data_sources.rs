@@ -2,7 +2,7 @@
 //! the struct form, computed by hand), and bad data — a missing dataset or table, a corrupt
 //! Parquet file, a properties column of an unexpected type — answered with a clear error.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
@@ -286,11 +286,12 @@ fn timestamp_type_is_microsecond_utc() {
     );
 }
 
-#[tokio::test]
-async fn ingests_with_different_property_keys_read_together() {
-    let dir = tempfile::tempdir().unwrap();
-    let a = dir.path().join("a.jsonl");
-    let b = dir.path().join("b.jsonl");
+/// Two JSONL files to ingest one after the other, each lacking the other's property key:
+/// a = one `view` {plan: pro}; b = two `buy`, one {amount: 7}, one without properties. Returns
+/// them and an empty dataset root, all under `dir`.
+fn files_with_different_keys(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    let a = dir.join("a.jsonl");
+    let b = dir.join("b.jsonl");
     std::fs::write(
         &a,
         r#"{"event_name":"view","user_id":"u1","timestamp":"2026-01-01T00:00:00Z","properties":{"plan":"pro"}}
@@ -304,8 +305,15 @@ async fn ingests_with_different_property_keys_read_together() {
 "#,
     )
     .unwrap();
-    let root = dir.path().join("ds");
+    let root = dir.join("ds");
     std::fs::create_dir_all(&root).unwrap();
+    (a, b, root)
+}
+
+#[tokio::test]
+async fn ingests_with_different_property_keys_read_together() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b, root) = files_with_different_keys(dir.path());
     signalql::catalog::ingest::ingest_events(&root, &[a]).unwrap();
     signalql::catalog::ingest::ingest_events(&root, &[b]).unwrap();
     // Each file lacks the other's key: both read as NULL there.
@@ -320,22 +328,7 @@ async fn ingests_with_different_property_keys_read_together() {
 #[tokio::test]
 async fn one_engine_sees_files_ingested_after_it_opened_the_table() {
     let dir = tempfile::tempdir().unwrap();
-    let a = dir.path().join("a.jsonl");
-    let b = dir.path().join("b.jsonl");
-    std::fs::write(
-        &a,
-        r#"{"event_name":"view","user_id":"u1","timestamp":"2026-01-01T00:00:00Z","properties":{"plan":"pro"}}
-"#,
-    )
-    .unwrap();
-    std::fs::write(
-        &b,
-        r#"{"event_name":"buy","user_id":"u2","timestamp":"2026-01-02T00:00:00Z","properties":{"amount":7}}
-"#,
-    )
-    .unwrap();
-    let root = dir.path().join("ds");
-    std::fs::create_dir_all(&root).unwrap();
+    let (a, b, root) = files_with_different_keys(dir.path());
     signalql::catalog::ingest::ingest_events(&root, &[a]).unwrap();
     let engine = Engine::open_with(&root, EngineOptions::default()).unwrap();
     let ctx = engine.session();
@@ -363,7 +356,7 @@ async fn one_engine_sees_files_ingested_after_it_opened_the_table() {
     assert_eq!(reopened.files.len(), 2);
     assert_eq!(
         json!(engine.query(q).await.unwrap().rows),
-        json!([["buy", 1], ["view", 1]])
+        json!([["buy", 2], ["view", 1]])
     );
     assert_eq!(json!(engine.query(sum).await.unwrap().rows), json!([[7]]));
 }
