@@ -98,16 +98,42 @@ static ASCII_WORD: [bool; 256] = {
     t
 };
 
-/// Whether the lower-case term `t` is a whole token of the ASCII text `b`.
+/// How rare each byte is in English text, higher is rarer: letters by their usual frequency
+/// (`e` commonest, `z` rarest), digits in between. Only steers which byte of a term is
+/// searched for; any choice gives the same answer.
+static RARITY: [u8; 256] = {
+    let mut r = [0u8; 256];
+    let order = b"etaoinshrdlcumwfgypbvkjxqz";
+    let mut i = 0;
+    while i < order.len() {
+        r[order[i] as usize] = i as u8 + 1;
+        r[order[i].to_ascii_uppercase() as usize] = i as u8 + 1;
+        i += 1;
+    }
+    let mut d = b'0';
+    while d <= b'9' {
+        r[d as usize] = 14;
+        d += 1;
+    }
+    r
+};
+
+/// Whether the lower-case term `t` is a whole token of the ASCII text `b`. The term's rarest
+/// byte is found in either case by a SIMD byte search, and only there is the rest compared
+/// (searching for the first letter, a common one such as `e` stops the search every few bytes).
 fn ascii_token_in(t: &[u8], b: &[u8]) -> bool {
-    let Some(&first) = t.first() else {
-        return false;
-    };
-    if !first.is_ascii() || t.len() > b.len() {
+    if t.is_empty() || !t.is_ascii() || t.len() > b.len() {
         return false; // a non-ASCII term is no token of ASCII text
     }
+    let (off, rare) = t
+        .iter()
+        .copied()
+        .enumerate()
+        .max_by_key(|&(i, c)| (RARITY[c as usize], std::cmp::Reverse(i)))
+        .expect("a term has a byte");
     let last = b.len() - t.len();
-    memchr::memchr2_iter(first, first.to_ascii_uppercase(), &b[..=last]).any(|at| {
+    // A hit at `p` in `b[off..=last + off]` puts the term's start at `p`.
+    memchr::memchr2_iter(rare, rare.to_ascii_uppercase(), &b[off..=last + off]).any(|at| {
         let end = at + t.len();
         (at == 0 || !ASCII_WORD[b[at - 1] as usize])
             && (end == b.len() || !ASCII_WORD[b[end] as usize])
@@ -130,8 +156,7 @@ pub fn weights(terms: &[String], title: &str, summary: &str, text: &str) -> Vec<
         }
         if field.is_ascii() {
             // ASCII: a term is one of the field's tokens when it occurs case-insensitively
-            // with no letter or digit on either side. Each term's first letter is found in
-            // either case by a SIMD byte search, and only there is the rest compared.
+            // with no letter or digit on either side (see `ascii_token_in`).
             let b = field.as_bytes();
             for (i, t) in terms.iter().enumerate() {
                 if w[i] < weight && ascii_token_in(t.as_bytes(), b) {
