@@ -3,12 +3,15 @@
 //! bucketing → grouping → aggregation → (dense fill) → HAVING → ordering → limit → projection.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
-use datafusion::common::{Column, DFSchemaRef, NullEquality};
+use datafusion::arrow::array::{Array, ListArray, TimestampMicrosecondArray};
+use datafusion::arrow::buffer::OffsetBuffer;
+use datafusion::arrow::datatypes::Field;
+use datafusion::common::{Column, DFSchemaRef, NullEquality, ScalarValue};
 use datafusion::datasource::provider_as_source;
 use datafusion::functions::core::expr_fn::coalesce;
 use datafusion::functions::datetime::expr_fn::date_trunc;
-use datafusion::functions_nested::expr_fn::make_array;
 use datafusion::logical_expr::utils::conjunction;
 use datafusion::logical_expr::{Expr, JoinType, LogicalPlan, LogicalPlanBuilder, SortExpr, lit};
 
@@ -587,8 +590,16 @@ fn densify(
     starts: &[i64],
 ) -> Result<LogicalPlan> {
     // The series is an unnested array literal rather than VALUES, which DataFusion's
-    // unparser cannot turn into SQL inside a join.
-    let series = make_array(starts.iter().map(|s| ts_lit(*s)).collect());
+    // unparser cannot turn into SQL inside a join. One list literal, not `make_array` of one
+    // literal per bucket: DataFusion names and types each argument when planning, which
+    // formats every timestamp.
+    let values = TimestampMicrosecondArray::from(starts.to_vec()).with_timezone("UTC");
+    let series = lit(ScalarValue::List(Arc::new(ListArray::new(
+        Arc::new(Field::new_list_field(values.data_type().clone(), true)),
+        OffsetBuffer::from_lengths([starts.len()]),
+        Arc::new(values),
+        None,
+    ))));
     let times = project(
         LogicalPlanBuilder::empty(true),
         vec![series.alias("__buckets")],
