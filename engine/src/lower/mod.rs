@@ -22,8 +22,8 @@ pub use time::Interval;
 
 /// `b.project(exprs)`, without DataFusion's column normalisation when the input has no
 /// qualified column (aggregate outputs, aliases): normalising then changes nothing, yet it
-/// walks the whole input plan once per expression, which is most of a funnel's planning time.
-/// With a qualified column in the input it is `project` itself.
+/// walks the whole input plan once per expression (about 14 % of a funnel's lowering in a
+/// profile of criterion `w9/W6`). With a qualified column in the input it is `project` itself.
 pub(crate) fn project(
     b: LogicalPlanBuilder,
     exprs: Vec<Expr>,
