@@ -519,14 +519,9 @@ impl Engine {
     /// Compute the bundle for `CONTEXT FOR "task" …` and keep it in the context store (the first
     /// record for an address wins; the returned bundle is the one computed now).
     pub async fn context(&self, q: &ContextQuery) -> Result<Bundle> {
-        crate::context::check_limits(q)?;
         let now = self.now()?;
-        let (as_of, t) = match &q.as_of {
-            Some(ts) => (Some(ts.0.clone()), parse_timestamp(ts)?),
-            None => (None, now),
-        };
-        let params = crate::context::PackParams::of(q, crate::lower::time::micros(t))?;
-        let plan = crate::context::load::plan(&self.ctx, &self.dataset, q, t, &params).await?;
+        let as_of = q.as_of.as_ref().map(|ts| ts.0.clone());
+        let (plan, t) = self.lower_context_at(q, now).await?;
         let (batches, _) = self.execute(&plan).await?;
         let decisions = crate::context::exec::decode(&batches)?;
         let graph = if q.with_evidence {
@@ -602,6 +597,28 @@ impl Engine {
             },
         )?;
         Ok(bundle)
+    }
+
+    /// The logical plan behind `CONTEXT FOR` (opening the object tables; nothing is run): one
+    /// plan whose result is the packing decisions. Bench W9 times this as W8's lowering.
+    pub async fn lower_context(&self, q: &ContextQuery) -> Result<LogicalPlan> {
+        Ok(self.lower_context_at(q, self.now()?).await?.0)
+    }
+
+    /// [`Engine::lower_context`] with the evaluation time given; also returns the AS OF time.
+    async fn lower_context_at(
+        &self,
+        q: &ContextQuery,
+        now: DateTime<Utc>,
+    ) -> Result<(LogicalPlan, DateTime<Utc>)> {
+        crate::context::check_limits(q)?;
+        let t = match &q.as_of {
+            Some(ts) => parse_timestamp(ts)?,
+            None => now,
+        };
+        let params = crate::context::PackParams::of(q, crate::lower::time::micros(t))?;
+        let plan = crate::context::load::plan(&self.ctx, &self.dataset, q, t, &params).await?;
+        Ok((plan, t))
     }
 
     /// `EXPLAIN CONTEXT context://…` from the context store; `unknown_context` when absent.

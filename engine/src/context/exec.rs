@@ -4,15 +4,16 @@
 //! eligibility, expands, boosts, ranks, applies MAX OBJECTS and runs both packing passes, and
 //! emits one row per packed item (in rank order), one per rejected object, and a summary row.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{AsArray, RecordBatch, StringArray};
-use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::arrow::array::{Array, AsArray, Int64Array, RecordBatch, StringArray};
+use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
 use datafusion::common::{DataFusionError, Result as DfResult};
 use serde_json::{Value, json};
 
 use super::load::Strs;
-use super::select::{Edge, Reason};
+use super::select::{Candidate, Edge, Reason};
 use super::{Decisions, Item, PackParams, decide};
 use crate::operator::Kernel;
 
@@ -50,8 +51,10 @@ impl Kernel for BundlePack {
         let candidates = super::load::candidates_from(candidates, &self.0)
             .map_err(|e| DataFusionError::External(Box::new(e)))?;
         let columns = edge_columns(edges)?;
-        let decisions = decide(&self.0, &candidates, &edges_from(&columns));
+        let edges = edges_from(&columns, &candidates);
+        let decisions = decide(&self.0, &candidates, &edges);
         let out = encode(&decisions);
+        drop(edges);
         // Freeing 100k candidates takes tens of milliseconds the answer need not wait for.
         let garbage = (candidates, columns, decisions);
         let _ = std::thread::Builder::new()
@@ -61,29 +64,63 @@ impl Kernel for BundlePack {
     }
 }
 
-/// The (a, b, relation) string columns of each edge batch.
-fn edge_columns(batches: &[RecordBatch]) -> DfResult<Vec<[Strs; 3]>> {
-    let col = |b: &RecordBatch, i: usize| -> DfResult<Strs> {
-        Strs::of(b.column(i).as_ref()).map_err(|e| DataFusionError::External(Box::new(e)))
-    };
+/// One edge batch's columns: `a`, `b`, `relation`, and the `object_id` and `revision` the
+/// edge belongs to.
+struct EdgeCols {
+    a: Strs,
+    b: Strs,
+    relation: Strs,
+    object_id: Strs,
+    revision: Int64Array,
+}
+
+/// The columns of each edge batch.
+fn edge_columns(batches: &[RecordBatch]) -> DfResult<Vec<EdgeCols>> {
+    let ext = |e: crate::error::Error| DataFusionError::External(Box::new(e));
     batches
         .iter()
-        .map(|b| Ok([col(b, 0)?, col(b, 1)?, col(b, 2)?]))
+        .map(|b| {
+            let s = |i: usize| Strs::of(b.column(i).as_ref()).map_err(ext);
+            let revision = b
+                .column(4)
+                .as_primitive_opt::<Int64Type>()
+                .cloned()
+                .ok_or_else(|| DataFusionError::Internal("edge revision column".into()))?;
+            Ok(EdgeCols {
+                a: s(0)?,
+                b: s(1)?,
+                relation: s(2)?,
+                object_id: s(3)?,
+                revision,
+            })
+        })
         .collect()
 }
 
-/// The edges, borrowing their names from the batches' columns.
-fn edges_from(columns: &[[Strs; 3]]) -> Vec<Edge<'_>> {
+/// The edges of the selected revisions (each candidate's own), borrowing their names from the
+/// batches' columns.
+fn edges_from<'a>(columns: &'a [EdgeCols], candidates: &[Candidate]) -> Vec<Edge<'a>> {
+    let selected: HashMap<&str, i64> = candidates
+        .iter()
+        .map(|c| (c.id.as_str(), c.revision))
+        .collect();
     let mut out = Vec::new();
-    for [a, b, rel] in columns {
-        for i in 0..a.len() {
-            if a.is_null(i) || b.is_null(i) {
+    for c in columns {
+        for i in 0..c.a.len() {
+            if c.a.is_null(i) || c.b.is_null(i) || c.object_id.is_null(i) || c.revision.is_null(i) {
+                continue;
+            }
+            if selected.get(c.object_id.value(i)) != Some(&c.revision.value(i)) {
                 continue;
             }
             out.push(Edge {
-                a: a.value(i),
-                b: b.value(i),
-                relation: if rel.is_null(i) { "" } else { rel.value(i) },
+                a: c.a.value(i),
+                b: c.b.value(i),
+                relation: if c.relation.is_null(i) {
+                    ""
+                } else {
+                    c.relation.value(i)
+                },
             });
         }
     }

@@ -13,7 +13,6 @@ use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, TimestampMicrosecondType};
 use datafusion::common::JoinType;
 use datafusion::dataframe::DataFrame;
-use datafusion::datasource::MemTable;
 use datafusion::functions::core::expr_fn::coalesce;
 use datafusion::functions::string::expr_fn::{concat, starts_with};
 use datafusion::functions::unicode::expr_fn::character_length;
@@ -281,7 +280,7 @@ pub async fn plan(
         .map(Expr::Column)
         .collect();
     let rows = rows_df.select(meta_cols)?;
-    let edges = edges_df(ctx, dataset, t_us).await?;
+    let edges = edges_df(ctx, dataset).await?;
     Ok(crate::operator::TwoInputNode::new(
         rows.into_unoptimized_plan(),
         edges.into_unoptimized_plan(),
@@ -308,32 +307,19 @@ pub(crate) fn per_object_text(rows: DataFrame) -> Result<DataFrame> {
     )?)
 }
 
-/// The graph edges (`a`, `b`, `relation`) of the selected revisions: links (an `object`
-/// entity is an object node) and derivations.
-async fn edges_df(ctx: &SessionContext, dataset: &Dataset, t: i64) -> Result<DataFrame> {
-    // The selected revisions, computed once and shared by both joins.
-    let sel = candidates_df(ctx, dataset, t).await?.select(vec![
-        col("object_id").alias("c_object_id"),
-        col("revision").alias("c_revision"),
-    ])?;
-    let schema = Arc::new(sel.schema().as_arrow().clone());
-    let batches = sel.collect().await?;
-    let selected_table = Arc::new(MemTable::try_new(schema, vec![batches])?);
-    // Rows of `rows` for the selected revisions, as edges from the object to `b`.
+/// The graph edges (`a`, `b`, `relation`) of every revision: links (an `object` entity is an
+/// object node) and derivations, each with the `object_id` and `revision` it belongs to. The
+/// packer keeps the edges of the selected revisions (the candidates' own), so the candidates
+/// are neither computed a second time nor collected while planning.
+async fn edges_df(ctx: &SessionContext, dataset: &Dataset) -> Result<DataFrame> {
     let edges_of = |rows: DataFrame, b: Expr| -> Result<DataFrame> {
-        Ok(rows
-            .join(
-                ctx.read_table(selected_table.clone())?,
-                JoinType::Inner,
-                &["object_id", "revision"],
-                &["c_object_id", "c_revision"],
-                None,
-            )?
-            .select(vec![
-                concat(vec![lit("object:"), col("object_id")]).alias("a"),
-                b.alias("b"),
-                col("relation"),
-            ])?)
+        Ok(rows.select(vec![
+            concat(vec![lit("object:"), col("object_id")]).alias("a"),
+            b.alias("b"),
+            col("relation"),
+            col("object_id"),
+            cast_expr(col("revision"), DataType::Int64).alias("revision"),
+        ])?)
     };
     let mut parts: Vec<DataFrame> = Vec::new();
     if let Some(links) = table(ctx, dataset, "links", false).await? {
@@ -358,6 +344,8 @@ async fn edges_df(ctx: &SessionContext, dataset: &Dataset, t: i64) -> Result<Dat
                 Field::new("a", DataType::Utf8, true),
                 Field::new("b", DataType::Utf8, true),
                 Field::new("relation", DataType::Utf8, true),
+                Field::new("object_id", DataType::Utf8, true),
+                Field::new("revision", DataType::Int64, true),
             ]));
             Ok(ctx.read_batch(RecordBatch::new_empty(schema))?)
         }
