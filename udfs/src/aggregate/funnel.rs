@@ -270,7 +270,9 @@ fn groups_accumulator(args: &AccumulatorArgs) -> Result<FunnelGroups> {
         grouped: group_type != DataType::Null,
         null_group: new_null_array(&group_type, 1),
         group_type,
+        n_groups: 0,
         events: Vec::new(),
+        group_of: Vec::new(),
         group_refs: Vec::new(),
         group_arrays: Vec::new(),
         retained_bytes: 0,
@@ -289,7 +291,11 @@ fn unpack(r: u64) -> (usize, usize) {
     ((r >> 32) as usize, (r & 0xffff_ffff) as usize)
 }
 
-/// The per-user event lists of one aggregation, indexed by group.
+/// The events of one aggregation, every group's in one flat store: each kept event in arrival
+/// order with its group index (and, when grouped, where its group value is stored). A
+/// counting sort by group gathers each group's events when they are emitted, so a user costs
+/// no allocation of its own (a list per user was most of the aggregate's time at millions of
+/// events).
 #[derive(Debug)]
 pub struct FunnelGroups {
     n_steps: usize,
@@ -298,21 +304,140 @@ pub struct FunnelGroups {
     grouped: bool,
     group_type: DataType,
     null_group: ArrayRef,
-    events: Vec<Vec<Event>>,
+    /// The number of groups.
+    n_groups: usize,
+    events: Vec<Event>,
+    /// Parallel to `events`: each event's group.
+    group_of: Vec<u32>,
     /// Parallel to `events` when grouped: where each event's group value is stored.
-    group_refs: Vec<Vec<u64>>,
+    group_refs: Vec<u64>,
     /// Arrays holding group values (input batches' group column, merged states' lists).
     group_arrays: Vec<ArrayRef>,
     retained_bytes: usize,
 }
 
-impl FunnelGroups {
-    fn resize(&mut self, total: usize) {
-        if self.events.len() < total {
-            self.events.resize_with(total, Vec::new);
-            if self.grouped {
-                self.group_refs.resize_with(total, Vec::new);
+/// The events of the groups taken from a [`FunnelGroups`], gathered by group in arrival order:
+/// group `g`'s are `events[offsets[g]..offsets[g + 1]]` (and the same range of `refs` when
+/// grouped).
+struct Taken {
+    events: Vec<Event>,
+    refs: Vec<u64>,
+    offsets: Vec<usize>,
+}
+
+impl Taken {
+    fn groups(&self) -> usize {
+        self.offsets.len() - 1
+    }
+
+    fn range(&self, g: usize) -> std::ops::Range<usize> {
+        self.offsets[g]..self.offsets[g + 1]
+    }
+
+    /// Sorts each group's events (with their refs) into event order, `(ts, seq)`, keeping
+    /// arrival order among equal keys.
+    fn sort_each(&mut self) {
+        let mut scratch: Vec<(Event, u64)> = Vec::new();
+        for g in 0..self.groups() {
+            let r = self.range(g);
+            if self.refs.is_empty() {
+                funnel_chain::sort_events(&mut self.events[r]);
+                continue;
             }
+            let events = &mut self.events[r.clone()];
+            if events.is_sorted_by_key(|e| (e.ts, e.seq)) {
+                continue;
+            }
+            let refs = &mut self.refs[r];
+            scratch.clear();
+            scratch.extend(events.iter().copied().zip(refs.iter().copied()));
+            scratch.sort_by_key(|(e, _)| (e.ts, e.seq));
+            for (i, (e, r)) in scratch.iter().enumerate() {
+                events[i] = *e;
+                refs[i] = *r;
+            }
+        }
+    }
+}
+
+impl FunnelGroups {
+    fn resize(&mut self, total: usize) -> Result<()> {
+        if total > u32::MAX as usize + 1 {
+            return exec_err!("funnel: more than 2^32 groups");
+        }
+        self.n_groups = self.n_groups.max(total);
+        Ok(())
+    }
+
+    /// Appends one event of group `g` (already checked to fit in `u32` by `resize`).
+    fn push(&mut self, g: usize, event: Event, group_ref: Option<u64>) {
+        self.events.push(event);
+        self.group_of.push(g as u32);
+        if let Some(r) = group_ref {
+            self.group_refs.push(r);
+        }
+    }
+
+    /// Takes the groups selected by `emit_to`, their events gathered by group (a stable
+    /// counting sort); the groups left are renumbered from 0, as `EmitTo::First` requires.
+    fn take(&mut self, emit_to: EmitTo) -> Taken {
+        let n = match emit_to {
+            EmitTo::All => self.n_groups,
+            EmitTo::First(k) => k.min(self.n_groups),
+        };
+        let mut offsets = vec![0usize; n + 1];
+        for &g in &self.group_of {
+            if (g as usize) < n {
+                offsets[g as usize + 1] += 1;
+            }
+        }
+        for g in 0..n {
+            offsets[g + 1] += offsets[g];
+        }
+        let total = offsets[n];
+        let mut order = vec![0usize; total];
+        let mut next = offsets[..n].to_vec();
+        for (i, &g) in self.group_of.iter().enumerate() {
+            if let Some(slot) = next.get_mut(g as usize) {
+                order[*slot] = i;
+                *slot += 1;
+            }
+        }
+        let events = order.iter().map(|&i| self.events[i]).collect();
+        let refs = if self.grouped {
+            order.iter().map(|&i| self.group_refs[i]).collect()
+        } else {
+            Vec::new()
+        };
+        if n == self.n_groups {
+            self.events.clear();
+            self.group_of.clear();
+            self.group_refs.clear();
+        } else {
+            // Keep the later groups' events, renumbered.
+            let mut kept = 0;
+            for i in 0..self.events.len() {
+                let g = self.group_of[i] as usize;
+                if g >= n {
+                    self.events[kept] = self.events[i];
+                    self.group_of[kept] = (g - n) as u32;
+                    if self.grouped {
+                        self.group_refs[kept] = self.group_refs[i];
+                    }
+                    kept += 1;
+                }
+            }
+            self.events.truncate(kept);
+            self.group_of.truncate(kept);
+            if self.grouped {
+                self.group_refs.truncate(kept);
+            }
+        }
+        self.n_groups -= n;
+        Taken {
+            events,
+            refs,
+            offsets,
         }
     }
 
@@ -385,34 +510,6 @@ impl FunnelGroups {
         Ok(out)
     }
 
-    /// Takes the groups selected by `emit_to`, each sorted into event order with its group refs.
-    fn take_sorted(&mut self, emit_to: EmitTo) -> Vec<(Vec<Event>, Vec<u64>)> {
-        let events = emit_to.take_needed(&mut self.events);
-        let refs = if self.grouped {
-            emit_to.take_needed(&mut self.group_refs)
-        } else {
-            vec![Vec::new(); events.len()]
-        };
-        events
-            .into_iter()
-            .zip(refs)
-            .map(|(ev, r)| {
-                if r.is_empty() {
-                    let mut ev = ev;
-                    funnel_chain::sort_events(&mut ev);
-                    (ev, r)
-                } else {
-                    let mut idx: Vec<usize> = (0..ev.len()).collect();
-                    idx.sort_by_key(|&i| (ev[i].ts, ev[i].seq));
-                    (
-                        idx.iter().map(|&i| ev[i]).collect(),
-                        idx.iter().map(|&i| r[i]).collect(),
-                    )
-                }
-            })
-            .collect()
-    }
-
     /// Reads a group value through `refs`, with `None` as NULL.
     fn group_values(&self, refs: &[Option<u64>]) -> Result<ArrayRef> {
         let null_source = self.group_arrays.len();
@@ -444,33 +541,37 @@ impl GroupsAccumulator for FunnelGroups {
         opt_filter: Option<&BooleanArray>,
         total_num_groups: usize,
     ) -> Result<()> {
-        self.resize(total_num_groups);
+        self.resize(total_num_groups)?;
         let rows = self.decode(values, opt_filter)?;
         let array_id = self.grouped.then(|| self.keep_group_array(&values[5]));
+        self.events.reserve(rows.len());
+        self.group_of.reserve(rows.len());
         for (row, event) in rows {
-            let g = group_indices[row];
-            if let Some(a) = array_id {
-                let r = if self.starts_chain(&event) {
+            let r = array_id.map(|a| {
+                if self.starts_chain(&event) {
                     pack(a, row)
                 } else {
                     NO_GROUP
-                };
-                self.group_refs[g].push(r);
-            }
-            self.events[g].push(event);
+                }
+            });
+            self.push(group_indices[row], event, r);
         }
         Ok(())
     }
 
     fn evaluate(&mut self, emit_to: EmitTo) -> Result<ArrayRef> {
-        let groups = self.take_sorted(emit_to);
-        let n = groups.len();
+        let mut taken = self.take(emit_to);
+        taken.sort_each();
+        let n = taken.groups();
         let mut level = Vec::with_capacity(n);
         let mut started = Vec::with_capacity(n);
         let mut completed = Vec::with_capacity(n);
         let mut seconds = ListBuilder::new(Float64Builder::new());
         let mut group_refs: Vec<Option<u64>> = Vec::with_capacity(n);
-        for (events, refs) in &groups {
+        for g in 0..n {
+            let r = taken.range(g);
+            let events = &taken.events[r.clone()];
+            let refs = taken.refs.get(r).unwrap_or(&[]);
             let reach = funnel_chain::search(events, self.n_steps, self.within_us, self.mode);
             let l = funnel_chain::level(&reach);
             level.push(l as i32);
@@ -506,16 +607,11 @@ impl GroupsAccumulator for FunnelGroups {
     }
 
     fn state(&mut self, emit_to: EmitTo) -> Result<Vec<ArrayRef>> {
-        let events = emit_to.take_needed(&mut self.events);
-        let refs = if self.grouped {
-            emit_to.take_needed(&mut self.group_refs)
-        } else {
-            Vec::new()
-        };
-        let offsets = OffsetBuffer::from_lengths(events.iter().map(Vec::len));
-        let flat: Vec<&Event> = events.iter().flatten().collect();
+        let taken = self.take(emit_to);
+        let offsets = OffsetBuffer::from_lengths((0..taken.groups()).map(|g| taken.range(g).len()));
+        let flat: Vec<&Event> = taken.events.iter().collect();
         let group = if self.grouped {
-            let all: Vec<Option<u64>> = refs.iter().flatten().map(|&r| Some(r)).collect();
+            let all: Vec<Option<u64>> = taken.refs.iter().map(|&r| Some(r)).collect();
             self.group_values(&all)?
         } else {
             new_null_array(&self.group_type, flat.len())
@@ -530,7 +626,7 @@ impl GroupsAccumulator for FunnelGroups {
         group_indices: &[usize],
         total_num_groups: usize,
     ) -> Result<()> {
-        self.resize(total_num_groups);
+        self.resize(total_num_groups)?;
         let [ts, seq, steps, group] = values else {
             return exec_err!("funnel: the state has 4 fields, got {}", values.len());
         };
@@ -558,15 +654,14 @@ impl GroupsAccumulator for FunnelGroups {
                     steps: raw & 0x7fff,
                     excluded: raw & (1 << 15) != 0,
                 };
-                if let Some(a) = array_id {
-                    let r = if self.starts_chain(&event) {
+                let r = array_id.map(|a| {
+                    if self.starts_chain(&event) {
                         pack(a, i)
                     } else {
                         NO_GROUP
-                    };
-                    self.group_refs[g].push(r);
-                }
-                self.events[g].push(event);
+                    }
+                });
+                self.push(g, event, r);
             }
         }
         Ok(())
@@ -596,11 +691,9 @@ impl GroupsAccumulator for FunnelGroups {
     }
 
     fn size(&self) -> usize {
-        let events: usize = self.events.iter().map(|v| v.capacity()).sum();
-        let refs: usize = self.group_refs.iter().map(|v| v.capacity()).sum();
-        events * size_of::<Event>()
-            + refs * size_of::<u64>()
-            + (self.events.capacity() + self.group_refs.capacity()) * size_of::<Vec<u64>>()
+        self.events.capacity() * size_of::<Event>()
+            + self.group_of.capacity() * size_of::<u32>()
+            + self.group_refs.capacity() * size_of::<u64>()
             + self.retained_bytes
     }
 }
@@ -653,7 +746,7 @@ impl Accumulator for FunnelAccumulator {
     }
 
     fn state(&mut self) -> Result<Vec<ScalarValue>> {
-        self.0.resize(1);
+        self.0.resize(1)?;
         self.0
             .state(EmitTo::All)?
             .iter()
@@ -662,11 +755,172 @@ impl Accumulator for FunnelAccumulator {
     }
 
     fn evaluate(&mut self) -> Result<ScalarValue> {
-        self.0.resize(1);
+        self.0.resize(1)?;
         ScalarValue::try_from_array(&self.0.evaluate(EmitTo::All)?, 0)
     }
 
     fn size(&self) -> usize {
         size_of_val(self) + self.0.size()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::arrow::array::{AsArray, BooleanArray, StringArray};
+    use proptest::prelude::*;
+
+    use super::*;
+
+    const STEPS: usize = 3;
+
+    fn accumulator(grouped: bool, mode: Mode) -> FunnelGroups {
+        let group_type = if grouped {
+            DataType::Utf8
+        } else {
+            DataType::Null
+        };
+        FunnelGroups {
+            n_steps: STEPS,
+            within_us: 5,
+            mode,
+            grouped,
+            null_group: new_null_array(&group_type, 1),
+            group_type,
+            n_groups: 0,
+            events: Vec::new(),
+            group_of: Vec::new(),
+            group_refs: Vec::new(),
+            group_arrays: Vec::new(),
+            retained_bytes: 0,
+        }
+    }
+
+    /// One row: (group, ts, step mask); `seq` is the row's index in `rows`.
+    type Row = (usize, i64, u16);
+
+    /// The aggregate's argument arrays for `rows[range]`; the group value is `v<ts>`.
+    fn args(rows: &[Row], range: std::ops::Range<usize>) -> Vec<ArrayRef> {
+        let part = &rows[range.clone()];
+        let mut v: Vec<ArrayRef> = vec![
+            Arc::new(
+                TimestampMicrosecondArray::from_iter_values(part.iter().map(|r| r.1))
+                    .with_timezone("UTC"),
+            ),
+            Arc::new(Int64Array::from_iter_values(range.map(|i| i as i64))),
+            Arc::new(Int64Array::from(vec![0; part.len()])),
+            Arc::new(StringArray::from(vec!["ordered"; part.len()])),
+            Arc::new(BooleanArray::from(vec![false; part.len()])),
+            Arc::new(StringArray::from_iter_values(
+                part.iter().map(|r| format!("v{}", r.1)),
+            )),
+        ];
+        for j in 0..STEPS {
+            v.push(Arc::new(BooleanArray::from_iter(
+                part.iter().map(|r| Some(r.2 & (1 << j) != 0)),
+            )));
+        }
+        v
+    }
+
+    /// Per group: level, the counted chain's start, and its first event's group value.
+    type Out = Vec<(i32, Option<i64>, Option<String>)>;
+
+    fn read(a: &ArrayRef) -> Out {
+        let s = a.as_struct();
+        let level = s
+            .column(0)
+            .as_primitive::<datafusion::arrow::datatypes::Int32Type>();
+        let start = s.column(1).as_primitive::<TimestampMicrosecondType>();
+        let group = s.column(4);
+        (0..s.len())
+            .map(|i| {
+                (
+                    level.value(i),
+                    start.is_valid(i).then(|| start.value(i)),
+                    group
+                        .as_string_opt::<i32>()
+                        .filter(|g| g.is_valid(i))
+                        .map(|g| g.value(i).to_string()),
+                )
+            })
+            .collect()
+    }
+
+    /// Each group's events sorted by (ts, seq) and searched on their own.
+    fn expected(rows: &[Row], groups: usize, grouped: bool, mode: Mode) -> Out {
+        (0..groups)
+            .map(|g| {
+                let mut ev: Vec<Event> = rows
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, r)| r.0 == g && r.2 != 0)
+                    .map(|(i, r)| Event {
+                        ts: r.1,
+                        seq: i as i64,
+                        steps: r.2,
+                        excluded: false,
+                    })
+                    .collect();
+                ev.sort_by_key(|e| (e.ts, e.seq));
+                let reach = funnel_chain::search(&ev, STEPS, 5, mode);
+                let l = funnel_chain::level(&reach);
+                let counted = l.checked_sub(1).and_then(|k| reach[k]);
+                (
+                    l as i32,
+                    counted.map(|c| ev[c.first].ts),
+                    counted
+                        .filter(|_| grouped)
+                        .map(|c| format!("v{}", ev[c.first].ts)),
+                )
+            })
+            .collect()
+    }
+
+    fn rows() -> impl Strategy<Value = (usize, Vec<Row>)> {
+        (1usize..6).prop_flat_map(|groups| {
+            (
+                Just(groups),
+                proptest::collection::vec((0..groups, 0i64..20, 0u16..8), 0..40),
+            )
+        })
+    }
+
+    proptest! {
+        /// The flat store gives each group what searching its events alone gives: fed in two
+        /// batches and emitted in two parts (`EmitTo::First`), and through two partial
+        /// aggregations whose states are merged.
+        #[test]
+        fn groups_match_each_group_searched_alone(
+            (groups, rows) in rows(),
+            split in 0usize..40,
+            first in 0usize..6,
+            grouped in any::<bool>(),
+            any_order in any::<bool>(),
+        ) {
+            let mode = if any_order { Mode::Any } else { Mode::Ordered };
+            let split = split.min(rows.len());
+            let gi: Vec<usize> = rows.iter().map(|r| r.0).collect();
+            let want = expected(&rows, groups, grouped, mode);
+
+            let mut one = accumulator(grouped, mode);
+            one.update_batch(&args(&rows, 0..split), &gi[..split], None, groups).unwrap();
+            one.update_batch(&args(&rows, split..rows.len()), &gi[split..], None, groups)
+                .unwrap();
+            let first = first.min(groups);
+            let mut got = read(&one.evaluate(EmitTo::First(first)).unwrap());
+            got.extend(read(&one.evaluate(EmitTo::All).unwrap()));
+            prop_assert_eq!(&got, &want);
+
+            let mut merged = accumulator(grouped, mode);
+            for range in [0..split, split..rows.len()] {
+                let mut part = accumulator(grouped, mode);
+                part.update_batch(&args(&rows, range.clone()), &gi[range], None, groups)
+                    .unwrap();
+                let state = part.state(EmitTo::All).unwrap();
+                let ids: Vec<usize> = (0..groups).collect();
+                merged.merge_batch(&state, &ids, groups).unwrap();
+            }
+            prop_assert_eq!(read(&merged.evaluate(EmitTo::All).unwrap()), want);
+        }
     }
 }
