@@ -391,8 +391,8 @@ async fn every_rejection_reason_is_reached_once_per_object() {
     let reason = |id: &str| -> Vec<String> {
         x.rejected
             .iter()
-            .filter(|r| r["object"] == format!("object://{id}@1"))
-            .map(|r| r["reason"].as_str().unwrap().to_string())
+            .filter(|r| r.object == format!("object://{id}@1"))
+            .map(|r| r.reason.as_str().to_string())
             .collect()
     };
     assert_eq!(reason("e_other"), ["out_of_scope"]);
@@ -416,14 +416,10 @@ async fn every_rejection_reason_is_reached_once_per_object() {
     assert!(
         x.rejected
             .iter()
-            .any(|r| r["object"] == "object://a_main@1" && r["reason"] == "budget")
+            .any(|r| r.object == "object://a_main@1" && r.reason.as_str() == "budget")
     );
     // Every object appears at most once among items and rejections.
-    let mut seen: Vec<String> = x
-        .rejected
-        .iter()
-        .map(|r| r["object"].as_str().unwrap().to_string())
-        .collect();
+    let mut seen: Vec<String> = x.rejected.iter().map(|r| r.object.clone()).collect();
     seen.extend(ids(&b));
     let n = seen.len();
     seen.sort();
@@ -910,8 +906,8 @@ async fn content_kept_by_reference_is_packed_by_reference() {
     assert_eq!((i.tokens, i.estimator.as_str()), (5, "stored"));
     // Without content or a stored estimate there is nothing to count: not packable.
     let x = engine(dir.path()).explain_context(&b.id).unwrap();
-    assert_eq!(x.rejected[0]["object"], "object://r_unsized@1");
-    assert_eq!(x.rejected[0]["reason"], "no_packable_representation");
+    assert_eq!(x.rejected[0].object, "object://r_unsized@1");
+    assert_eq!(x.rejected[0].reason.as_str(), "no_packable_representation");
 }
 
 /// The packed-content lookup runs on a copy of the session with its own config; the copy

@@ -588,15 +588,14 @@ impl Engine {
                 used as f64 / full as f64
             });
         }
-        crate::context::store::put(
-            self.dataset.root(),
-            &crate::context::store::Record {
-                spec_version: "0.5".into(),
-                bundle: bundle.clone(),
-                explanation,
-            },
-        )?;
-        Ok(bundle)
+        let record = crate::context::store::Record {
+            spec_version: "0.5".into(),
+            bundle,
+            explanation,
+        };
+        crate::context::store::put(self.dataset.root(), &record)?;
+        crate::context::free_in_background(record.explanation);
+        Ok(record.bundle)
     }
 
     /// The logical plan behind `CONTEXT FOR` (opening the object tables; nothing is run): one

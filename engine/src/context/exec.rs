@@ -55,11 +55,7 @@ impl Kernel for BundlePack {
         let decisions = decide(&self.0, &candidates, &edges);
         let out = encode(&decisions);
         drop(edges);
-        // Freeing 100k candidates takes tens of milliseconds the answer need not wait for.
-        let garbage = (candidates, columns, decisions);
-        let _ = std::thread::Builder::new()
-            .name("signalql-free".into())
-            .spawn(move || drop(garbage));
+        super::free_in_background((candidates, columns, decisions));
         out
     }
 }

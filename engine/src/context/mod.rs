@@ -142,7 +142,23 @@ pub struct Explanation {
     pub budget: Budget,
     pub phases: BTreeMap<String, u64>,
     pub items: Vec<Value>,
-    pub rejected: Vec<Value>,
+    pub rejected: Vec<Rejection>,
+}
+
+/// One object left out of a bundle, and why (`{"object": …, "reason": …}` in JSON).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rejection {
+    pub object: String,
+    pub reason: Reason,
+}
+
+/// Drops `garbage` on a short-lived thread: freeing 100k candidates or rejections takes tens
+/// of milliseconds an answer need not wait for. (If no thread can be started, it is dropped
+/// here.)
+pub(crate) fn free_in_background<T: Send + 'static>(garbage: T) {
+    let _ = std::thread::Builder::new()
+        .name("signalql-free".into())
+        .spawn(move || drop(garbage));
 }
 
 /// The evidence rows of the selected revisions (WITH EVIDENCE).
@@ -601,8 +617,8 @@ pub fn assemble(
         phases,
         items: explained,
         rejected: rejected
-            .iter()
-            .map(|(o, r)| json!({"object": o, "reason": r.as_str()}))
+            .into_iter()
+            .map(|(object, reason)| Rejection { object, reason })
             .collect(),
     };
     let bundle = Bundle {

@@ -7,7 +7,7 @@ use datafusion::common::HashMap;
 use std::cmp::Ordering;
 use std::sync::Arc;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// One representation of a candidate's selected revision.
 #[derive(Debug, Clone, PartialEq)]
@@ -55,7 +55,7 @@ pub struct Candidate {
 }
 
 /// Why an object was left out (signalql-v0.5-context.md, EXPLAIN CONTEXT).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Reason {
     OutOfScope,

@@ -41,6 +41,13 @@ pub fn put(root: &Root, record: &Record) -> Result<bool> {
             record.bundle.id
         )));
     };
+    // Locally, a record already stored is not serialised again (with 100k rejections that
+    // is most of the write's cost); `put_new` still decides a race.
+    if let Some(dir) = root.local()
+        && dir.join(path(k)).exists()
+    {
+        return Ok(false);
+    }
     let text = serde_json::to_vec_pretty(record).map_err(|e| Error::internal(e.to_string()))?;
     root.put_new(&path(k), text)
         .map_err(|e| Error::io(e.to_string()))
