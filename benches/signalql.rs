@@ -485,19 +485,13 @@ fn bench_udf(c: &mut Criterion) {
     }
     // lexical-v1 over 10 000 generated ~400-word bodies (the context corpus's text).
     let docs = lexical_docs(10_000);
-    let terms = signalql::udfs::scalar::lexical::terms(CONTEXT_TASK);
+    let matcher = signalql::udfs::scalar::lexical::Matcher::new(
+        signalql::udfs::scalar::lexical::terms(CONTEXT_TASK),
+    );
     group.bench_function("lexical/weights/10k_docs", |b| {
         b.iter(|| {
             docs.iter()
-                .map(|d| {
-                    signalql::udfs::scalar::lexical::weights(
-                        &terms,
-                        "Title words",
-                        "",
-                        black_box(d),
-                    )
-                    .len()
-                })
+                .map(|d| matcher.weights("Title words", "", black_box(d)).len())
                 .sum::<usize>()
         })
     });

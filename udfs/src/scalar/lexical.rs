@@ -98,89 +98,101 @@ static ASCII_WORD: [bool; 256] = {
     t
 };
 
-/// How rare each byte is in English text, higher is rarer: letters by their usual frequency
-/// (`e` commonest, `z` rarest), digits in between. Only steers which byte of a term is
-/// searched for; any choice gives the same answer.
-static RARITY: [u8; 256] = {
-    let mut r = [0u8; 256];
-    let order = b"etaoinshrdlcumwfgypbvkjxqz";
-    let mut i = 0;
-    while i < order.len() {
-        r[order[i] as usize] = i as u8 + 1;
-        r[order[i].to_ascii_uppercase() as usize] = i as u8 + 1;
-        i += 1;
-    }
-    let mut d = b'0';
-    while d <= b'9' {
-        r[d as usize] = 14;
-        d += 1;
-    }
-    r
-};
-
-/// Whether the lower-case term `t` is a whole token of the ASCII text `b`. The term's rarest
-/// byte is found in either case by a SIMD byte search, and only there is the rest compared
-/// (searching for the first letter, a common one such as `e` stops the search every few bytes).
-fn ascii_token_in(t: &[u8], b: &[u8]) -> bool {
-    if t.is_empty() || !t.is_ascii() || t.len() > b.len() {
-        return false; // a non-ASCII term is no token of ASCII text
-    }
-    let (off, rare) = t
-        .iter()
-        .copied()
-        .enumerate()
-        .max_by_key(|&(i, c)| (RARITY[c as usize], std::cmp::Reverse(i)))
-        .expect("a term has a byte");
-    let last = b.len() - t.len();
-    // A hit at `p` in `b[off..=last + off]` puts the term's start at `p`.
-    memchr::memchr2_iter(rare, rare.to_ascii_uppercase(), &b[off..=last + off]).any(|at| {
-        let end = at + t.len();
-        (at == 0 || !ASCII_WORD[b[at - 1] as usize])
-            && (end == b.len() || !ASCII_WORD[b[end] as usize])
-            && b[at..end].eq_ignore_ascii_case(t)
-    })
+/// A task's terms prepared for matching many fields: each ASCII term with a substring finder.
+///
+/// An ASCII field is lower-cased once (for ASCII text the spec's full lower-casing is ASCII
+/// case folding), and each term is searched for as a substring by `memchr`'s SIMD finder; a
+/// hit counts when no ASCII letter or digit touches it on either side, which makes it one of
+/// the field's tokens (a non-ASCII term is no token of ASCII text). Other fields are
+/// tokenised as the spec says.
+#[derive(Debug, Clone)]
+pub struct Matcher {
+    terms: Vec<String>,
+    /// Per term: its finder, or `None` for a term with a non-ASCII character.
+    finders: Vec<Option<memchr::memmem::Finder<'static>>>,
+    /// Bit n is set when a term is n bytes long (bit 63: 63 bytes or more).
+    lengths: u64,
 }
 
-/// Per term, the weight of the heaviest field containing it (0 when none).
-pub fn weights(terms: &[String], title: &str, summary: &str, text: &str) -> Vec<i64> {
-    let mut w = vec![0i64; terms.len()];
-    // Bit n is set when a term is n bytes long (bit 63: 63 bytes or more).
-    let lengths = terms.iter().fold(0u64, |m, t| m | 1u64 << t.len().min(63));
-    for (field, weight) in [
-        (title, TITLE_WEIGHT),
-        (summary, SUMMARY_WEIGHT),
-        (text, TEXT_WEIGHT),
-    ] {
-        if w.iter().all(|&x| x >= weight) {
-            continue;
+impl Matcher {
+    pub fn new(terms: Vec<String>) -> Matcher {
+        let finders = terms
+            .iter()
+            .map(|t| {
+                (t.is_ascii() && !t.is_empty()).then(|| {
+                    memchr::memmem::Finder::new(t.to_ascii_lowercase().as_bytes()).into_owned()
+                })
+            })
+            .collect();
+        let lengths = terms.iter().fold(0u64, |m, t| m | 1u64 << t.len().min(63));
+        Matcher {
+            terms,
+            finders,
+            lengths,
         }
-        if field.is_ascii() {
-            // ASCII: a term is one of the field's tokens when it occurs case-insensitively
-            // with no letter or digit on either side (see `ascii_token_in`).
-            let b = field.as_bytes();
-            for (i, t) in terms.iter().enumerate() {
-                if w[i] < weight && ascii_token_in(t.as_bytes(), b) {
-                    w[i] = weight;
-                }
+    }
+
+    /// The task's terms, in order.
+    pub fn terms(&self) -> &[String] {
+        &self.terms
+    }
+
+    /// Per term, the weight of the heaviest field containing it (0 when none).
+    pub fn weights(&self, title: &str, summary: &str, text: &str) -> Vec<i64> {
+        let mut w = vec![0i64; self.terms.len()];
+        let mut lower: Vec<u8> = Vec::new();
+        for (field, weight) in [
+            (title, TITLE_WEIGHT),
+            (summary, SUMMARY_WEIGHT),
+            (text, TEXT_WEIGHT),
+        ] {
+            if w.iter().all(|&x| x >= weight) {
+                continue;
             }
-        } else {
-            let lower = field.to_lowercase();
-            for tok in split(&lower) {
-                if lengths & (1u64 << tok.len().min(63)) == 0 {
-                    continue; // no term has this token's length
-                }
-                for (i, t) in terms.iter().enumerate() {
-                    if w[i] < weight && t.as_str() == tok {
+            if field.is_ascii() {
+                lower.clear();
+                lower.extend(field.bytes().map(|c| c.to_ascii_lowercase()));
+                for (i, f) in self.finders.iter().enumerate() {
+                    if w[i] < weight && f.as_ref().is_some_and(|f| ascii_token_in(f, &lower)) {
                         w[i] = weight;
                     }
                 }
-                if w.iter().all(|&x| x >= weight) {
-                    break;
+            } else {
+                let folded = field.to_lowercase();
+                for tok in split(&folded) {
+                    if self.lengths & (1u64 << tok.len().min(63)) == 0 {
+                        continue; // no term has this token's length
+                    }
+                    for (i, t) in self.terms.iter().enumerate() {
+                        if w[i] < weight && t.as_str() == tok {
+                            w[i] = weight;
+                        }
+                    }
+                    if w.iter().all(|&x| x >= weight) {
+                        break;
+                    }
                 }
             }
         }
+        w
     }
-    w
+}
+
+/// Whether the finder's (lower-case ASCII) term is a whole token of the lower-cased ASCII
+/// text `b`: a hit with no ASCII letter or digit right before or after it.
+fn ascii_token_in(f: &memchr::memmem::Finder<'_>, b: &[u8]) -> bool {
+    let n = f.needle().len();
+    f.find_iter(b).any(|at| {
+        let end = at + n;
+        (at == 0 || !ASCII_WORD[b[at - 1] as usize])
+            && (end == b.len() || !ASCII_WORD[b[end] as usize])
+    })
+}
+
+/// Per term, the weight of the heaviest field containing it (0 when none). For many fields
+/// of one task, build a [`Matcher`] once instead.
+pub fn weights(terms: &[String], title: &str, summary: &str, text: &str) -> Vec<i64> {
+    Matcher::new(terms.to_vec()).weights(title, summary, text)
 }
 
 /// `floor(sum × 1 000 000 / (3 × terms))`, 0 without terms.
@@ -330,10 +342,11 @@ fn each_row(
     args: &ScalarFunctionArgs,
     mut f: impl FnMut(usize, Option<(&[String], Vec<i64>)>),
 ) -> Result<()> {
-    let scalar_terms = match &args.args[0] {
+    // A constant task (the usual case) is prepared once per batch.
+    let scalar_task = match &args.args[0] {
         ColumnarValue::Scalar(
             ScalarValue::Utf8(t) | ScalarValue::Utf8View(t) | ScalarValue::LargeUtf8(t),
-        ) => Some(t.as_deref().map(terms)),
+        ) => Some(t.as_deref().map(|t| Matcher::new(terms(t)))),
         _ => None,
     };
     if args.args.len() != 4 {
@@ -342,23 +355,22 @@ fn each_row(
     let cols = args.args.iter().map(Col::of).collect::<Result<Vec<_>>>()?;
     for i in 0..args.number_rows {
         let owned;
-        let t: Option<&[String]> = match &scalar_terms {
-            Some(Some(t)) => Some(t),
-            Some(None) => None,
+        let m: Option<&Matcher> = match &scalar_task {
+            Some(m) => m.as_ref(),
             None => match cols[0].get(i) {
                 None => None,
                 Some(task) => {
-                    owned = terms(task);
+                    owned = Matcher::new(terms(task));
                     Some(&owned)
                 }
             },
         };
-        match t {
+        match m {
             None => f(i, None),
-            Some(t) => {
+            Some(m) => {
                 let field = |k: usize| cols[k].get(i).unwrap_or("");
-                let w = weights(t, field(1), field(2), field(3));
-                f(i, Some((t, w)));
+                let w = m.weights(field(1), field(2), field(3));
+                f(i, Some((m.terms(), w)));
             }
         }
     }
