@@ -489,7 +489,7 @@ pub fn candidates_from(
                         roles: Vec::new(),
                         reps: Vec::new(),
                         lexical: 0,
-                        terms: Vec::new(),
+                        weights: Vec::new(),
                     });
                     weights.push(None);
                     index.insert(id, out.len() - 1);
@@ -538,13 +538,7 @@ pub fn candidates_from(
     for (cand, w) in out.iter_mut().zip(weights) {
         if let Some(w) = w {
             cand.lexical = score_of(&w);
-            cand.terms = params
-                .terms
-                .iter()
-                .zip(&w)
-                .filter(|(_, w)| **w > 0)
-                .map(|(t, _)| t.clone())
-                .collect();
+            cand.weights = w;
         }
     }
     Ok(out)

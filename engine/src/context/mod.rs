@@ -396,7 +396,7 @@ pub fn decide(p: &PackParams, candidates: &[Candidate], edges: &[select::Edge]) 
             let c = k.c;
             let mut why = Vec::new();
             if c.lexical > 0 {
-                why.push(json!({"lexical_match": {"terms": c.terms}}));
+                why.push(json!({"lexical_match": {"terms": c.terms(&p.terms)}}));
             }
             let path = match reached.reached(&c.id) {
                 Some(r) if r.score > c.lexical => {
@@ -528,7 +528,7 @@ pub fn decide(p: &PackParams, candidates: &[Candidate], edges: &[select::Edge]) 
         })
         .unwrap_or(Value::Null);
         if let Value::Object(m) = &mut e {
-            m.insert("terms".into(), json!(r.c.terms));
+            m.insert("terms".into(), json!(r.c.terms(&p.terms)));
             m.insert(
                 "score_breakdown".into(),
                 json!({"lexical": r.c.lexical, "propagated": r.propagated, "boosts": r.boosts}),

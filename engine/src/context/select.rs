@@ -49,9 +49,23 @@ pub struct Candidate {
     pub validation: Arc<str>,
     pub roles: Vec<Arc<str>>,
     pub reps: Vec<Rep>,
-    /// lexical-v1 score and matched terms (0 / empty unless eligible).
+    /// lexical-v1 score (0 unless eligible).
     pub lexical: i64,
-    pub terms: Vec<String>,
+    /// Per task term, its lexical-v1 weight (empty unless eligible): the matched terms are
+    /// those weighing more than 0 ([`Candidate::terms`]).
+    pub weights: Vec<i64>,
+}
+
+impl Candidate {
+    /// The task terms the object matched, in term order.
+    pub fn terms<'a>(&self, task_terms: &'a [String]) -> Vec<&'a str> {
+        task_terms
+            .iter()
+            .zip(&self.weights)
+            .filter(|(_, w)| **w > 0)
+            .map(|(t, _)| t.as_str())
+            .collect()
+    }
 }
 
 /// Why an object was left out (signalql-v0.5-context.md, EXPLAIN CONTEXT).
