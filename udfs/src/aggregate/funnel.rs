@@ -263,20 +263,12 @@ fn groups_accumulator(args: &AccumulatorArgs) -> Result<FunnelGroups> {
         .get(5)
         .map(|f| f.data_type().clone())
         .unwrap_or(DataType::Null);
-    Ok(FunnelGroups {
+    Ok(FunnelGroups::new(
         n_steps,
-        within_us: within_seconds.saturating_mul(1_000_000),
+        within_seconds.saturating_mul(1_000_000),
         mode,
-        grouped: group_type != DataType::Null,
-        null_group: new_null_array(&group_type, 1),
         group_type,
-        n_groups: 0,
-        events: Vec::new(),
-        group_of: Vec::new(),
-        group_refs: Vec::new(),
-        group_arrays: Vec::new(),
-        retained_bytes: 0,
-    })
+    ))
 }
 
 /// A group reference for an event that cannot start a chain: its group value is never read.
@@ -361,6 +353,24 @@ impl Taken {
 }
 
 impl FunnelGroups {
+    /// An empty aggregation; `group_type` is `Null` when the funnel has no GROUP BY.
+    fn new(n_steps: usize, within_us: i64, mode: Mode, group_type: DataType) -> FunnelGroups {
+        FunnelGroups {
+            n_steps,
+            within_us,
+            mode,
+            grouped: group_type != DataType::Null,
+            null_group: new_null_array(&group_type, 1),
+            group_type,
+            n_groups: 0,
+            events: Vec::new(),
+            group_of: Vec::new(),
+            group_refs: Vec::new(),
+            group_arrays: Vec::new(),
+            retained_bytes: 0,
+        }
+    }
+
     fn resize(&mut self, total: usize) -> Result<()> {
         if total > u32::MAX as usize + 1 {
             return exec_err!("funnel: more than 2^32 groups");
@@ -779,20 +789,7 @@ mod tests {
         } else {
             DataType::Null
         };
-        FunnelGroups {
-            n_steps: STEPS,
-            within_us: 5,
-            mode,
-            grouped,
-            null_group: new_null_array(&group_type, 1),
-            group_type,
-            n_groups: 0,
-            events: Vec::new(),
-            group_of: Vec::new(),
-            group_refs: Vec::new(),
-            group_arrays: Vec::new(),
-            retained_bytes: 0,
-        }
+        FunnelGroups::new(STEPS, 5, mode, group_type)
     }
 
     /// One row: (group, ts, step mask); `seq` is the row's index in `rows`.
