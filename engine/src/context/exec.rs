@@ -1,8 +1,9 @@
 //! The packer as a DataFusion operator (DESIGN.md §5): the [`BundlePack`] kernel of a
 //! [`TwoInputNode`](crate::operator::TwoInputNode) over the candidate representations (with
-//! their lexical-v1 scores) and the graph edges of the selected revisions. It decides
-//! eligibility, expands, boosts, ranks, applies MAX OBJECTS and runs both packing passes, and
-//! emits one row per packed item (in rank order), one per rejected object, and a summary row.
+//! their lexical-v1 scores) and the graph edges of every revision, of which it keeps the
+//! candidates' own. It decides eligibility, expands, boosts, ranks, applies MAX OBJECTS and
+//! runs both packing passes, and emits one row per packed item (in rank order), one per
+//! rejected object, and a summary row.
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -152,10 +152,9 @@ pub(crate) async fn candidates_df(
     )?)
 }
 
-/// Loads the candidates (with lexical scores for the eligible ones) and the graph.
 /// The logical plan of `CONTEXT FOR`: the candidate representations (metadata only) with each
-/// object's lexical-v1 score and matched terms, and the graph edges of the selected revisions,
-/// under the [`BundlePack`](super::exec::BundlePack) operator.
+/// row's lexical-v1 term weights, and the graph edges of every revision (the packer keeps the
+/// selected revisions' own), under the [`BundlePack`](super::exec::BundlePack) operator.
 pub async fn plan(
     ctx: &SessionContext,
     dataset: &Dataset,
