@@ -210,35 +210,40 @@ pub async fn plan(
         .clone()
         .and(!secret.clone())
         .and(!role_excluded.clone());
-    let rows_df = joined
-        .with_column("eff_roles", eff)?
-        .with_column("secret", secret)?
-        .with_column("role_excluded", role_excluded)?
-        .with_column("packable", packable)?
+    // Three projections (each one re-types every column it passes on, which is most of this
+    // plan's building time): the effective roles; the tests and the readable content; what
+    // the packer reads.
+    let dropped = [
+        "rev_roles",
+        "rep_roles",
+        "p_object_id",
+        "p_revision",
+        "r_object_id",
+    ];
+    let mut first: Vec<Expr> = joined
+        .schema()
+        .columns()
+        .into_iter()
+        .filter(|c| !dropped.contains(&c.name.as_str()))
+        .map(Expr::Column)
+        .collect();
+    first.push(eff.alias("eff_roles"));
+    let with_roles = joined.select(first)?;
+    let mut second: Vec<Expr> = with_roles
+        .schema()
+        .columns()
+        .into_iter()
+        .filter(|c| c.name != "content")
+        .map(Expr::Column)
+        .collect();
+    second.extend([
+        secret.alias("secret"),
+        role_excluded.alias("role_excluded"),
+        packable.alias("packable"),
         // Content only where readable, so nothing after this can read secret or excluded text.
-        .with_column("content", when(readable, col("content")).end()?)?
-        .with_column(
-            "est_tokens",
-            cast_expr(
-                coalesce(vec![
-                    col("tokens"),
-                    (character_length(col("content")) + lit(3i64)) / lit(4i64),
-                ]),
-                DataType::Int64,
-            ),
-        )?
-        .with_column(
-            "estimator",
-            when(col("tokens").is_not_null(), lit(STORED)).otherwise(lit(CHARS_DIV_4))?,
-        )?
-        .drop_columns(&[
-            "rev_roles",
-            "rep_roles",
-            "tokens",
-            "p_object_id",
-            "p_revision",
-            "r_object_id",
-        ])?;
+        when(readable, col("content")).end()?.alias("content"),
+    ]);
+    let tested = with_roles.select(second)?;
 
     // lexical-v1 over the loaded (eligible) content, per object: title 3, summary 2, other 1.
     let task = lit(q.task.as_str());
@@ -265,20 +270,49 @@ pub async fn plan(
     // whole (`lexical_weights`), without holding or joining any text.
     let summary = when(col("name").eq(lit("summary")), col("content")).end()?;
     let other = when(col("name").not_eq(lit("summary")), col("content")).end()?;
-    let rows_df = rows_df.with_column(
-        "lex_weights",
-        when(scope, lexical_weights(task, col("title"), summary, other)).end()?,
-    )?;
-
-    let meta_cols: Vec<Expr> = rows_df
-        .schema()
-        .columns()
-        .into_iter()
-        // Content only for COMPRESS, which shrinks the text of what does not fit.
-        .filter(|c| params.compress || c.name != "content")
-        .map(Expr::Column)
-        .collect();
-    let rows = rows_df.select(meta_cols)?;
+    // What the packer reads (`RowCols`); content only for COMPRESS, which shrinks the text of
+    // what does not fit.
+    let mut out: Vec<Expr> = [
+        "object_id",
+        "revision",
+        "project",
+        "rev_created_at",
+        "origin",
+        "trust",
+        "validation",
+        "state",
+        "name",
+        "media_type",
+        "content_ref",
+        "content_hash",
+        "eff_roles",
+        "secret",
+        "role_excluded",
+        "packable",
+    ]
+    .into_iter()
+    .map(col)
+    .collect();
+    if params.compress {
+        out.push(col("content"));
+    }
+    out.extend([
+        cast_expr(
+            coalesce(vec![
+                col("tokens"),
+                (character_length(col("content")) + lit(3i64)) / lit(4i64),
+            ]),
+            DataType::Int64,
+        )
+        .alias("est_tokens"),
+        when(col("tokens").is_not_null(), lit(STORED))
+            .otherwise(lit(CHARS_DIV_4))?
+            .alias("estimator"),
+        when(scope, lexical_weights(task, col("title"), summary, other))
+            .end()?
+            .alias("lex_weights"),
+    ]);
+    let rows = tested.select(out)?;
     let edges = edges_df(ctx, dataset).await?;
     Ok(crate::operator::TwoInputNode::new(
         rows.into_unoptimized_plan(),
