@@ -249,8 +249,7 @@ pub fn lower_funnel(q: &FunnelQuery, view: &RetrieveQuery, input: &LowerInput) -
     let mut sort: Vec<SortExpr> = dims.iter().map(|d| column(d).sort(true, false)).collect();
     sort.push(column("step").sort(true, false));
     let cap = input.limits.max_result_rows;
-    let plan = project(long, out)?
-        .sort_with_limit(sort, Some(cap as usize + 1))?
+    let plan = super::sort(project(long, out)?, sort, Some(cap as usize + 1))?
         .limit(0, Some(cap as usize + 1))?
         .build()?;
 

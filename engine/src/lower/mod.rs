@@ -14,7 +14,7 @@ pub mod trend;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use datafusion::logical_expr::{Expr, LogicalPlan, LogicalPlanBuilder, Projection};
+use datafusion::logical_expr::{Expr, LogicalPlan, LogicalPlanBuilder, Projection, Sort, SortExpr};
 use serde::Serialize;
 use signalql_catalog::TableInfo;
 
@@ -35,6 +35,34 @@ pub(crate) fn project(
     Ok(LogicalPlanBuilder::from(LogicalPlan::Projection(
         Projection::try_new(exprs, Arc::new(input))?,
     )))
+}
+
+/// `b.sort_with_limit(exprs, fetch)`, built directly when every key is a plain column of an
+/// input without qualified columns: DataFusion's builder would then rewrite the keys through
+/// the projection below and normalise them, both changing nothing (about 10 % of a funnel's
+/// lowering in a profile of criterion `w9/W7`). Otherwise it is `sort_with_limit` itself.
+pub(crate) fn sort(
+    b: LogicalPlanBuilder,
+    exprs: Vec<SortExpr>,
+    fetch: Option<usize>,
+) -> datafusion::error::Result<LogicalPlanBuilder> {
+    let input = b.build()?;
+    let schema = input.schema();
+    let plain = schema.iter().all(|(q, _)| q.is_none())
+        && exprs.iter().all(|s| match &s.expr {
+            Expr::Column(c) => {
+                c.relation.is_none() && schema.has_column_with_unqualified_name(&c.name)
+            }
+            _ => false,
+        });
+    if !plain {
+        return LogicalPlanBuilder::from(input).sort_with_limit(exprs, fetch);
+    }
+    Ok(LogicalPlanBuilder::from(LogicalPlan::Sort(Sort {
+        expr: exprs,
+        input: Arc::new(input),
+        fetch,
+    })))
 }
 
 /// Engine limits (DESIGN.md §4), all configurable, reported in `metadata.limits`. Group
