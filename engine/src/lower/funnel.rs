@@ -9,7 +9,7 @@
 use datafusion::arrow::datatypes::DataType;
 use datafusion::common::ScalarValue;
 use datafusion::functions::core::expr_fn::{get_field, named_struct, nullif};
-use datafusion::functions_aggregate::expr_fn::sum;
+use datafusion::functions_aggregate::expr_fn::count;
 use datafusion::functions_nested::expr_fn::{array_element, make_array};
 use datafusion::logical_expr::{Expr, LogicalPlanBuilder, SortExpr, cast, lit, when};
 use signalql_udfs::aggregate::funnel::{FunnelSpec, MAX_STEPS, funnel};
@@ -182,11 +182,12 @@ pub fn lower_funnel(q: &FunnelQuery, view: &RetrieveQuery, input: &LowerInput) -
     }
     let users = project(users, per_user_cols)?.filter(column("level").gt_eq(lit(1i32)))?;
 
-    // Per group: users at each step (reached it or a later one) and median seconds.
+    // Per group: users at each step (reached it or a later one: a count, 0 and never NULL
+    // for no such user) and median seconds.
     let mut aggs = Vec::new();
     for k in 1..=n {
-        let reached = when(column("level").gt_eq(lit(k as i32)), lit(1i64)).otherwise(lit(0i64))?;
-        aggs.push(sum(reached).alias(format!("u{k}")));
+        let reached = when(column("level").gt_eq(lit(k as i32)), lit(1i64)).end()?;
+        aggs.push(count(reached).alias(format!("u{k}")));
     }
     for k in 2..=n {
         aggs.push(percentile(column(&format!("s{k}")), 0.5).alias(format!("m{k}")));
@@ -208,15 +209,7 @@ pub fn lower_funnel(q: &FunnelQuery, view: &RetrieveQuery, input: &LowerInput) -
         }
         Ok(c.end()?)
     };
-    let users_at = |k: usize| {
-        cast(
-            datafusion::functions::core::expr_fn::coalesce(vec![
-                column(&format!("u{k}")),
-                lit(0i64),
-            ]),
-            DataType::Int64,
-        )
-    };
+    let users_at = |k: usize| column(&format!("u{k}"));
     let ratio = |num: Expr, den: Expr| {
         cast(num, DataType::Float64) / nullif(cast(den, DataType::Float64), lit(0f64))
     };
