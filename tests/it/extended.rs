@@ -1,7 +1,7 @@
 //! The extended and capability tiers beyond what golden cases show: WATCH polling as files
 //! arrive, metric registries that are wrong in each way, and `metadata.metrics`.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

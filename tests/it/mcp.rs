@@ -3,11 +3,10 @@
 //! our error code.
 
 use rmcp::ServiceExt;
-mod common;
+use crate::common;
 
 use rmcp::model::{CallToolRequestParams, CallToolResult};
 use rmcp::service::{RoleClient, RunningService};
-use rmcp::transport::{ConfigureCommandExt, TokioChildProcess};
 use serde_json::{Value, json};
 
 /// A dataset with the sample's events (linked) and a small object store.
@@ -55,12 +54,19 @@ async fn call(
 #[tokio::test]
 async fn an_mcp_client_session_uses_every_tool() {
     let root = dataset();
-    let transport = TokioChildProcess::new(
-        tokio::process::Command::new(env!("CARGO_BIN_EXE_signalql")).configure(|cmd| {
-            cmd.arg("mcp").arg("--data").arg(root.path());
-        }),
-    )
-    .unwrap();
+    // The server on a child process's stdio, through rmcp's async read/write transport (its
+    // child-process transport would turn on other tokio and libc features and so rebuild
+    // DataFusion for the tests).
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_signalql"))
+        .arg("mcp")
+        .arg("--data")
+        .arg(root.path())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let transport = (child.stdout.take().unwrap(), child.stdin.take().unwrap());
     let client = ().serve(transport).await.unwrap();
 
     let info = client.peer_info().unwrap();

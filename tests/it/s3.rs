@@ -4,7 +4,7 @@
 //! `io_error`s for a wrong bucket, missing credentials and unreachable or silent endpoints.
 //! (Every golden case also runs over S3: tests/golden.rs, trials `s3/…`.)
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::net::TcpListener;
