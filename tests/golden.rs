@@ -7,7 +7,11 @@
 //!   independently; `python3 tests/golden/oracle.py` runs it and rewrites `--- expected`;
 //! - `--- expected`: `{"columns": [names], "rows": [[...]]}` (hand-computed where there is no
 //!   oracle), optionally with `"truncated"`/`"ordered"` to check those flags;
-//! - `--- error`: instead of expected, `{"code": …, "line": …, "column": …}` (any subset).
+//! - `--- error`: instead of expected, `{"code": …, "line": …, "column": …}` (any subset);
+//! - `--- plan`: the statement's DataFusion logical plan as DataFusion displays it (indented),
+//!   pinned; `SIGNALQL_BLESS=1 cargo test --test golden` rewrites every `--- plan` section
+//!   from the engine for a person to review in the diff. A CONTEXT FOR case pins its plan
+//!   (the `BundlePack` node) and needs no `--- expected`.
 //!
 //! Numbers compare with a relative tolerance of 1e-9; everything else exactly.
 //!
@@ -82,7 +86,7 @@ fn close(a: &Value, b: &Value) -> bool {
 }
 
 /// The hand-made datasets under `tests/data/`, each built in a temporary folder.
-const BUILT: &[&str] = &["tiny", "funnel"];
+const BUILT: &[&str] = &["tiny", "funnel", "docs"];
 
 /// The datasets cases can name: the bundled sample, and the built ones (by name, in `built`).
 fn dataset(name: &str, built: &Path) -> PathBuf {
@@ -102,6 +106,19 @@ fn build(name: &str, root: &Path) {
         .join("tests/data")
         .join(name);
     std::fs::copy(src.join("signalql.toml"), dir.join("signalql.toml")).unwrap();
+    if name == "docs" {
+        // An object store: the Markdown files under `tests/data/docs/files`, ingested at a
+        // fixed time.
+        let options = signalql::catalog::objects::ingest::ObjectIngestOptions {
+            now: chrono::DateTime::parse_from_rfc3339("2026-01-01T00:00:00Z")
+                .unwrap()
+                .with_timezone(&chrono::Utc),
+            ..Default::default()
+        };
+        signalql::catalog::objects::ingest::ingest_objects(&dir, &[src.join("files")], &options)
+            .unwrap();
+        return;
+    }
     let mut inputs: Vec<PathBuf> = std::fs::read_dir(&src)
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -156,6 +173,30 @@ fn write_side_tables(src: &Path, root: &Path) {
     );
 }
 
+/// The engine options of a case: its `now`, and where S3 is.
+fn options(case: &Case, storage: StorageOptions) -> EngineOptions {
+    let now = case.header.get("now").map(|s| {
+        chrono::DateTime::parse_from_rfc3339(s)
+            .unwrap()
+            .with_timezone(&chrono::Utc)
+    });
+    EngineOptions {
+        now,
+        storage,
+        ..Default::default()
+    }
+}
+
+/// A CONTEXT FOR case without `--- error` pins its plan only (its bundles are tested in
+/// tests/it/context.rs).
+fn is_context(case: &Case) -> bool {
+    !case.sections.contains_key("error")
+        && case
+            .sections
+            .get("query")
+            .is_some_and(|q| q.trim_start().starts_with("CONTEXT FOR"))
+}
+
 /// The case's query on the dataset at `root` (a folder or `s3://…`).
 async fn evaluate(
     case: &Case,
@@ -163,17 +204,7 @@ async fn evaluate(
     storage: StorageOptions,
 ) -> Result<Result<signalql::Envelope, signalql::Error>, String> {
     let query = case.sections.get("query").ok_or("no --- query section")?;
-    let now = case.header.get("now").map(|s| {
-        chrono::DateTime::parse_from_rfc3339(s)
-            .unwrap()
-            .with_timezone(&chrono::Utc)
-    });
-    let options = EngineOptions {
-        now,
-        storage,
-        ..Default::default()
-    };
-    Ok(match Engine::open_with(root, options) {
+    Ok(match Engine::open_with(root, options(case, storage)) {
         Ok(engine) => match engine.answer(query).await {
             Ok(signalql::Answer::Envelope(env)) => Ok(*env),
             Ok(_) => return Err("a golden case must give a result envelope or an error".into()),
@@ -194,6 +225,24 @@ fn data_name(case: &Case) -> &str {
 /// same envelope (numbers within 1e-9), or an error with the same code and position.
 async fn run_case_on_s3(case: &Case, tiny: &Path, s3: &S3Server) -> Result<(), String> {
     let name = data_name(case);
+    if is_context(case) {
+        // The packing plan over S3 is the local one.
+        let local = plan_text(case, &dataset(name, tiny)).await?;
+        let engine = Engine::open_with(
+            Path::new(&format!("s3://{S3_BUCKET}/{name}")),
+            options(case, s3.storage()),
+        )
+        .map_err(|e| e.to_string())?;
+        let Ok(signalql::ast::Statement::ContextTask(q)) = signalql::parse(&case.sections["query"])
+        else {
+            return Err("not a CONTEXT FOR".into());
+        };
+        let remote = engine.lower_context(&q).await.map_err(|e| e.to_string())?;
+        return match remote.display_indent().to_string() == local {
+            true => Ok(()),
+            false => Err(format!("plans differ\n local: {local}\n    s3: {remote}")),
+        };
+    }
     let local = evaluate(case, &dataset(name, tiny), StorageOptions::default()).await?;
     let remote = evaluate(
         case,
@@ -230,8 +279,56 @@ async fn run_case_on_s3(case: &Case, tiny: &Path, s3: &S3Server) -> Result<(), S
     }
 }
 
-async fn run_case(case: &Case, tiny: &Path) -> Result<(), String> {
+/// The statement's logical plan, displayed indented (CONTEXT FOR: its packing plan).
+async fn plan_text(case: &Case, root: &Path) -> Result<String, String> {
+    let query = case.sections.get("query").ok_or("no --- query section")?;
+    let engine = Engine::open_with(root, options(case, StorageOptions::default()))
+        .map_err(|e| e.to_string())?;
+    let statement = signalql::parse(query).map_err(|e| e.to_string())?;
+    let plan = match &statement {
+        signalql::ast::Statement::ContextTask(q) => engine.lower_context(q).await,
+        _ => engine
+            .compile_statement(statement)
+            .await
+            .map(|c| c.lowered.plan),
+    }
+    .map_err(|e| format!("lowering failed: {e}"))?;
+    Ok(plan.display_indent().to_string())
+}
+
+/// The `--- plan` section, if the case has one, is the plan the engine builds now; with
+/// `SIGNALQL_BLESS=1` it is rewritten instead.
+async fn check_plan(case: &Case, file: &Path, root: &Path) -> Result<(), String> {
+    let Some(want) = case.sections.get("plan") else {
+        return Ok(());
+    };
+    let got = plan_text(case, root).await?;
+    if want.trim_end() == got.trim_end() {
+        return Ok(());
+    }
+    if std::env::var_os("SIGNALQL_BLESS").is_some() {
+        let text = std::fs::read_to_string(file).map_err(|e| e.to_string())?;
+        let start = text.find("--- plan\n").ok_or("no --- plan line")? + "--- plan\n".len();
+        let end = text[start..]
+            .find("\n--- ")
+            .map_or(text.len(), |i| start + i + 1);
+        let blessed = format!("{}{}\n{}", &text[..start], got.trim_end(), &text[end..]);
+        std::fs::write(file, blessed).map_err(|e| e.to_string())?;
+        return Ok(());
+    }
+    Err(format!(
+        "plan differs (SIGNALQL_BLESS=1 rewrites it)\nexpected:\n{}\n     got:\n{}",
+        want.trim_end(),
+        got.trim_end()
+    ))
+}
+
+async fn run_case(case: &Case, file: &Path, tiny: &Path) -> Result<(), String> {
     let root = dataset(data_name(case), tiny);
+    check_plan(case, file, &root).await?;
+    if is_context(case) {
+        return Ok(());
+    }
     let result = evaluate(case, &root, StorageOptions::default()).await?;
     if let Some(err) = case.sections.get("error") {
         let want: Value =
@@ -330,7 +427,7 @@ fn main() {
         trials.push(libtest_mimic::Trial::test(name.clone(), move || {
             let case = parse_case(&file);
             runtime()?
-                .block_on(run_case(&case, &tiny))
+                .block_on(run_case(&case, &file, &tiny))
                 .map_err(|msg| format!("{}:\n{msg}", file.display()).into())
         }));
         let (file, tiny, s3) = (f, tiny_path.clone(), std::sync::Arc::clone(&s3));

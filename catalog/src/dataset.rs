@@ -64,9 +64,6 @@ pub enum DatasetError {
 pub struct Dataset {
     root: Root,
     config: DatasetConfig,
-    /// Read tables registered in the session under a table's name first (an application's
-    /// own tables, `Engine::with_session`).
-    session_tables: bool,
     /// Tables opened before, by name, reused while their file list (locations and sizes) is
     /// unchanged: opening infers the schema from every file's footer, which a repeated query
     /// (WATCH, an agent's follow-ups, an MCP session) need not pay again.
@@ -142,7 +139,6 @@ impl Dataset {
         Ok(Dataset {
             root,
             config,
-            session_tables: false,
             opened: Arc::default(),
         })
     }
@@ -150,13 +146,6 @@ impl Dataset {
     /// Where the dataset lives.
     pub fn root(&self) -> &Root {
         &self.root
-    }
-
-    /// This dataset, reading a table registered in the query's session under a table's name
-    /// instead of `ROOT/<table>/` (such a table has no file list).
-    pub fn with_session_tables(mut self) -> Self {
-        self.session_tables = true;
-        self
     }
 
     pub fn config(&self) -> &DatasetConfig {
@@ -196,25 +185,11 @@ impl Dataset {
     /// Build a listing table over `ROOT/<table>/**/*.parquet` with the schema merged from
     /// every file (struct fields are unioned, so files written by separate ingests with
     /// different property keys read together; a key missing from a file reads as NULL).
-    ///
-    /// With [`Dataset::with_session_tables`], a table registered in `ctx` under the same name
-    /// (an application embedding the engine) is used instead, as it is: it has no file list.
     pub async fn table(
         &self,
         ctx: &SessionContext,
         table: &str,
     ) -> Result<TableInfo, DatasetError> {
-        if self.session_tables
-            && ctx.table_exist(table).unwrap_or(false)
-            && let Ok(provider) = ctx.table_provider(table).await
-        {
-            return Ok(TableInfo {
-                name: table.to_string(),
-                schema: provider.schema(),
-                provider,
-                files: Vec::new(),
-            });
-        }
         let files = self.table_files(table)?;
         if let Some(info) = self.opened_before(table, &files) {
             return Ok(info);

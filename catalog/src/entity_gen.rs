@@ -462,8 +462,23 @@ fn write_relationships(dir: &Path, edges: &[Edge]) -> Result<()> {
     Ok(())
 }
 
+/// The schema of the `signals` table (DESIGN.md §3).
+pub fn signals_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("entity_id", DataType::Utf8, false),
+        Field::new("name", DataType::Utf8, false),
+        Field::new("value", DataType::Utf8, true),
+        Field::new("probability", DataType::Float64, true),
+        Field::new(
+            "computed_at",
+            DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+            false,
+        ),
+    ]))
+}
+
 fn write_extra_signals(dir: &Path, rows: &[SignalRow]) -> Result<()> {
-    let schema = crate::generator::signals_schema();
+    let schema = signals_schema();
     let mut entity = StringBuilder::new();
     let mut name = StringBuilder::new();
     let mut value = StringBuilder::new();

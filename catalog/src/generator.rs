@@ -81,23 +81,8 @@ pub struct GenSummary {
     pub signals: PathBuf,
 }
 
-/// The schema of the `signals` table (DESIGN.md §3).
-pub fn signals_schema() -> SchemaRef {
-    Arc::new(datafusion::arrow::datatypes::Schema::new(vec![
-        Field::new("entity_id", DataType::Utf8, false),
-        Field::new("name", DataType::Utf8, false),
-        Field::new("value", DataType::Utf8, true),
-        Field::new("probability", DataType::Float64, true),
-        Field::new(
-            "computed_at",
-            DataType::Timestamp(
-                datafusion::arrow::datatypes::TimeUnit::Microsecond,
-                Some("UTC".into()),
-            ),
-            false,
-        ),
-    ]))
-}
+/// The schema of the `signals` table (DESIGN.md §3), written by the entity generator.
+pub use crate::entity_gen::signals_schema;
 
 /// `signals/part-00000.parquet`: each user who appears in the events gets the signal
 /// `experiment_variant` (the same arm as `properties.experiment_variant`, probability NULL),

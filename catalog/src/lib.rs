@@ -11,6 +11,9 @@ pub mod objects;
 pub mod storage;
 pub mod write;
 
-pub use dataset::{Dataset, DatasetConfig, DatasetError, PropertiesEncoding, TableInfo};
+pub use dataset::{
+    Dataset, DatasetConfig, DatasetError, PropertiesEncoding, TableInfo, check_entities_schema,
+    check_events_schema, check_relationships_schema,
+};
 pub use error::CatalogError;
 pub use storage::{Root, StorageError, StorageOptions};

@@ -14,9 +14,11 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use signalql_catalog::{PropertiesEncoding, TableInfo};
 
-use crate::engine::Engine;
+use crate::catalog::{self, Catalog};
 use crate::envelope::{ColumnInfo, type_name};
+use crate::envelope::{Envelope, Metadata};
 use crate::error::{Error, Result};
+use crate::execute::Executor;
 use crate::lower::fields::{PROPERTY_BAGS, column, ts_lit, ts_type};
 use crate::lower::source::{entities_as_of, entity_type};
 use crate::lower::time::micros;
@@ -170,10 +172,67 @@ fn text(v: &Value) -> String {
     v.as_str().map(str::to_string).unwrap_or_default()
 }
 
-impl Engine {
+/// Reads catalog records from one catalog, in one session, as of one `T`.
+pub struct Describer<'a> {
+    pub catalog: &'a dyn Catalog,
+    pub exec: &'a Executor,
+    pub now: DateTime<Utc>,
+}
+
+impl Describer<'_> {
+    fn dataset(&self) -> &signalql_catalog::Dataset {
+        self.catalog.dataset()
+    }
+
+    fn session(&self) -> &datafusion::prelude::SessionContext {
+        self.exec.session()
+    }
+
+    /// The envelope of a DESCRIBE: one row per catalog record (docs/describe.md).
+    pub async fn envelope(&self, target: &DescribeTarget) -> Result<Envelope> {
+        let (records, metrics) = match target {
+            DescribeTarget::Metrics => self.metric_catalog()?,
+            target => (self.describe(target).await?, Vec::new()),
+        };
+        Ok(self.catalog_envelope(records, metrics))
+    }
+
+    /// Every catalog record of the dataset: events, entities, relationships, signals and
+    /// metrics, skipping the tables it does not have.
+    pub async fn all(&self) -> Result<Envelope> {
+        let mut records = Vec::new();
+        for target in [
+            DescribeTarget::Events,
+            DescribeTarget::Entities,
+            DescribeTarget::Relationships,
+            DescribeTarget::Signals,
+        ] {
+            match self.describe(&target).await {
+                Ok(r) => records.extend(r),
+                Err(e) if e.is_missing_table() => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let (metric_records, metrics) = self.metric_catalog()?;
+        records.extend(metric_records);
+        Ok(self.catalog_envelope(records, metrics))
+    }
+
+    fn catalog_envelope(&self, records: Vec<Record>, metrics: Vec<MetricInfo>) -> Envelope {
+        let rows: Vec<Vec<Value>> = records.iter().map(|r| r.row()).collect();
+        let mut metadata = Metadata::new(self.exec.limits(), self.now);
+        metadata.row_count = rows.len() as u64;
+        metadata.metrics = metrics;
+        Envelope {
+            columns: columns(),
+            metadata,
+            rows,
+        }
+    }
+
     /// Run a DESCRIBE: its records, in order.
     pub async fn describe(&self, target: &DescribeTarget) -> Result<Vec<Record>> {
-        let t = self.now()?;
+        let t = self.now;
         match target {
             DescribeTarget::Events => self.describe_events(t).await,
             DescribeTarget::Entities => self.describe_entities(None, t).await,
@@ -181,10 +240,15 @@ impl Engine {
                 let wanted = entity_type(name);
                 let records = self.describe_entities(Some(&wanted), t).await?;
                 if records.is_empty() {
-                    let table = self.dataset().entities(self.session()).await?;
+                    let table = catalog::entities(self.catalog, self.session()).await?;
+                    let binder = crate::bind::Binder {
+                        catalog: self.catalog,
+                        exec: self.exec,
+                        now: self.now,
+                    };
                     return Err(Error::unknown_field(format!(
                         "unknown entity type `{wanted}`: the entities table has {}",
-                        self.entity_types(&table).await?.join(", ")
+                        binder.entity_types(&table).await?.join(", ")
                     )));
                 }
                 Ok(records)
@@ -196,7 +260,7 @@ impl Engine {
     }
 
     async fn rows_of(&self, plan: LogicalPlan) -> Result<Vec<Vec<Value>>> {
-        let batches = self.run_plan(&plan).await?;
+        let batches = self.exec.run(&plan).await?.batches;
         crate::envelope::rows(&batches, usize::MAX)
     }
 
@@ -226,7 +290,7 @@ impl Engine {
     }
 
     async fn describe_events(&self, _t: DateTime<Utc>) -> Result<Vec<Record>> {
-        let table = self.dataset().events(self.session()).await?;
+        let table = catalog::events(self.catalog, self.session()).await?;
         let units = &self.dataset().config().units;
         let bag = bag_keys(&table.schema, "properties");
         let scan = scan(&table, "events")?;
@@ -273,7 +337,7 @@ impl Engine {
 
     /// Every signal name with whether any row has a probability.
     async fn signal_names(&self) -> Result<Vec<SignalInfo>> {
-        let Ok(signals) = self.dataset().table(self.session(), "signals").await else {
+        let Ok(signals) = self.catalog.table(self.session(), "signals").await else {
             return Ok(Vec::new());
         };
         let plan = scan(&signals, "signals")?
@@ -295,13 +359,13 @@ impl Engine {
     }
 
     async fn describe_entities(&self, only: Option<&str>, t: DateTime<Utc>) -> Result<Vec<Record>> {
-        let table = self.dataset().entities(self.session()).await?;
+        let table = catalog::entities(self.catalog, self.session()).await?;
         let units = &self.dataset().config().units;
         let bag = bag_keys(&table.schema, "attributes");
         let state = entities_as_of(&table, only, t)?;
         let state = with_bag(state, &table.schema, "attributes")?;
         let per_type = self.counts(state, &["entity_type"], &bag).await?;
-        let edges = match self.dataset().relationships(self.session()).await {
+        let edges = match catalog::relationships(self.catalog, self.session()).await {
             Ok(r) => self.edges(&r, t).await?,
             Err(_) => Vec::new(),
         };
@@ -349,7 +413,7 @@ impl Engine {
         only: Option<&str>,
         t: DateTime<Utc>,
     ) -> Result<BTreeMap<String, Vec<SignalInfo>>> {
-        let Ok(signals) = self.dataset().table(self.session(), "signals").await else {
+        let Ok(signals) = self.catalog.table(self.session(), "signals").await else {
             return Ok(BTreeMap::new());
         };
         let ids = entities_as_of(entities, only, t)?
@@ -413,7 +477,7 @@ impl Engine {
     }
 
     async fn describe_relationships(&self, t: DateTime<Utc>) -> Result<Vec<Record>> {
-        let rels = self.dataset().relationships(self.session()).await?;
+        let rels = catalog::relationships(self.catalog, self.session()).await?;
         let mut by_relation: BTreeMap<String, Vec<EdgeInfo>> = BTreeMap::new();
         for e in self.edges(&rels, t).await? {
             by_relation.entry(e.relation.clone()).or_default().push(e);
@@ -431,7 +495,7 @@ impl Engine {
     }
 
     async fn describe_signals(&self, t: DateTime<Utc>) -> Result<Vec<Record>> {
-        let signals = self.dataset().table(self.session(), "signals").await?;
+        let signals = self.catalog.table(self.session(), "signals").await?;
         let plan = scan(&signals, "signals")?
             .filter(cast(column("computed_at"), ts_type()).lt_eq(ts_lit(micros(t))))?
             .aggregate(
@@ -488,7 +552,7 @@ impl Engine {
 
     /// One record per registry entry, and the `metadata.metrics` entries, from one read of
     /// `metrics.toml`.
-    pub(crate) fn metric_catalog(&self) -> Result<(Vec<Record>, Vec<MetricInfo>)> {
+    fn metric_catalog(&self) -> Result<(Vec<Record>, Vec<MetricInfo>)> {
         let registry = Registry::load(self.dataset().root())?;
         let infos: Vec<MetricInfo> = registry.all().map(|m| registry.info(m)).collect();
         let records = registry

@@ -1,15 +1,24 @@
 //! The typed result envelope of SignalQL v0.3: columns with name, type and unit; rows as
 //! arrays in column order (structs as JSON objects, timestamps RFC 3339); execution metadata.
+//! Units are applied here ([`columns`]: the dataset's `[units]` by column name, else by the
+//! field or metric the column came from), and the one [`Metadata::new`] starts every
+//! envelope's metadata.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use datafusion::arrow::array::{Array, RecordBatch};
-use datafusion::arrow::datatypes::DataType;
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::common::ScalarValue;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Number, Value, json};
 
 use crate::error::{Error, Result};
-use crate::lower::Limits;
+use crate::execute::Capped;
+use crate::limits::Limits;
+use crate::lower::time::rfc3339;
+use crate::lower::{Lowered, UnitSource};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ColumnInfo {
@@ -61,6 +70,138 @@ pub struct Envelope {
 
 /// The language version the engine implements for analytics.
 pub const SIGNALQL_VERSION: &str = "0.3";
+
+impl Metadata {
+    /// The metadata of an answer as of `as_of` under `limits`, before what its execution adds:
+    /// no rows, nothing truncated or scanned, ordered, no window, digest or metrics.
+    pub fn new(limits: &Limits, as_of: DateTime<Utc>) -> Metadata {
+        Metadata {
+            row_count: 0,
+            truncated: false,
+            limit_applied: limits.max_result_rows,
+            as_of: rfc3339(as_of),
+            access_filtered: false,
+            ordered: true,
+            window: None,
+            cost_estimate: CostEstimate {
+                scanned_rows: 0,
+                scanned_bytes: 0,
+                engine: "datafusion".into(),
+            },
+            compiled_sql_digest: None,
+            metrics: Vec::new(),
+            signalql_version: SIGNALQL_VERSION.into(),
+            engine_version: env!("CARGO_PKG_VERSION").into(),
+            limits: limits.to_json(),
+        }
+    }
+}
+
+/// The envelope of an executed analytics query, and its rows as Arrow batches named as the
+/// envelope's columns (for Parquet output). `sql` is the plan's unparsed SQL, digested.
+pub fn analytics(
+    lowered: &Lowered,
+    capped: &Capped,
+    sql: Option<&str>,
+    units: &BTreeMap<String, String>,
+    limits: &Limits,
+) -> Result<(Envelope, Vec<RecordBatch>)> {
+    let executed = &capped.executed;
+    let rows = rows(&executed.batches, capped.rows)?;
+    let columns = columns(lowered, executed.physical.schema(), units);
+    let batches = named_prefix(&executed.batches, &columns, rows.len())?;
+    let (scanned_rows, scanned_bytes) = executed.scanned;
+    let mut metadata = Metadata::new(limits, lowered.as_of);
+    metadata.row_count = rows.len() as u64;
+    metadata.truncated = capped.truncated;
+    metadata.limit_applied = lowered.limit_applied;
+    metadata.ordered = lowered.ordered;
+    metadata.window = lowered.window.map(|w| WindowInfo {
+        start: rfc3339(w.start),
+        end: rfc3339(w.end),
+    });
+    metadata.cost_estimate.scanned_rows = scanned_rows;
+    metadata.cost_estimate.scanned_bytes = scanned_bytes;
+    metadata.compiled_sql_digest = sql.map(sql_digest);
+    metadata.metrics = lowered.metrics.clone();
+    Ok((
+        Envelope {
+            columns,
+            rows,
+            metadata,
+        },
+        batches,
+    ))
+}
+
+/// `sha256:` and the hex SHA-256 of a plan's SQL text.
+pub fn sql_digest(sql: &str) -> String {
+    use sha2::{Digest, Sha256};
+    format!("sha256:{}", hex::encode(Sha256::digest(sql)))
+}
+
+/// The envelope's columns: names from lowering, types from the executed schema, units from
+/// the dataset's `[units]` (by column name first, then by where the column came from).
+pub fn columns(
+    lowered: &Lowered,
+    schema: SchemaRef,
+    units: &BTreeMap<String, String>,
+) -> Vec<ColumnInfo> {
+    lowered
+        .columns
+        .iter()
+        .zip(schema.fields().iter())
+        .map(|(c, f)| {
+            let unit = units.get(&c.name).cloned().or_else(|| match &c.unit {
+                UnitSource::Field(p) => units.get(p).cloned(),
+                UnitSource::Squared(p) => units.get(p).map(|u| format!("{u}^2")),
+                UnitSource::Count => Some("events".into()),
+                UnitSource::Fixed(u) => Some(u.to_string()),
+                UnitSource::Metric(m) => lowered
+                    .metrics
+                    .iter()
+                    .find(|i| i.name == *m)
+                    .and_then(|i| i.unit.clone()),
+                UnitSource::None => None,
+            });
+            ColumnInfo {
+                name: c.name.clone(),
+                data_type: type_name(f.data_type()),
+                unit,
+            }
+        })
+        .collect()
+}
+
+/// The first `n` rows of `batches`, with the columns renamed to `columns`' names.
+fn named_prefix(
+    batches: &[RecordBatch],
+    columns: &[ColumnInfo],
+    n: usize,
+) -> Result<Vec<RecordBatch>> {
+    let mut out = Vec::new();
+    let mut left = n;
+    for b in batches {
+        if left == 0 {
+            break;
+        }
+        let take = b.num_rows().min(left);
+        left -= take;
+        let fields: Vec<Field> = b
+            .schema()
+            .fields()
+            .iter()
+            .zip(columns)
+            .map(|(f, c)| f.as_ref().clone().with_name(c.name.clone()))
+            .collect();
+        let schema = Arc::new(Schema::new(fields));
+        out.push(
+            RecordBatch::try_new(schema, b.slice(0, take).columns().to_vec())
+                .map_err(|e| Error::internal(e.to_string()))?,
+        );
+    }
+    Ok(out)
+}
 
 /// The envelope's name for an Arrow type.
 pub fn type_name(dt: &DataType) -> String {
@@ -185,9 +326,4 @@ pub fn rows(batches: &[RecordBatch], max_rows: usize) -> Result<Vec<Vec<Value>>>
         }
     }
     Ok(out)
-}
-
-/// `metadata.limits` as JSON.
-pub fn limits_json(l: &Limits) -> Value {
-    serde_json::to_value(l).unwrap_or(Value::Null)
 }

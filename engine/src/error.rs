@@ -1,8 +1,13 @@
 //! The one error type of the engine: a kind (with its stable code), a message, an optional
-//! source position and optional help.
+//! source position and optional help, and the error it came from (its cause chain, kept for
+//! `std::error::Error::source` and for telling causes apart without reading messages). The
+//! conversions from the catalog's, storage's, Arrow's and DataFusion's errors are here.
+
+use std::sync::Arc;
 
 use serde::Serialize;
 use serde_json::{Map, Value, json};
+use signalql_catalog::DatasetError;
 
 use crate::syntax::ast::Span;
 
@@ -51,13 +56,25 @@ impl ErrorKind {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[error("{}", self.render())]
 pub struct Error {
     pub kind: ErrorKind,
     pub message: String,
     pub span: Option<Span>,
     pub help: Option<String>,
+    /// The error this one was made from, if any.
+    #[source]
+    pub cause: Option<Arc<dyn std::error::Error + Send + Sync>>,
+}
+
+/// Errors are equal when what they tell is equal (kind, message, position, help); their causes
+/// are not compared.
+impl PartialEq for Error {
+    fn eq(&self, other: &Self) -> bool {
+        (&self.kind, &self.message, &self.span, &self.help)
+            == (&other.kind, &other.message, &other.span, &other.help)
+    }
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -69,7 +86,37 @@ impl Error {
             message: message.into(),
             span: None,
             help: None,
+            cause: None,
         }
+    }
+
+    /// Keep `cause` as the error this one came from.
+    pub fn caused_by(mut self, cause: impl std::error::Error + Send + Sync + 'static) -> Self {
+        self.cause = Some(Arc::new(cause));
+        self
+    }
+
+    /// The first error of the cause chain of type `E`.
+    pub fn find_cause<E: std::error::Error + 'static>(&self) -> Option<&E> {
+        let mut next: Option<&(dyn std::error::Error + 'static)> = self
+            .cause
+            .as_deref()
+            .map(|c| c as &(dyn std::error::Error + 'static));
+        while let Some(e) = next {
+            if let Some(found) = e.downcast_ref::<E>() {
+                return Some(found);
+            }
+            next = e.source();
+        }
+        None
+    }
+
+    /// The dataset has no such table (as opposed to a table that could not be read).
+    pub fn is_missing_table(&self) -> bool {
+        matches!(
+            self.find_cause::<DatasetError>(),
+            Some(DatasetError::MissingTable { .. })
+        )
     }
     pub fn parse(message: impl Into<String>, span: Span) -> Self {
         Error::new(ErrorKind::Parse, message).at(span)
@@ -175,35 +222,72 @@ impl Serialize for Error {
     }
 }
 
+impl From<DatasetError> for Error {
+    fn from(e: DatasetError) -> Self {
+        let message = e.to_string();
+        let err = match &e {
+            DatasetError::BadColumn { .. } => Error::type_error(message),
+            DatasetError::Unsupported(_) => Error::new(
+                ErrorKind::Capability {
+                    feature: "dataset root scheme".into(),
+                    tier: "engine".into(),
+                },
+                message,
+            ),
+            _ => Error::io(message),
+        };
+        err.caused_by(e)
+    }
+}
+
+impl From<datafusion::arrow::error::ArrowError> for Error {
+    fn from(e: datafusion::arrow::error::ArrowError) -> Self {
+        Error::from(datafusion::error::DataFusionError::ArrowError(
+            Box::new(e),
+            None,
+        ))
+    }
+}
+
 impl From<datafusion::error::DataFusionError> for Error {
     fn from(e: datafusion::error::DataFusionError) -> Self {
+        let cause = Arc::new(e);
+        let mut err = Error::from_datafusion(&cause);
+        err.cause = Some(cause);
+        err
+    }
+}
+
+impl Error {
+    /// Our error for a DataFusion error (without the cause; [`From`] adds it).
+    fn from_datafusion(e: &datafusion::error::DataFusionError) -> Error {
         use datafusion::error::DataFusionError as D;
         match e {
             D::ArrowError(a, _)
-                if matches!(*a, datafusion::arrow::error::ArrowError::IoError(..)) =>
+                if matches!(**a, datafusion::arrow::error::ArrowError::IoError(..)) =>
             {
                 Error::io(a.to_string())
             }
             D::IoError(io) => Error::io(io.to_string()),
             D::ParquetError(p) => Error::io(format!("cannot read Parquet data: {p}")),
             D::ObjectStore(o) => Error::io(o.to_string()),
-            // The engine fills in the configured pool size (`Engine::fill_limits`).
+            // The executor fills in the configured pool size (`Executor::fill_limits`).
             D::ResourcesExhausted(m) => Error::new(
                 ErrorKind::LimitExceeded {
                     limit: "query_memory_bytes".into(),
                     max: 0,
                     value: 0,
                 },
-                m,
+                m.clone(),
             ),
             D::Context(ctx, inner) => {
-                let mut err = Error::from(*inner);
+                let mut err = Error::from_datafusion(inner);
                 err.message = format!("{ctx}: {}", err.message);
                 err
             }
-            D::External(ext) => match ext.downcast::<Error>() {
-                Ok(ours) => *ours,
-                Err(other) => Error::internal(other.to_string()),
+            D::External(ext) => match ext.downcast_ref::<Error>() {
+                Some(ours) => ours.clone(),
+                None => Error::internal(ext.to_string()),
             },
             other => Error::internal(other.to_string()),
         }

@@ -1,6 +1,6 @@
 //! Governed metrics (docs/metrics.md): the registry of `metrics.toml`, parsed and checked (every
-//! referenced metric exists, no cycle), and a metric's lowering into one DataFusion expression
-//! over the source rows.
+//! referenced metric exists, no cycle). A metric's lowering into one DataFusion expression is
+//! in `lower/metric.rs`; `FROM metric(m)`'s desugaring in the bind pass.
 //!
 //! A metric is an expression of aggregates, other metrics and numbers under `+ - * /`. Each
 //! aggregate reads only the rows that pass the filter of the metric that names it, so a metric
@@ -9,19 +9,11 @@
 
 use std::collections::BTreeMap;
 
-use datafusion::arrow::datatypes::DataType;
-use datafusion::common::DFSchema;
-use datafusion::common::tree_node::{Transformed, TreeNode};
-use datafusion::functions::core::expr_fn::nullif;
-use datafusion::logical_expr::{Expr, cast, lit};
 use serde::Serialize;
 use signalql_catalog::metrics::{MetricDef, read_metrics};
 
-use crate::error::{Error, ErrorKind, Result};
-use crate::lower::aggregate::{LoweredAggregate, lower_aggregate};
-use crate::lower::fields::{Resolved, resolve};
-use crate::lower::predicate::lower_bool;
-use crate::syntax::ast::{Aggregate, ArithOp, BoolExpr, MetricExpr, Operand, Source, Span};
+use crate::error::{Error, Result};
+use crate::syntax::ast::{Aggregate, BoolExpr, MetricExpr, Source, Span};
 use crate::syntax::{parse_metric_expression, parse_predicate};
 
 /// A parsed registry record.
@@ -244,223 +236,7 @@ impl Registry {
             ),
         }
     }
-
-    /// The metric as one aggregate expression over rows of `schema` (the query's source, which
-    /// must be the metric's). A lone aggregate keeps its type and counts as a count when it is
-    /// one; arithmetic is in Float64 with x / 0 giving NULL.
-    pub fn lower(
-        &self,
-        m: &Metric,
-        source: &Source,
-        schema: &DFSchema,
-        span: Span,
-    ) -> Result<LoweredAggregate> {
-        let same = match (&m.source, source) {
-            (Source::Entity(a), Source::Entity(b)) => a == b,
-            (Source::Entity(_), _) | (_, Source::Entity(_)) => false,
-            _ => true,
-        };
-        if !same {
-            return Err(Error::type_error(format!(
-                "metric `{}` is defined over {}, but the query reads {source}",
-                m.def.name, m.source
-            ))
-            .at(span));
-        }
-        self.lower_expr(m, &m.expr, schema, span)
-            .map_err(|e| self.in_metric(m, e, span))
-    }
-
-    fn in_metric(&self, m: &Metric, e: Error, span: Span) -> Error {
-        if e.message.starts_with("metrics.toml") || e.kind == ErrorKind::Internal {
-            return e;
-        }
-        Error::new(
-            e.kind,
-            format!(
-                "metrics.toml, metric `{}` does not bind: {}",
-                m.def.name, e.message
-            ),
-        )
-        .at(span)
-    }
-
-    fn lower_expr(
-        &self,
-        m: &Metric,
-        e: &MetricExpr,
-        schema: &DFSchema,
-        span: Span,
-    ) -> Result<LoweredAggregate> {
-        let float = |x: LoweredAggregate| cast(x.expr, DataType::Float64);
-        let arith = |expr| LoweredAggregate {
-            expr,
-            counts: false,
-        };
-        Ok(match e {
-            MetricExpr::Number(x) => arith(lit(*x)),
-            MetricExpr::Aggregate(Aggregate::Metric(name)) => {
-                let inner = self.get(name, span)?;
-                self.lower(inner, &m.source, schema, span)?
-            }
-            MetricExpr::Aggregate(a) => {
-                let l = lower_aggregate(a, schema, span)?;
-                match &m.filter {
-                    None => l,
-                    Some(f) => LoweredAggregate {
-                        expr: with_filter(l.expr, lower_filter(f, schema)?)?,
-                        counts: l.counts,
-                    },
-                }
-            }
-            MetricExpr::Neg(x) => arith(-float(self.lower_expr(m, x, schema, span)?)),
-            MetricExpr::Binary(op, l, r) => {
-                let l = float(self.lower_expr(m, l, schema, span)?);
-                let r = float(self.lower_expr(m, r, schema, span)?);
-                arith(match op {
-                    ArithOp::Add => l + r,
-                    ArithOp::Sub => l - r,
-                    ArithOp::Mul => l * r,
-                    ArithOp::Div => l / nullif(r, lit(0.0)),
-                })
-            }
-        })
-    }
-}
-
-/// A metric filter as a predicate over the source rows.
-fn lower_filter(f: &BoolExpr, schema: &DFSchema) -> Result<Expr> {
-    lower_bool(f, &|op: &Operand, span: Span| -> Result<Resolved> {
-        match op {
-            Operand::Field(field) => resolve(field, schema, span),
-            _ => Err(Error::type_error(
-                "a metric filter compares fields of the source rows, not aggregates",
-            )),
-        }
-    })
-}
-
-/// Give every aggregate call in `expr` the `FILTER (WHERE filter)` clause.
-fn with_filter(expr: Expr, filter: Expr) -> Result<Expr> {
-    Ok(expr
-        .transform_up(|e| match e {
-            Expr::AggregateFunction(mut af) => {
-                af.params.filter = Some(Box::new(match af.params.filter.take() {
-                    Some(existing) => existing.as_ref().clone().and(filter.clone()),
-                    None => filter.clone(),
-                }));
-                Ok(Transformed::yes(Expr::AggregateFunction(af)))
-            }
-            other => Ok(Transformed::no(other)),
-        })?
-        .data)
-}
-
-/// The metrics a query names (its `FROM metric(…)` source and `metric(…)` aggregates), each once.
-pub fn names_in(q: &crate::syntax::ast::RetrieveQuery) -> Vec<String> {
-    use crate::syntax::ast::{OrderKey, ReturnItem};
-    let mut out: Vec<String> = Vec::new();
-    let mut add = |a: &Aggregate| {
-        if let Aggregate::Metric(n) = a {
-            let n = n.join(".");
-            if !out.contains(&n) {
-                out.push(n);
-            }
-        }
-    };
-    if let Source::Metric(n) = &q.source {
-        add(&Aggregate::Metric(n.clone()));
-    }
-    for r in &q.returns {
-        if let ReturnItem::Aggregate(a) = r {
-            add(a);
-        }
-    }
-    if let Some(h) = &q.having {
-        for (op, _) in crate::lower::enrich::operands(h) {
-            if let Operand::Aggregate(a) = op {
-                add(a);
-            }
-        }
-    }
-    for o in &q.order_by {
-        if let OrderKey::Aggregate(a) = &o.key {
-            add(a);
-        }
-    }
-    out
 }
 
 /// The name of a metric source's value column.
 pub const VALUE_COLUMN: &str = "metric_value";
-
-/// `FROM metric(m) …` as a query over the metric's source, where `metric_value` (in RETURN,
-/// HAVING and ORDER BY) is the aggregate `metric(m)`.
-pub fn metric_view(
-    q: &crate::syntax::ast::RetrieveQuery,
-    name: &[String],
-    source: &Source,
-) -> crate::syntax::ast::RetrieveQuery {
-    use crate::syntax::ast::{FieldRef, OrderKey, Predicate, ReturnItem};
-    let is_value =
-        |f: &FieldRef| matches!(f, FieldRef::Path(p) if p.len() == 1 && p[0] == VALUE_COLUMN);
-    let metric = Aggregate::Metric(name.to_vec());
-    fn having(e: &BoolExpr, is_value: &dyn Fn(&FieldRef) -> bool, metric: &Aggregate) -> BoolExpr {
-        match e {
-            BoolExpr::Or(l, r) => BoolExpr::Or(
-                Box::new(having(l, is_value, metric)),
-                Box::new(having(r, is_value, metric)),
-            ),
-            BoolExpr::And(l, r) => BoolExpr::And(
-                Box::new(having(l, is_value, metric)),
-                Box::new(having(r, is_value, metric)),
-            ),
-            BoolExpr::Not(x) => BoolExpr::Not(Box::new(having(x, is_value, metric))),
-            BoolExpr::Predicate(p) => BoolExpr::Predicate(Predicate {
-                lhs: match &p.lhs {
-                    Operand::Field(f) if is_value(f) => Operand::Aggregate(metric.clone()),
-                    other => other.clone(),
-                },
-                op: p.op.clone(),
-                span: p.span,
-            }),
-        }
-    }
-    let mut v = q.clone();
-    v.source = source.clone();
-    for r in &mut v.returns {
-        if let ReturnItem::Field(f) = r
-            && is_value(f)
-        {
-            *r = ReturnItem::Aggregate(metric.clone());
-        }
-    }
-    v.having = q.having.as_ref().map(|h| having(h, &is_value, &metric));
-    for o in &mut v.order_by {
-        if let OrderKey::Field(f) = &o.key
-            && is_value(f)
-        {
-            o.key = OrderKey::Aggregate(metric.clone());
-        }
-    }
-    v
-}
-
-/// Name the column of `metric(m)` `metric_value` in a lowered `FROM metric(m)` query.
-pub fn rename_value_column(lowered: &mut crate::lower::Lowered, name: &[String]) -> Result<()> {
-    let from = format!("metric({})", name.join("."));
-    let mut projection = Vec::new();
-    for c in &mut lowered.columns {
-        let col = crate::lower::fields::column(&c.name);
-        if c.name == from {
-            c.name = VALUE_COLUMN.to_string();
-            projection.push(col.alias(VALUE_COLUMN));
-        } else {
-            projection.push(col);
-        }
-    }
-    lowered.plan = datafusion::logical_expr::LogicalPlanBuilder::from(lowered.plan.clone())
-        .project(projection)?
-        .build()?;
-    Ok(())
-}

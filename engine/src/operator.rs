@@ -1,7 +1,8 @@
 //! One shape of custom DataFusion operator, shared by the engine's: a logical extension node
 //! over two inputs that the physical operator reads whole, then turns into one output batch
 //! with a [`Kernel`] (the context packer, the relationship traversal). The node shows in
-//! `EXPLAIN` and `compile` output like any other; [`EngineQueryPlanner`] plans it.
+//! `EXPLAIN` and `compile` output like any other; a [`TwoInputPlanner`] per kernel plans it,
+//! handed to the query planner by whoever builds the session ([`crate::session`]).
 
 use std::cmp::Ordering;
 use std::fmt;
@@ -13,7 +14,6 @@ use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{DFSchema, DFSchemaRef, DataFusionError, Result as DfResult};
-use datafusion::execution::context::QueryPlanner;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::{
     Expr, LogicalPlan, UserDefinedLogicalNode, UserDefinedLogicalNodeCore,
@@ -25,7 +25,7 @@ use datafusion::physical_plan::{
     ChildrenPropertiesMode, DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning,
     PlanProperties, ReplaceChildrenOptions, collect,
 };
-use datafusion::physical_planner::{DefaultPhysicalPlanner, ExtensionPlanner, PhysicalPlanner};
+use datafusion::physical_planner::{ExtensionPlanner, PhysicalPlanner};
 
 /// What an operator does with its two inputs, read whole.
 pub trait Kernel:
@@ -263,25 +263,5 @@ impl<K: Kernel> ExtensionPlanner for TwoInputPlanner<K> {
             second,
             n.kernel.clone(),
         ))))
-    }
-}
-
-/// The engine's query planner: DataFusion's, with the planners of the engine's operators.
-#[derive(Debug, Default)]
-pub struct EngineQueryPlanner;
-
-#[async_trait]
-impl QueryPlanner for EngineQueryPlanner {
-    async fn create_physical_plan(
-        &self,
-        logical_plan: &LogicalPlan,
-        session: &dyn datafusion::catalog::Session,
-    ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        DefaultPhysicalPlanner::with_extension_planners(vec![
-            Arc::new(TwoInputPlanner::<crate::context::exec::BundlePack>::default()),
-            Arc::new(TwoInputPlanner::<crate::lower::traverse::Traverse>::default()),
-        ])
-        .create_physical_plan(logical_plan, session)
-        .await
     }
 }

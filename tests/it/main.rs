@@ -9,6 +9,8 @@ mod context;
 mod data_sources;
 mod embed;
 mod envelope;
+mod execution;
 mod extended;
 mod mcp;
+mod module_cycles;
 mod s3;

@@ -2,8 +2,8 @@
 //! initialize, tools/list, tools/call of every tool, and errors as MCP tool errors carrying
 //! our error code.
 
-use rmcp::ServiceExt;
 use crate::common;
+use rmcp::ServiceExt;
 
 use rmcp::model::{CallToolRequestParams, CallToolResult};
 use rmcp::service::{RoleClient, RunningService};

@@ -5,6 +5,7 @@
 
 pub mod aggregate;
 pub mod scalar;
+pub mod strings;
 
 use std::sync::Arc;
 

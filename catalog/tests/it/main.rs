@@ -1,5 +1,5 @@
 //! The catalog's integration tests (generators, event ingest, object ingest), in one binary.
 
-mod gen;
+mod generators;
 mod ingest;
 mod objects;

@@ -13,7 +13,8 @@ use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef
 use datafusion::common::{DataFusionError, Result as DfResult};
 use serde_json::{Value, json};
 
-use super::load::Strs;
+use signalql_udfs::strings::StringColumn;
+
 use super::select::{Candidate, Edge, Reason};
 use super::{Decisions, Item, PackParams, decide};
 use crate::operator::Kernel;
@@ -49,7 +50,7 @@ impl Kernel for BundlePack {
     }
 
     fn run(&self, candidates: &[RecordBatch], edges: &[RecordBatch]) -> DfResult<RecordBatch> {
-        let candidates = super::load::candidates_from(candidates, &self.0)
+        let candidates = super::candidates::candidates_from(candidates, &self.0)
             .map_err(|e| DataFusionError::External(Box::new(e)))?;
         let columns = edge_columns(edges)?;
         let edges = edges_from(&columns, &candidates);
@@ -64,20 +65,19 @@ impl Kernel for BundlePack {
 /// One edge batch's columns: `a`, `b`, `relation`, and the `object_id` and `revision` the
 /// edge belongs to.
 struct EdgeCols {
-    a: Strs,
-    b: Strs,
-    relation: Strs,
-    object_id: Strs,
+    a: StringColumn,
+    b: StringColumn,
+    relation: StringColumn,
+    object_id: StringColumn,
     revision: Int64Array,
 }
 
 /// The columns of each edge batch.
 fn edge_columns(batches: &[RecordBatch]) -> DfResult<Vec<EdgeCols>> {
-    let ext = |e: crate::error::Error| DataFusionError::External(Box::new(e));
     batches
         .iter()
         .map(|b| {
-            let s = |i: usize| Strs::of(b.column(i).as_ref()).map_err(ext);
+            let s = |i: usize| StringColumn::cast_from(b.column(i).as_ref());
             let revision = b
                 .column(4)
                 .as_primitive_opt::<Int64Type>()
@@ -172,8 +172,8 @@ pub fn decode(batches: &[RecordBatch]) -> crate::error::Result<Decisions> {
     let bad = |m: &str| crate::error::Error::internal(format!("BundlePackExec output: {m}"));
     let mut d = Decisions::default();
     for b in batches {
-        let s = |i: usize| b.column(i).as_string::<i32>();
-        let (kind, object, reason, item, explain) = (s(0), s(1), s(2), s(3), s(4));
+        let s = |i: usize| StringColumn::try_new(b.column(i).as_ref());
+        let (kind, object, reason, item, explain) = (s(0)?, s(1)?, s(2)?, s(3)?, s(4)?);
         for i in 0..b.num_rows() {
             match kind.value(i) {
                 "item" => {

@@ -14,10 +14,10 @@ use datafusion::functions::core::expr_fn::coalesce;
 use datafusion::functions_nested::expr_fn::array_has;
 use datafusion::logical_expr::{Expr, col, lit};
 use datafusion::prelude::SessionContext;
-use signalql_catalog::Dataset;
 use signalql_udfs::scalar::lexical::lexical_score;
 
 use super::load::{candidates_df, table};
+use crate::catalog::Catalog;
 use crate::error::{Error, Result};
 use crate::lower::fields::Resolved;
 use crate::lower::predicate::lower_bool;
@@ -42,12 +42,12 @@ pub const COLUMNS: [&str; 10] = [
 /// The lowered query (plan, columns, limit and row cap).
 pub async fn plan(
     ctx: &SessionContext,
-    dataset: &Dataset,
+    catalog: &dyn Catalog,
     q: &FindObjectQuery,
     t: DateTime<Utc>,
     limits: &Limits,
 ) -> Result<Lowered> {
-    let mut df = candidates_df(ctx, dataset, micros(t)).await?.select(vec![
+    let mut df = candidates_df(ctx, catalog, micros(t)).await?.select(vec![
         col("object_id"),
         col("revision"),
         col("project"),
@@ -94,17 +94,14 @@ pub async fn plan(
     let mut out: Vec<Expr> = COLUMNS.iter().map(|c| col(*c)).collect();
     let mut ordered = false;
     if let Some(about) = &q.about {
-        let reps = table(ctx, dataset, "representations", true)
-            .await?
-            .expect("required")
-            .select(vec![
-                col("object_id").alias("p_object_id"),
-                col("revision").alias("p_revision"),
-                col("name"),
-                col("media_type"),
-                col("content"),
-                col("roles").alias("rep_roles"),
-            ])?;
+        let reps = table(ctx, catalog, "representations").await?.select(vec![
+            col("object_id").alias("p_object_id"),
+            col("revision").alias("p_revision"),
+            col("name"),
+            col("media_type"),
+            col("content"),
+            col("roles").alias("rep_roles"),
+        ])?;
         let joined = df.clone().join(
             reps,
             JoinType::Inner,

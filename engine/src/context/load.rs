@@ -6,11 +6,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use datafusion::arrow::array::{
-    Array, AsArray, BooleanArray, Int64Array, ListArray, RecordBatch, StringArray,
-};
-use datafusion::arrow::compute::cast;
-use datafusion::arrow::datatypes::{DataType, Field, Schema, TimestampMicrosecondType};
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use datafusion::common::JoinType;
 use datafusion::dataframe::DataFrame;
 use datafusion::functions::core::expr_fn::coalesce;
@@ -21,20 +18,17 @@ use datafusion::functions_aggregate::string_agg::string_agg_udaf;
 use datafusion::functions_nested::expr_fn::{array_has, array_union, make_array};
 use datafusion::logical_expr::{Expr, LogicalPlan, cast as cast_expr, col, lit, when};
 use datafusion::prelude::SessionContext;
-use signalql_catalog::Dataset;
-use signalql_udfs::scalar::lexical::{lexical_weights, max_weights, score_of};
+use signalql_udfs::scalar::lexical::lexical_weights;
 
 use super::Graph;
-use super::select::{Candidate, Rep};
-use crate::error::{Error, Result};
+use super::candidates::{int_col, string_col};
+use super::select::{CHARS_DIV_4, STORED};
+use crate::catalog::{Catalog, optional_table};
+use crate::error::Result;
+use crate::execute::Executor;
 use crate::lower::fields::ts_lit;
 use crate::lower::time::micros;
 use crate::syntax::ast::{ContextQuery, ExcludeItem, Role};
-
-/// The estimator of a representation without a stored token count.
-pub const CHARS_DIV_4: &str = signalql_udfs::scalar::token_estimate::ESTIMATOR;
-/// The estimator named for a stored token count.
-pub const STORED: &str = "stored";
 
 fn role_name(r: Role) -> &'static str {
     match r {
@@ -48,16 +42,25 @@ fn role_name(r: Role) -> &'static str {
     }
 }
 
+/// The table `name` as a data frame of `ctx`.
 pub(crate) async fn table(
     ctx: &SessionContext,
-    dataset: &Dataset,
+    catalog: &dyn Catalog,
     name: &str,
-    required: bool,
+) -> Result<DataFrame> {
+    let t = catalog.table(ctx, name).await?;
+    Ok(ctx.read_table(t.provider)?)
+}
+
+/// The table `name` as a data frame of `ctx`, `None` when the dataset has none.
+pub(crate) async fn optional(
+    ctx: &SessionContext,
+    catalog: &dyn Catalog,
+    name: &str,
 ) -> Result<Option<DataFrame>> {
-    match dataset.table(ctx, name).await {
-        Ok(t) => Ok(Some(ctx.read_table(t.provider)?)),
-        Err(signalql_catalog::DatasetError::MissingTable { .. }) if !required => Ok(None),
-        Err(e) => Err(e.into()),
+    match optional_table(catalog, ctx, name).await? {
+        Some(t) => Ok(Some(ctx.read_table(t.provider)?)),
+        None => Ok(None),
     }
 }
 
@@ -105,12 +108,10 @@ fn latest_per_object(df: DataFrame, by: &str) -> Result<DataFrame> {
 /// columns, one row per object.
 pub(crate) async fn candidates_df(
     ctx: &SessionContext,
-    dataset: &Dataset,
+    catalog: &dyn Catalog,
     t: i64,
 ) -> Result<DataFrame> {
-    let objects = table(ctx, dataset, "objects", true)
-        .await?
-        .expect("required");
+    let objects = table(ctx, catalog, "objects").await?;
     let objects = latest_per_object(
         objects.filter(col("recorded_at").lt_eq(ts_lit(t)))?,
         "recorded_at",
@@ -126,9 +127,7 @@ pub(crate) async fn candidates_df(
         col("kind"),
         col("title"),
     ])?;
-    let revisions = table(ctx, dataset, "revisions", true)
-        .await?
-        .expect("required");
+    let revisions = table(ctx, catalog, "revisions").await?;
     let revisions = latest_per_object(
         revisions.filter(col("created_at").lt_eq(ts_lit(t)))?,
         "revision",
@@ -157,16 +156,14 @@ pub(crate) async fn candidates_df(
 /// selected revisions' own), under the [`BundlePack`](super::exec::BundlePack) operator.
 pub async fn plan(
     ctx: &SessionContext,
-    dataset: &Dataset,
+    catalog: &dyn Catalog,
     q: &ContextQuery,
     t: DateTime<Utc>,
     params: &super::PackParams,
 ) -> Result<LogicalPlan> {
     let t_us = micros(t);
-    let cands = candidates_df(ctx, dataset, t_us).await?;
-    let reps = table(ctx, dataset, "representations", true)
-        .await?
-        .expect("required");
+    let cands = candidates_df(ctx, catalog, t_us).await?;
+    let reps = table(ctx, catalog, "representations").await?;
     // A representation written twice (a re-run after a crash) is identical; duplicates are
     // dropped when the candidates are assembled and cannot change a score.
     let reps = reps.select(vec![
@@ -313,7 +310,7 @@ pub async fn plan(
             .alias("lex_weights"),
     ]);
     let rows = tested.select(out)?;
-    let edges = edges_df(ctx, dataset).await?;
+    let edges = edges_df(ctx, catalog).await?;
     Ok(crate::operator::TwoInputNode::new(
         rows.into_unoptimized_plan(),
         edges.into_unoptimized_plan(),
@@ -344,7 +341,7 @@ pub(crate) fn per_object_text(rows: DataFrame) -> Result<DataFrame> {
 /// object node) and derivations, each with the `object_id` and `revision` it belongs to. The
 /// packer keeps the edges of the selected revisions (the candidates' own), so the candidates
 /// are neither computed a second time nor collected while planning.
-async fn edges_df(ctx: &SessionContext, dataset: &Dataset) -> Result<DataFrame> {
+async fn edges_df(ctx: &SessionContext, catalog: &dyn Catalog) -> Result<DataFrame> {
     let edges_of = |rows: DataFrame, b: Expr| -> Result<DataFrame> {
         Ok(rows.select(vec![
             concat(vec![lit("object:"), col("object_id")]).alias("a"),
@@ -355,7 +352,7 @@ async fn edges_df(ctx: &SessionContext, dataset: &Dataset) -> Result<DataFrame> 
         ])?)
     };
     let mut parts: Vec<DataFrame> = Vec::new();
-    if let Some(links) = table(ctx, dataset, "links", false).await? {
+    if let Some(links) = optional(ctx, catalog, "links").await? {
         // An `object` entity is an object node.
         let node = when(
             col("entity_type").eq(lit("object")),
@@ -364,7 +361,7 @@ async fn edges_df(ctx: &SessionContext, dataset: &Dataset) -> Result<DataFrame> 
         .otherwise(concat(vec![col("entity_type"), lit(":"), col("entity_id")]))?;
         parts.push(edges_of(links, node)?);
     }
-    if let Some(derivs) = table(ctx, dataset, "derivations", false).await? {
+    if let Some(derivs) = optional(ctx, catalog, "derivations").await? {
         parts.push(edges_of(
             derivs,
             concat(vec![lit("object:"), col("source_object_id")]),
@@ -392,196 +389,11 @@ async fn edges_df(ctx: &SessionContext, dataset: &Dataset) -> Result<DataFrame> 
     }
 }
 
-/// The columns of one batch of [`plan`]'s first input, cast once.
-struct RowCols {
-    ids: Strs,
-    projects: Strs,
-    origins: Strs,
-    trusts: Strs,
-    validations: Strs,
-    states: Strs,
-    names: Strs,
-    medias: Strs,
-    hashes: Strs,
-    estimators: Strs,
-    refs: Strs,
-    revs: Int64Array,
-    tokens: Int64Array,
-    contents: Option<Strs>,
-    created: datafusion::arrow::array::TimestampMicrosecondArray,
-    secret: BooleanArray,
-    role_ex: BooleanArray,
-    packable: BooleanArray,
-    roles: ListStrings,
-    weights: ListArray,
-}
-
-impl RowCols {
-    fn of(b: &RecordBatch) -> Result<Self> {
-        let s = |name: &str| string_col(b, name);
-        let bools = |name: &str| -> Result<BooleanArray> {
-            b.column_by_name(name)
-                .and_then(|c| c.as_boolean_opt())
-                .cloned()
-                .ok_or_else(|| Error::internal(format!("column {name}")))
-        };
-        let list = |name: &str| -> Result<ListArray> {
-            b.column_by_name(name)
-                .and_then(|c| c.as_list_opt::<i32>())
-                .cloned()
-                .ok_or_else(|| Error::internal(format!("column {name}")))
-        };
-        Ok(RowCols {
-            ids: s("object_id")?,
-            projects: s("project")?,
-            origins: s("origin")?,
-            trusts: s("trust")?,
-            validations: s("validation")?,
-            states: s("state")?,
-            names: s("name")?,
-            medias: s("media_type")?,
-            hashes: s("content_hash")?,
-            estimators: s("estimator")?,
-            refs: s("content_ref")?,
-            revs: int_col(b, "revision")?,
-            tokens: int_col(b, "est_tokens")?,
-            contents: match b.column_by_name("content") {
-                Some(_) => Some(s("content")?),
-                None => None,
-            },
-            created: b
-                .column_by_name("rev_created_at")
-                .and_then(|c| c.as_primitive_opt::<TimestampMicrosecondType>())
-                .cloned()
-                .ok_or_else(|| Error::internal("rev_created_at"))?,
-            secret: bools("secret")?,
-            role_ex: bools("role_excluded")?,
-            packable: bools("packable")?,
-            roles: ListStrings::new(&list("eff_roles")?)?,
-            weights: list("lex_weights")?,
-        })
-    }
-}
-
-/// Shares one allocation per distinct value among the many repeats of a low-cardinality
-/// string (state, trust, representation name, role …).
-#[derive(Default)]
-struct Interner(datafusion::common::HashMap<String, Arc<str>>);
-
-impl Interner {
-    fn get(&mut self, s: &str) -> Arc<str> {
-        if let Some(a) = self.0.get(s) {
-            return Arc::clone(a);
-        }
-        let a: Arc<str> = Arc::from(s);
-        self.0.insert(s.to_string(), Arc::clone(&a));
-        a
-    }
-}
-
-/// The candidates from the rows of [`plan`]'s first input (one per object and representation),
-/// each with its lexical-v1 score and matched terms: its in-scope rows' term weights folded by
-/// maximum (0 and none when no row is in scope).
-pub fn candidates_from(
-    batches: &[RecordBatch],
-    params: &super::PackParams,
-) -> Result<Vec<Candidate>> {
-    let cols = batches
-        .iter()
-        .map(RowCols::of)
-        .collect::<Result<Vec<_>>>()?;
-    let max_age_from = params.min_created;
-    let mut strings = Interner::default();
-    let mut index: datafusion::common::HashMap<&str, usize> = Default::default();
-    let mut out: Vec<Candidate> = Vec::new();
-    let mut weights: Vec<Option<Vec<i64>>> = Vec::new();
-    for c in &cols {
-        let w_values = c
-            .weights
-            .values()
-            .as_primitive_opt::<datafusion::arrow::datatypes::Int64Type>()
-            .ok_or_else(|| Error::internal("lex_weights values"))?;
-        let w_offsets = c.weights.value_offsets();
-        for i in 0..c.ids.len() {
-            let id = c.ids.value(i);
-            let k = match index.get(id) {
-                Some(&k) => k,
-                None => {
-                    out.push(Candidate {
-                        id: id.to_string(),
-                        revision: c.revs.value(i),
-                        in_project: match &params.project {
-                            None => true,
-                            Some(p) => !c.projects.is_null(i) && c.projects.value(i) == p,
-                        },
-                        within_age: max_age_from.is_none_or(|from| c.created.value(i) >= from),
-                        state: strings.get(c.states.value(i)),
-                        origin: strings.get(c.origins.value(i)),
-                        trust: strings.get(c.trusts.value(i)),
-                        validation: strings.get(c.validations.value(i)),
-                        roles: Vec::new(),
-                        reps: Vec::new(),
-                        lexical: 0,
-                        weights: Vec::new(),
-                    });
-                    weights.push(None);
-                    index.insert(id, out.len() - 1);
-                    out.len() - 1
-                }
-            };
-            if !c.weights.is_null(i) {
-                let part = &w_values.values()[w_offsets[i] as usize..w_offsets[i + 1] as usize];
-                match &mut weights[k] {
-                    Some(acc) => max_weights(acc, part),
-                    slot => *slot = Some(part.to_vec()),
-                }
-            }
-            let cand = &mut out[k];
-            if c.names.is_null(i) || cand.reps.iter().any(|r| *r.name == *c.names.value(i)) {
-                continue; // no representation at all, or one seen already
-            }
-            let tokens = &c.tokens;
-            cand.reps.push(Rep {
-                name: strings.get(c.names.value(i)),
-                media_type: strings.get(c.medias.value(i)),
-                content: c
-                    .contents
-                    .as_ref()
-                    .and_then(|x| (!x.is_null(i)).then(|| x.value(i).to_string())),
-                content_ref: (!c.refs.is_null(i)).then(|| c.refs.value(i).to_string()),
-                content_hash: c.hashes.value(i).to_string(),
-                tokens: if tokens.is_null(i) {
-                    0
-                } else {
-                    tokens.value(i)
-                },
-                estimator: if c.estimators.value(i) == STORED {
-                    STORED
-                } else {
-                    CHARS_DIV_4
-                },
-                roles: c.roles.get_with(i, |r| strings.get(r)),
-                secret: c.secret.value(i),
-                role_excluded: c.role_ex.value(i),
-                // Content kept by reference and no stored estimate: no token count, not packed.
-                packable: c.packable.value(i) && !tokens.is_null(i),
-            });
-        }
-    }
-    for (cand, w) in out.iter_mut().zip(weights) {
-        if let Some(w) = w {
-            cand.lexical = score_of(&w);
-            cand.weights = w;
-        }
-    }
-    Ok(out)
-}
-
 /// The content of the representations `keys` (object id, revision, name), read after packing
 /// so only packed content is loaded; every key must be an eligible representation.
 pub async fn contents(
-    ctx: &SessionContext,
-    dataset: &Dataset,
+    exec: &Executor,
+    catalog: &dyn Catalog,
     keys: &[(String, i64, String)],
 ) -> Result<HashMap<(String, i64, String), String>> {
     let mut out = HashMap::new();
@@ -595,7 +407,7 @@ pub async fn contents(
     // The copy shares the session's catalogs; only its config is its own. (Building a state
     // with a fresh config would register a new, empty default catalog over the session's own
     // and drop every table registered in it.)
-    let mut state = ctx.state();
+    let mut state = exec.session().state();
     state
         .config_mut()
         .options_mut()
@@ -603,19 +415,16 @@ pub async fn contents(
         .parquet
         .pushdown_filters = true;
     let lookup = SessionContext::new_with_state(state);
-    let reps = table(&lookup, dataset, "representations", true)
-        .await?
-        .expect("required");
-    let batches = reps
+    let reps = table(&lookup, catalog, "representations").await?;
+    let wanted_rows = reps
         .filter(col("object_id").in_list(ids, false))?
         .select(vec![
             col("object_id"),
             col("revision"),
             col("name"),
             col("content"),
-        ])?
-        .collect()
-        .await?;
+        ])?;
+    let batches = exec.collect(wanted_rows).await?;
     let wanted: std::collections::HashSet<&(String, i64, String)> = keys.iter().collect();
     for b in &batches {
         let (ids, names, content) = (
@@ -641,24 +450,22 @@ pub async fn contents(
 /// The evidence rows (derivations, links) of the selected revisions, and every object's latest
 /// revision as of `t` (for WITH EVIDENCE; the packer reads its edges from the plan).
 pub async fn graph(
-    ctx: &SessionContext,
-    dataset: &Dataset,
+    exec: &Executor,
+    catalog: &dyn Catalog,
     selected: &HashMap<String, i64>,
     t: i64,
 ) -> Result<Graph> {
+    let ctx = exec.session();
     let mut g = Graph::default();
-    if let Some(links) = table(ctx, dataset, "links", false).await? {
-        for b in links
-            .select(vec![
-                col("object_id"),
-                col("revision"),
-                col("entity_type"),
-                col("entity_id"),
-                col("relation"),
-            ])?
-            .collect()
-            .await?
-        {
+    if let Some(links) = optional(ctx, catalog, "links").await? {
+        let rows = links.select(vec![
+            col("object_id"),
+            col("revision"),
+            col("entity_type"),
+            col("entity_id"),
+            col("relation"),
+        ])?;
+        for b in exec.collect(rows).await? {
             let (ids, types, ents, rels) = (
                 string_col(&b, "object_id")?,
                 string_col(&b, "entity_type")?,
@@ -679,18 +486,15 @@ pub async fn graph(
             }
         }
     }
-    if let Some(derivs) = table(ctx, dataset, "derivations", false).await? {
-        for b in derivs
-            .select(vec![
-                col("object_id"),
-                col("revision"),
-                col("relation"),
-                col("source_object_id"),
-                col("source_revision"),
-            ])?
-            .collect()
-            .await?
-        {
+    if let Some(derivs) = optional(ctx, catalog, "derivations").await? {
+        let rows = derivs.select(vec![
+            col("object_id"),
+            col("revision"),
+            col("relation"),
+            col("source_object_id"),
+            col("source_revision"),
+        ])?;
+        for b in exec.collect(rows).await? {
             let (ids, rels, srcs) = (
                 string_col(&b, "object_id")?,
                 string_col(&b, "relation")?,
@@ -716,15 +520,11 @@ pub async fn graph(
     for list in g.links.values_mut() {
         list.sort();
     }
-    let revisions = table(ctx, dataset, "revisions", true)
-        .await?
-        .expect("required");
-    for b in revisions
+    let revisions = table(ctx, catalog, "revisions").await?;
+    let rows = revisions
         .filter(col("created_at").lt_eq(ts_lit(t)))?
-        .select(vec![col("object_id"), col("revision")])?
-        .collect()
-        .await?
-    {
+        .select(vec![col("object_id"), col("revision")])?;
+    for b in exec.collect(rows).await? {
         let ids = string_col(&b, "object_id")?;
         let revs = int_col(&b, "revision")?;
         for i in 0..b.num_rows() {
@@ -736,90 +536,4 @@ pub async fn graph(
         }
     }
     Ok(g)
-}
-
-/// A string column read in place (Utf8 or Utf8View, as DataFusion hands them out; any other
-/// type is cast to Utf8 once).
-pub(crate) enum Strs {
-    Utf8(StringArray),
-    View(datafusion::arrow::array::StringViewArray),
-}
-
-impl Strs {
-    pub(crate) fn of(c: &dyn Array) -> Result<Strs> {
-        Ok(match c.data_type() {
-            DataType::Utf8 => Strs::Utf8(c.as_string::<i32>().clone()),
-            DataType::Utf8View => Strs::View(c.as_string_view().clone()),
-            _ => {
-                let c = cast(c, &DataType::Utf8).map_err(|e| Error::internal(e.to_string()))?;
-                Strs::Utf8(c.as_string::<i32>().clone())
-            }
-        })
-    }
-
-    pub(crate) fn value(&self, i: usize) -> &str {
-        match self {
-            Strs::Utf8(a) => a.value(i),
-            Strs::View(a) => a.value(i),
-        }
-    }
-
-    pub(crate) fn is_null(&self, i: usize) -> bool {
-        match self {
-            Strs::Utf8(a) => a.is_null(i),
-            Strs::View(a) => a.is_null(i),
-        }
-    }
-
-    pub(crate) fn len(&self) -> usize {
-        match self {
-            Strs::Utf8(a) => a.len(),
-            Strs::View(a) => a.len(),
-        }
-    }
-}
-
-fn string_col(b: &RecordBatch, name: &str) -> Result<Strs> {
-    let c = b
-        .column_by_name(name)
-        .ok_or_else(|| Error::internal(format!("column {name} missing")))?;
-    Strs::of(c.as_ref())
-}
-
-fn int_col(b: &RecordBatch, name: &str) -> Result<Int64Array> {
-    let c = b
-        .column_by_name(name)
-        .ok_or_else(|| Error::internal(format!("column {name} missing")))?;
-    let c = cast(c, &DataType::Int64).map_err(|e| Error::internal(e.to_string()))?;
-    Ok(c.as_primitive::<datafusion::arrow::datatypes::Int64Type>()
-        .clone())
-}
-
-/// The strings of each row of a list column, with the values cast once.
-struct ListStrings {
-    list: ListArray,
-    values: StringArray,
-}
-
-impl ListStrings {
-    fn new(list: &ListArray) -> Result<Self> {
-        let values =
-            cast(list.values(), &DataType::Utf8).map_err(|e| Error::internal(e.to_string()))?;
-        Ok(ListStrings {
-            list: list.clone(),
-            values: values.as_string::<i32>().clone(),
-        })
-    }
-
-    /// The non-NULL strings of row `i`, each through `f`.
-    fn get_with<T>(&self, i: usize, mut f: impl FnMut(&str) -> T) -> Vec<T> {
-        if self.list.is_null(i) {
-            return Vec::new();
-        }
-        let offsets = self.list.value_offsets();
-        (offsets[i] as usize..offsets[i + 1] as usize)
-            .filter(|&j| !self.values.is_null(j))
-            .map(|j| f(self.values.value(j)))
-            .collect()
-    }
 }

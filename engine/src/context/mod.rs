@@ -7,6 +7,8 @@
 //! expansion, boosts, rank and packing. This module assembles the bundle, its address and the
 //! explanation the context store keeps for `EXPLAIN CONTEXT`.
 
+pub mod build;
+pub mod candidates;
 pub mod exec;
 pub mod find;
 pub mod load;
@@ -507,7 +509,7 @@ pub fn decide(p: &PackParams, candidates: &[Candidate], edges: &[select::Edge]) 
             None => item,
             Some((text, preservation)) => Item {
                 tokens: select::chars_div_4(&text),
-                estimator: load::CHARS_DIV_4.into(),
+                estimator: select::CHARS_DIV_4.into(),
                 content_hash: hex::encode(Sha256::digest(text.as_bytes())),
                 compression: Some(Compression {
                     preservation,

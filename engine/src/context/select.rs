@@ -9,6 +9,11 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+/// The estimator of a representation without a stored token count.
+pub const CHARS_DIV_4: &str = signalql_udfs::scalar::token_estimate::ESTIMATOR;
+/// The estimator named for a stored token count.
+pub const STORED: &str = "stored";
+
 /// One representation of a candidate's selected revision.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Rep {

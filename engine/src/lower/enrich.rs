@@ -1,8 +1,6 @@
 //! Side tables joined onto events before filtering: the `users` table's `traits` (v0.1
-//! `traits.K`) and the latest `signals` per user (`signal(name)`, `probability(name)`), plus
-//! the walk over every field a query names that decides which joins it needs.
-
-use std::collections::BTreeSet;
+//! `traits.K`) and the latest `signals` per user (`signal(name)`, `probability(name)`). Which
+//! joins a query needs is decided by the walks of [`crate::syntax::walk`].
 
 use datafusion::common::Column;
 use datafusion::datasource::provider_as_source;
@@ -12,9 +10,6 @@ use signalql_catalog::TableInfo;
 use super::fields::{column, ts_lit};
 use super::time::micros;
 use crate::error::{Error, Result};
-use crate::syntax::ast::{
-    Aggregate, BoolExpr, FieldRef, Operand, OrderKey, RetrieveQuery, ReturnItem, Span,
-};
 
 /// v0.1 `traits.K`: attach the `users` table's `traits` to each event by `user_id` (a left
 /// join, so events of unknown or anonymous users keep NULL traits). Users are de-duplicated
@@ -135,86 +130,5 @@ fn require_columns(table: &TableInfo, columns: &[&str], feature: &str) -> Result
             table.name
         ))),
         None => Ok(()),
-    }
-}
-
-/// The signal names a query reads through `signal(name)` or `probability(name)`, sorted.
-pub fn signal_names(q: &RetrieveQuery) -> Vec<String> {
-    let mut names = BTreeSet::new();
-    for f in query_fields(q) {
-        if let FieldRef::Signal(n) | FieldRef::Probability(n) = f {
-            names.insert(n.clone());
-        }
-    }
-    names.into_iter().collect()
-}
-
-/// The signal names the WHERE clause reads, sorted.
-pub fn signal_names_in_filter(q: &RetrieveQuery) -> Vec<String> {
-    let mut names = BTreeSet::new();
-    if let Some(f) = &q.filter {
-        for (op, _) in operands(f) {
-            if let Operand::Field(FieldRef::Signal(n) | FieldRef::Probability(n)) = op {
-                names.insert(n.clone());
-            }
-        }
-    }
-    names.into_iter().collect()
-}
-
-/// Every field a query names, in any clause.
-fn query_fields(q: &RetrieveQuery) -> Vec<&FieldRef> {
-    let mut out: Vec<&FieldRef> = Vec::new();
-    for e in [&q.filter, &q.having].into_iter().flatten() {
-        for (op, _) in operands(e) {
-            match op {
-                Operand::Field(f) => out.push(f),
-                Operand::Aggregate(a) => out.extend(aggregate_field(a)),
-                Operand::CountShorthand => {}
-            }
-        }
-    }
-    out.extend(q.group_by.iter());
-    for r in &q.returns {
-        match r {
-            ReturnItem::Field(f) => out.push(f),
-            ReturnItem::Aggregate(a) => out.extend(aggregate_field(a)),
-            ReturnItem::Count => {}
-        }
-    }
-    for o in &q.order_by {
-        match &o.key {
-            OrderKey::Field(f) => out.push(f),
-            OrderKey::Aggregate(a) => out.extend(aggregate_field(a)),
-            OrderKey::Count => {}
-        }
-    }
-    out
-}
-
-/// Does the query read `traits.K` (v0.1), which lives in the users table?
-pub fn reads_traits(q: &RetrieveQuery) -> bool {
-    query_fields(q)
-        .into_iter()
-        .any(|f| matches!(f, FieldRef::Path(p) if p.first().is_some_and(|s| s == "traits")))
-}
-
-fn aggregate_field(a: &Aggregate) -> Option<&FieldRef> {
-    match a {
-        Aggregate::CountAll | Aggregate::Metric(_) => None,
-        Aggregate::Standard(_, f) | Aggregate::Percentile(f, _) | Aggregate::Stats(f) => Some(f),
-    }
-}
-
-/// The predicate operands of a HAVING expression with their spans.
-pub fn operands(e: &BoolExpr) -> Vec<(&Operand, Span)> {
-    match e {
-        BoolExpr::Or(l, r) | BoolExpr::And(l, r) => {
-            let mut v = operands(l);
-            v.extend(operands(r));
-            v
-        }
-        BoolExpr::Not(x) => operands(x),
-        BoolExpr::Predicate(p) => vec![(&p.lhs, p.span)],
     }
 }

@@ -17,46 +17,11 @@ use signalql_udfs::aggregate::funnel_chain::Mode;
 use signalql_udfs::aggregate::percentile::percentile;
 
 use super::fields::{column, field_text, resolve};
-use super::retrieve::{Filtered, scan_filtered_with};
+use super::scan::{Filtered, scan_filtered_with};
 use super::time::duration_seconds;
 use super::{LowerInput, Lowered, OutColumn, UnitSource, project};
 use crate::error::{Error, Result};
-use crate::syntax::ast::{
-    BoolExpr, FieldRef, FunnelOrder, FunnelQuery, RetrieveQuery, SequenceQuery, Source, Span,
-    Window,
-};
-
-/// The retrieve query whose scan and filters a funnel shares (source, WHERE, DURING, and the
-/// GROUP BY dims, so the engine joins the tables they read).
-pub fn funnel_view(q: &FunnelQuery) -> RetrieveQuery {
-    view(
-        q.source.clone(),
-        q.filter.clone(),
-        q.window.clone(),
-        q.group_by.clone(),
-        q.span,
-    )
-}
-
-/// A sequence reads every event of the events table.
-pub fn sequence_view(q: &SequenceQuery) -> RetrieveQuery {
-    view(Source::Events, None, None, Vec::new(), q.span)
-}
-
-fn view(
-    source: Source,
-    filter: Option<BoolExpr>,
-    window: Option<Window>,
-    group_by: Vec<FieldRef>,
-    span: Span,
-) -> RetrieveQuery {
-    RetrieveQuery {
-        filter,
-        window,
-        group_by,
-        ..RetrieveQuery::empty(source, span)
-    }
-}
+use crate::syntax::ast::{FunnelOrder, FunnelQuery, RetrieveQuery, SequenceQuery, Span};
 
 fn mode(order: FunnelOrder) -> Mode {
     match order {
@@ -86,7 +51,7 @@ fn scan(view: &RetrieveQuery, input: &LowerInput) -> Result<Filtered> {
     scan_filtered_with(
         view,
         input,
-        Some((super::source::file_order(input.table), SEQ)),
+        Some((super::source::file_order(input.table()), SEQ)),
     )
 }
 

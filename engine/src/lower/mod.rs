@@ -4,8 +4,10 @@ pub mod aggregate;
 pub mod enrich;
 pub mod fields;
 pub mod funnel;
+pub mod metric;
 pub mod predicate;
 pub mod retrieve;
+pub mod scan;
 pub mod source;
 pub mod time;
 pub mod traverse;
@@ -15,9 +17,9 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use datafusion::logical_expr::{Expr, LogicalPlan, LogicalPlanBuilder, Projection, Sort, SortExpr};
-use serde::Serialize;
 use signalql_catalog::TableInfo;
 
+pub use crate::limits::Limits;
 pub use time::Interval;
 
 /// `b.project(exprs)`, without DataFusion's column normalisation when the input has no
@@ -65,55 +67,69 @@ pub(crate) fn sort(
     })))
 }
 
-/// Engine limits (DESIGN.md §4), all configurable, reported in `metadata.limits`. Group
-/// cardinality has no separate cap: it is bounded by the query memory pool, and what is
-/// returned by `max_result_rows` (see docs/semantics.md).
-#[derive(Debug, Clone, Serialize)]
-pub struct Limits {
-    pub max_window_days: u64,
-    pub max_funnel_steps: u64,
-    pub max_result_rows: u64,
-    pub max_buckets: u64,
-    pub max_traverse_depth: u64,
-    pub query_memory_bytes: u64,
-    pub timeout_seconds: u64,
+/// The tables of a query's source, as the bind pass opened them ([`crate::bind`]).
+pub enum SourceTables {
+    /// `FROM events` (also a funnel's and a sequence's), with the users table when the query
+    /// reads v0.1 `traits.K` and events has no `traits` of its own.
+    Events {
+        events: TableInfo,
+        users: Option<TableInfo>,
+    },
+    /// `FROM entity(type)`, with TRAVERSE's relationships when the query has one.
+    Entities {
+        entity_type: String,
+        entities: TableInfo,
+        traversal: Option<Traversal>,
+    },
 }
 
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            max_window_days: 366,
-            max_funnel_steps: 10,
-            max_result_rows: 10_000,
-            max_buckets: 10_000,
-            max_traverse_depth: traverse::MAX_DEPTH,
-            query_memory_bytes: 4 << 30,
-            timeout_seconds: 60,
+impl SourceTables {
+    /// The source table: events, or entities.
+    pub fn table(&self) -> &TableInfo {
+        match self {
+            SourceTables::Events { events, .. } => events,
+            SourceTables::Entities { entities, .. } => entities,
         }
     }
 }
 
-/// What lowering needs besides the query.
+/// TRAVERSE, bound: the clause and the relationships table it walks.
+pub struct Traversal {
+    pub clause: crate::syntax::ast::Traverse,
+    pub relationships: TableInfo,
+}
+
+/// `signal(name)` and `probability(name)`, bound: the signals table, the names joined before
+/// WHERE (all of them, or with TRAVERSE only those WHERE reads) and those joined to the
+/// entities TRAVERSE reaches.
+pub struct Signals {
+    pub table: TableInfo,
+    pub before: Vec<String>,
+    pub after: Vec<String>,
+}
+
+/// What lowering receives besides the query: what the bind pass opened and decided.
 pub struct LowerInput<'a> {
-    /// The source table: events, or entities for `FROM entity(type)`.
-    pub table: &'a TableInfo,
-    /// With TRAVERSE: the relationships table and the entities table.
-    pub relationships: Option<&'a TableInfo>,
-    pub entities: Option<&'a TableInfo>,
-    /// The users table, when the query reads v0.1 `traits.K` and events has no `traits`.
-    pub users: Option<&'a TableInfo>,
-    /// The signals table, when the query reads `signal(name)` or `probability(name)`.
-    pub signals: Option<&'a TableInfo>,
+    pub source: &'a SourceTables,
+    /// The signals table and the names to join, when the query reads a signal.
+    pub signals: Option<&'a Signals>,
     /// The metric registry, when the query names a metric.
     pub metrics: Option<&'a crate::metrics::Registry>,
     /// The time column when it is not the source's (a metric's `time_column`).
-    pub time_column: Option<String>,
+    pub time_column: Option<&'a str>,
     /// `T` for queries without AS OF.
     pub now: DateTime<Utc>,
     pub limits: &'a Limits,
     /// For a bucketed query without DURING: the span of the matching data, so the series
-    /// can still be dense (computed by the engine before lowering).
+    /// can still be dense (computed by the bind pass before lowering).
     pub data_span: Option<Interval>,
+}
+
+impl LowerInput<'_> {
+    /// The source table: events, or entities.
+    pub fn table(&self) -> &TableInfo {
+        self.source.table()
+    }
 }
 
 /// Where a result column's unit comes from (units are configured per field or column name).
@@ -138,6 +154,15 @@ pub struct OutColumn {
     pub unit: UnitSource,
 }
 
+/// A query split at its aggregate (see [`Lowered::staged`]): the aggregate's plan, and the
+/// rest of the query built over the aggregate's materialised result.
+pub trait Stage: std::fmt::Debug + Send + Sync {
+    fn aggregate(&self) -> &LogicalPlan;
+    /// The rest of the query over `aggregate` (a scan of the aggregate's result, whose columns
+    /// are referenced by name).
+    fn finish(&self, aggregate: LogicalPlan) -> crate::error::Result<Lowered>;
+}
+
 /// A lowered query: the plan and what the envelope needs to describe its result.
 #[derive(Debug, Clone)]
 pub struct Lowered {
@@ -152,7 +177,7 @@ pub struct Lowered {
     pub window: Option<Interval>,
     /// The same query split at its aggregate, when running the aggregate first saves work
     /// (`plan` is still the whole query, for compile output and the SQL digest).
-    pub staged: Option<retrieve::Staged>,
+    pub staged: Option<Arc<dyn Stage>>,
     /// The governed metrics the query used (for `metadata.metrics`).
     pub metrics: Vec<crate::metrics::MetricInfo>,
 }

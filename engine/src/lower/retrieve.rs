@@ -9,24 +9,22 @@ use datafusion::arrow::array::{Array, ListArray, TimestampMicrosecondArray};
 use datafusion::arrow::buffer::OffsetBuffer;
 use datafusion::arrow::datatypes::Field;
 use datafusion::common::{Column, DFSchemaRef, NullEquality, ScalarValue};
-use datafusion::datasource::provider_as_source;
 use datafusion::functions::core::expr_fn::coalesce;
 use datafusion::functions::datetime::expr_fn::date_trunc;
-use datafusion::logical_expr::utils::conjunction;
 use datafusion::logical_expr::{Expr, JoinType, LogicalPlan, LogicalPlanBuilder, SortExpr, lit};
 
 use super::aggregate::lower_measure;
-use super::enrich::{join_signal, join_traits, operands, signal_names, signal_names_in_filter};
-use super::fields::{Resolved, column, field_text, resolve, ts_lit};
+use super::fields::{Resolved, column, field_text, resolve};
 use super::predicate::lower_bool;
-use super::source;
-use super::time::{Interval, anchor, bucket_series, micros, trunc_name, window_interval};
-use super::{LowerInput, Lowered, OutColumn, UnitSource, project};
+use super::scan::{Filtered, scan_filtered, scan_filtered_in};
+use super::time::{Interval, bucket_series, micros, trunc_name};
+use super::{LowerInput, Lowered, OutColumn, Stage, UnitSource, project};
 use crate::error::{Error, Result};
 use crate::syntax::ast::{
-    AggFn, Aggregate, FieldRef, Operand, OrderKey, RetrieveQuery, ReturnItem, Source, Span,
+    AggFn, Aggregate, FieldRef, Operand, OrderKey, RetrieveQuery, ReturnItem, Span,
 };
 use crate::syntax::format::canonical_name;
+use crate::syntax::walk::operands;
 
 /// The internal name of the bucket column until the final projection names it.
 const BUCKET_KEY: &str = "__bucket_start";
@@ -62,176 +60,8 @@ fn aggregates(q: &RetrieveQuery) -> bool {
             .any(|o| !matches!(o.key, OrderKey::Field(_)))
 }
 
-/// Check the parts of a retrieve query this engine does not execute.
-fn check_capabilities(q: &RetrieveQuery) -> Result<()> {
-    if let Source::Metric(_) = &q.source {
-        return Err(
-            Error::internal("FROM metric(…) is lowered through the metric registry").at(q.span),
-        );
-    }
-    if q.traverse.is_some() && q.source == Source::Events {
-        return Err(Error::type_error(
-            "TRAVERSE follows relationships between entities: use it with FROM entity(type)",
-        )
-        .at(q.span));
-    }
-    Ok(())
-}
-
 fn span_at(spans: &[Span], i: usize, fallback: Span) -> Span {
     spans.get(i).copied().unwrap_or(fallback)
-}
-
-/// The scan of the events table with the window and WHERE filters applied.
-/// The events scan with the query's joins, window and WHERE applied.
-pub(super) struct Filtered {
-    pub builder: LogicalPlanBuilder,
-    pub scan_schema: DFSchemaRef,
-    pub ts: Resolved,
-    pub window: Option<Interval>,
-    pub as_of: chrono::DateTime<chrono::Utc>,
-}
-
-pub(super) fn scan_filtered(q: &RetrieveQuery, input: &LowerInput) -> Result<Filtered> {
-    scan_filtered_with(q, input, None)
-}
-
-/// [`scan_filtered`], with `extra` (an expression and its name) computed right over the scan,
-/// before any join: file-dependent functions (`input_file_name()`, `file_row_index()`) are only
-/// evaluated inside the Parquet scan, which DataFusion does only for a projection directly on it.
-pub(super) fn scan_filtered_with(
-    q: &RetrieveQuery,
-    input: &LowerInput,
-    extra: Option<(Expr, &str)>,
-) -> Result<Filtered> {
-    scan_filtered_in(q, input, extra, None)
-}
-
-/// [`scan_filtered_with`], reading the interval `span` instead of the query's window when given.
-fn scan_filtered_in(
-    q: &RetrieveQuery,
-    input: &LowerInput,
-    extra: Option<(Expr, &str)>,
-    span: Option<Interval>,
-) -> Result<Filtered> {
-    check_capabilities(q)?;
-    let as_of = anchor(q.window.as_ref(), input.now)?;
-    let shape = source::shape(&q.source);
-    let mut b = match &q.source {
-        Source::Entity(name) => {
-            source::entities_as_of(input.table, Some(&source::entity_type(name)), as_of)?
-        }
-        _ => {
-            let source = provider_as_source(input.table.provider.clone());
-            let mut b = LogicalPlanBuilder::scan("events", source, None)?;
-            if let Some((expr, name)) = extra {
-                let mut cols: Vec<Expr> =
-                    b.schema().columns().into_iter().map(Expr::Column).collect();
-                cols.push(expr.alias(name));
-                b = b.project(cols)?;
-            }
-            if let Some(users) = input.users {
-                b = join_traits(b, users)?;
-            }
-            b
-        }
-    };
-    // Signals read by WHERE are joined before it; with TRAVERSE, the others are joined to
-    // the reached entities after it.
-    let (before, after) = match &q.traverse {
-        Some(_) => (signal_names_in_filter(q), signal_names(q)),
-        None => (signal_names(q), Vec::new()),
-    };
-    b = join_signals(b, &before, input, &shape, as_of)?;
-    let scan_schema = b.schema().clone();
-    let window = match (&q.window, span) {
-        (_, Some(span)) => Some(span),
-        (Some(w), None) => Some(window_interval(w, as_of, input.limits.max_window_days)?),
-        (None, None) => None,
-    };
-    let time_field = FieldRef::Path(vec![
-        input
-            .time_column
-            .clone()
-            .unwrap_or_else(|| shape.time_column.to_string()),
-    ]);
-    let ts = resolve(&time_field, &scan_schema, q.span)?;
-
-    let mut filters = Vec::new();
-    if let Some(i) = window {
-        filters.push(ts.expr.clone().gt_eq(ts_lit(micros(i.start))));
-        filters.push(ts.expr.clone().lt(ts_lit(micros(i.end))));
-    }
-    if let Some(w) = &q.filter {
-        filters.push(lower_bool(w, &|op: &Operand, span: Span| match op {
-            Operand::Field(f) => resolve(f, &scan_schema, span),
-            _ => Err(Error::parse(
-                "aggregates are not allowed in WHERE; use HAVING",
-                span,
-            )),
-        })?);
-    }
-    if let Some(f) = conjunction(filters) {
-        b = b.filter(f)?;
-    }
-    let (b, scan_schema, ts) = match &q.traverse {
-        None => (b, scan_schema, ts),
-        Some(clause) => {
-            source::check_depth(clause.depth, input.limits.max_traverse_depth)
-                .map_err(|e| e.at(q.span))?;
-            let (Some(rels), Some(entities)) = (input.relationships, input.entities) else {
-                return Err(Error::internal("TRAVERSE without its tables"));
-            };
-            let b = source::traverse(b, clause, rels, entities, as_of)?;
-            let b = join_signals(b, &after, input, &shape, as_of)?;
-            let schema = b.schema().clone();
-            let ts = resolve(&time_field, &schema, q.span)?;
-            (b, schema, ts)
-        }
-    };
-    Ok(Filtered {
-        builder: b,
-        scan_schema,
-        ts,
-        window,
-        as_of,
-    })
-}
-
-/// For a bucketed query without DURING: a plan giving `min(timestamp)` and `max(timestamp)`
-/// of the rows the query reads, from which the engine derives the dense series' span.
-pub fn data_span_plan(q: &RetrieveQuery, input: &LowerInput) -> Result<LogicalPlan> {
-    use datafusion::functions_aggregate::expr_fn::{max, min};
-    let f = scan_filtered(q, input)?;
-    Ok(f.builder
-        .aggregate(
-            Vec::<Expr>::new(),
-            vec![
-                min(f.ts.expr.clone()).alias("lo"),
-                max(f.ts.expr).alias("hi"),
-            ],
-        )?
-        .build()?)
-}
-
-/// Join the latest value of each signal in `names` to the rows of `b` by their entity key.
-fn join_signals(
-    mut b: LogicalPlanBuilder,
-    names: &[String],
-    input: &LowerInput,
-    shape: &source::SourceShape,
-    as_of: chrono::DateTime<chrono::Utc>,
-) -> Result<LogicalPlanBuilder> {
-    if names.is_empty() {
-        return Ok(b);
-    }
-    let Some(signals) = input.signals else {
-        return Err(Error::internal("signal() without the signals table"));
-    };
-    for (i, name) in names.iter().enumerate() {
-        b = join_signal(b, signals, name, i, as_of, shape)?;
-    }
-    Ok(b)
 }
 
 /// Lower a retrieve query over its source.
@@ -427,7 +257,7 @@ fn lower_aggregating(
     // A dense series per group reads the aggregate twice (for the groups seen and for the
     // values); DataFusion would compute it twice, so the engine may run it once first.
     if after.dense.is_some() && !after.dims.is_empty() {
-        lowered.staged = Some(Staged { aggregate, after });
+        lowered.staged = Some(Arc::new(Staged { aggregate, after }));
     }
     Ok(lowered)
 }
@@ -457,6 +287,16 @@ pub struct AfterAggregate {
     dense: Option<Dense>,
     trend: Option<super::trend::TrendPlan>,
     limit: (u64, usize, Option<u64>),
+}
+
+impl Stage for Staged {
+    fn aggregate(&self) -> &LogicalPlan {
+        &self.aggregate
+    }
+
+    fn finish(&self, aggregate: LogicalPlan) -> Result<Lowered> {
+        self.after.finish(aggregate)
+    }
 }
 
 impl AfterAggregate {

@@ -18,7 +18,7 @@ use signalql_udfs::aggregate::trend::trend_slope;
 use super::LowerInput;
 use super::aggregate::lower_measure;
 use super::fields::{column, field_text, resolve};
-use super::retrieve::Filtered;
+use super::scan::Filtered;
 use super::time::{Interval, anchor, micros, unit_seconds};
 use crate::error::{Error, Result};
 use crate::syntax::ast::{Aggregate, FieldRef, RetrieveQuery, ReturnItem, Trend, TrendDir};

@@ -5,6 +5,7 @@ pub mod format;
 pub mod keywords;
 pub mod lexer;
 pub mod parser;
+pub mod walk;
 
 pub use format::{aggregate_name, canonical_name, field_name};
 pub use parser::{parse, parse_metric_expression, parse_predicate};

@@ -12,13 +12,15 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, AsArray, Int64Array};
+use datafusion::arrow::array::{Array, Int64Array};
 use datafusion::arrow::datatypes::DataType;
 use datafusion::common::{Result, ScalarValue, exec_err};
 use datafusion::logical_expr::{
     ColumnarValue, Expr, ExpressionPlacement, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl,
     Signature, Volatility,
 };
+
+use crate::strings::StringColumn;
 
 pub const NAME: &str = "signalql_file_rank";
 
@@ -123,24 +125,10 @@ impl ScalarUDFImpl for FileRank {
                         }
                     }
                 };
-                let out: Int64Array = match a.data_type() {
-                    DataType::Utf8 => a
-                        .as_string::<i32>()
-                        .iter()
-                        .map(|p| p.map(&mut rank_of))
-                        .collect(),
-                    DataType::LargeUtf8 => a
-                        .as_string::<i64>()
-                        .iter()
-                        .map(|p| p.map(&mut rank_of))
-                        .collect(),
-                    DataType::Utf8View => a
-                        .as_string_view()
-                        .iter()
-                        .map(|p| p.map(&mut rank_of))
-                        .collect(),
-                    other => return exec_err!("{NAME} takes a path string, got {other}"),
+                let Ok(paths) = StringColumn::try_new(a.as_ref()) else {
+                    return exec_err!("{NAME} takes a path string, got {}", a.data_type());
                 };
+                let out: Int64Array = paths.iter().map(|p| p.map(&mut rank_of)).collect();
                 Ok(ColumnarValue::Array(Arc::new(out) as Arc<dyn Array>))
             }
         }

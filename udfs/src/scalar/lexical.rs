@@ -14,15 +14,15 @@
 
 use std::sync::{Arc, LazyLock};
 
-use datafusion::arrow::array::{
-    Array, ArrayRef, AsArray, Int64Builder, ListBuilder, StringBuilder, StringViewArray,
-};
+use datafusion::arrow::array::{Array, ArrayRef, Int64Builder, ListBuilder, StringBuilder};
 use datafusion::arrow::datatypes::{DataType, Field};
 use datafusion::common::{Result, ScalarValue, exec_err};
 use datafusion::logical_expr::{
     ColumnarValue, Expr, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
 };
 use unicode_general_category::{GeneralCategory, get_general_category};
+
+use crate::strings::StringColumn;
 
 pub const SCORE_NAME: &str = "lexical_score";
 pub const TERMS_NAME: &str = "lexical_terms";
@@ -302,9 +302,7 @@ pub fn lexical_terms(task: Expr, title: Expr, summary: Expr, text: Expr) -> Expr
 /// One string argument, read without copying or casting.
 enum Col {
     Scalar(Option<String>),
-    Utf8(datafusion::arrow::array::StringArray),
-    Large(datafusion::arrow::array::LargeStringArray),
-    View(StringViewArray),
+    Array(StringColumn),
 }
 
 impl Col {
@@ -317,12 +315,11 @@ impl Col {
             ColumnarValue::Scalar(other) => {
                 return exec_err!("lexical functions take strings, got {other:?}");
             }
-            ColumnarValue::Array(a) => match a.data_type() {
-                DataType::Utf8 => Col::Utf8(a.as_string::<i32>().clone()),
-                DataType::LargeUtf8 => Col::Large(a.as_string::<i64>().clone()),
-                DataType::Utf8View => Col::View(a.as_string_view().clone()),
-                DataType::Null => Col::Scalar(None),
-                other => return exec_err!("lexical functions take strings, got {other}"),
+            ColumnarValue::Array(a) => match StringColumn::try_new(a.as_ref()) {
+                Ok(c) => Col::Array(c),
+                Err(_) => {
+                    return exec_err!("lexical functions take strings, got {}", a.data_type());
+                }
             },
         })
     }
@@ -330,9 +327,7 @@ impl Col {
     fn get(&self, i: usize) -> Option<&str> {
         match self {
             Col::Scalar(s) => s.as_deref(),
-            Col::Utf8(a) => (!a.is_null(i)).then(|| a.value(i)),
-            Col::Large(a) => (!a.is_null(i)).then(|| a.value(i)),
-            Col::View(a) => (!a.is_null(i)).then(|| a.value(i)),
+            Col::Array(c) => c.get(i),
         }
     }
 }

@@ -6,12 +6,14 @@
 
 use std::sync::{Arc, LazyLock};
 
-use datafusion::arrow::array::{ArrayRef, AsArray, Int64Array};
+use datafusion::arrow::array::{ArrayRef, Int64Array};
 use datafusion::arrow::datatypes::DataType;
 use datafusion::common::{Result, ScalarValue, exec_err};
 use datafusion::logical_expr::{
     ColumnarValue, Expr, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
 };
+
+use crate::strings::StringColumn;
 
 pub const NAME: &str = "token_estimate";
 /// The estimator's name, as bundles record it.
@@ -75,12 +77,8 @@ impl ScalarUDFImpl for TokenEstimate {
                 )))
             }
             ColumnarValue::Array(arr) => {
-                let arr = datafusion::arrow::compute::cast(arr, &DataType::Utf8)?;
-                let out: Int64Array = arr
-                    .as_string::<i32>()
-                    .iter()
-                    .map(|v| v.map(chars_div_4))
-                    .collect();
+                let text = StringColumn::cast_from(arr.as_ref())?;
+                let out: Int64Array = text.iter().map(|v| v.map(chars_div_4)).collect();
                 Ok(ColumnarValue::Array(Arc::new(out) as ArrayRef))
             }
         }

@@ -1,0 +1,493 @@
+//! The bind pre-pass between parsing and lowering, in the spirit of DataFusion's
+//! `resolve_table_references` + `ContextProvider`. [`needs`] lists, without any I/O, what a
+//! statement reads: its tables, signals, metrics, whether it reads v0.1 `traits.K`, the entity
+//! type it names and whether its dense series needs the data span. A [`Binder`] then opens
+//! those through a [`Catalog`], applies the statement-level checks and desugarings (a funnel's
+//! and a sequence's retrieve view, `FROM metric(m)` over the metric's source), and hands
+//! lowering a [`Bound`] whose tables are there by construction: lowering cannot meet a
+//! TRAVERSE without its relationships or a `signal()` without the signals table.
+//!
+//! Caller permissions (policy.toml) are to be applied here, before any evidence is read:
+//! [`needs`] names every table a statement reads before anything is opened, so a table the
+//! principal may not read is refused with `permission_denied` first; and every table a
+//! [`Binder`] opens comes from one [`Catalog`], so wrapping that catalog in the principal's
+//! row filters and column masks makes every plan built from a [`Bound`] (funnels, joins,
+//! TRAVERSE, signals) read only the rows and columns the principal may see.
+
+use std::collections::BTreeSet;
+
+use chrono::{DateTime, Utc};
+use datafusion::arrow::array::{Array, AsArray};
+use datafusion::arrow::datatypes::TimestampMicrosecondType;
+use datafusion::datasource::provider_as_source;
+use datafusion::logical_expr::{Expr, LogicalPlanBuilder};
+use datafusion::prelude::SessionContext;
+use signalql_catalog::TableInfo;
+use signalql_udfs::strings::StringColumn;
+
+use crate::catalog::{self, Catalog};
+use crate::error::{Error, Result};
+use crate::execute::Executor;
+use crate::lower::scan::data_span_plan;
+use crate::lower::source::entity_type;
+use crate::lower::{Interval, LowerInput, Signals, SourceTables, Traversal};
+use crate::metrics::{Registry, VALUE_COLUMN};
+use crate::syntax::ast::{
+    Aggregate, BoolExpr, FieldRef, FunnelQuery, OrderKey, Predicate, RetrieveQuery, ReturnItem,
+    SequenceQuery, Source, Span, Statement,
+};
+use crate::syntax::walk::{metric_names, reads_traits, signal_names, signal_names_in_filter};
+
+/// A table a statement reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Table {
+    Events,
+    Entities,
+    Relationships,
+    /// v0.1 `traits.K`, read only when events has no `traits` column of its own.
+    Users,
+    Signals,
+    Objects,
+    Revisions,
+    Representations,
+    Links,
+    Derivations,
+}
+
+impl Table {
+    /// The table's folder name under the dataset root.
+    pub fn name(self) -> &'static str {
+        match self {
+            Table::Events => "events",
+            Table::Entities => "entities",
+            Table::Relationships => "relationships",
+            Table::Users => "users",
+            Table::Signals => "signals",
+            Table::Objects => "objects",
+            Table::Revisions => "revisions",
+            Table::Representations => "representations",
+            Table::Links => "links",
+            Table::Derivations => "derivations",
+        }
+    }
+}
+
+/// What a statement reads, found from its text alone.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Needs {
+    pub tables: BTreeSet<Table>,
+    /// The signals read by `signal(name)` / `probability(name)`, sorted.
+    pub signals: Vec<String>,
+    /// The governed metrics named (a metric's own tables are known once its record is read).
+    pub metrics: Vec<String>,
+    /// The query reads v0.1 `traits.K`.
+    pub traits: bool,
+    /// `FROM entity(type)`: the type, which must exist.
+    pub entity_type: Option<String>,
+    /// A bucketed query without DURING: its dense series spans the data it reads.
+    pub data_span: bool,
+}
+
+/// What `statement` reads, without opening anything.
+pub fn needs(statement: &Statement) -> Needs {
+    let object_tables = |extra: &[Table]| Needs {
+        tables: [Table::Objects, Table::Revisions, Table::Representations]
+            .into_iter()
+            .chain(extra.iter().copied())
+            .collect(),
+        ..Needs::default()
+    };
+    match statement {
+        Statement::Retrieve(q) => retrieve_needs(q),
+        Statement::Funnel(q) => retrieve_needs(&funnel_view(q)),
+        Statement::Sequence(q) => retrieve_needs(&sequence_view(q)),
+        Statement::Watch(w) => retrieve_needs(&w.query),
+        Statement::FindObject(_) => object_tables(&[]),
+        // The packer's graph edges and WITH EVIDENCE read links and derivations.
+        Statement::ContextTask(_) => object_tables(&[Table::Links, Table::Derivations]),
+        Statement::Describe(_) | Statement::ExplainContext(_) | Statement::Explain(_) => {
+            Needs::default()
+        }
+    }
+}
+
+fn retrieve_needs(q: &RetrieveQuery) -> Needs {
+    let mut n = Needs {
+        signals: signal_names(q),
+        metrics: metric_names(q),
+        traits: reads_traits(q),
+        data_span: q.bucket.is_some() && q.window.is_none(),
+        ..Needs::default()
+    };
+    match &q.source {
+        Source::Events => {
+            n.tables.insert(Table::Events);
+            if n.traits {
+                n.tables.insert(Table::Users);
+            }
+        }
+        Source::Entity(name) => {
+            n.tables.insert(Table::Entities);
+            n.entity_type = Some(entity_type(name));
+            if q.traverse.is_some() {
+                n.tables.insert(Table::Relationships);
+            }
+        }
+        Source::Metric(_) => {}
+    }
+    if !n.signals.is_empty() {
+        n.tables.insert(Table::Signals);
+    }
+    n
+}
+
+/// A retrieve query as lowering reads it (the query itself, or a funnel's, a sequence's or a
+/// metric's view) with everything it reads opened.
+pub struct Bound {
+    pub view: RetrieveQuery,
+    pub source: SourceTables,
+    pub signals: Option<Signals>,
+    /// The metric registry, when the query names a metric.
+    pub registry: Option<Registry>,
+    /// The time column when it is not the source's (a metric's `time_column`).
+    pub time_column: Option<String>,
+    pub now: DateTime<Utc>,
+    pub data_span: Option<Interval>,
+}
+
+impl Bound {
+    /// What lowering receives.
+    pub fn input<'a>(&'a self, limits: &'a crate::limits::Limits) -> LowerInput<'a> {
+        LowerInput {
+            source: &self.source,
+            signals: self.signals.as_ref(),
+            metrics: self.registry.as_ref(),
+            time_column: self.time_column.as_deref(),
+            now: self.now,
+            limits,
+            data_span: self.data_span,
+        }
+    }
+}
+
+/// Binds statements against one catalog, in one session, at one `T`.
+pub struct Binder<'a> {
+    pub catalog: &'a dyn Catalog,
+    pub exec: &'a Executor,
+    pub now: DateTime<Utc>,
+}
+
+impl Binder<'_> {
+    fn ctx(&self) -> &SessionContext {
+        self.exec.session()
+    }
+
+    /// A retrieve query; `FROM metric(m)` becomes a query over the metric's source, and any
+    /// named metric brings the registry.
+    pub async fn retrieve(&self, q: &RetrieveQuery) -> Result<Bound> {
+        let names = metric_names(q);
+        if names.is_empty() {
+            return self.view(q.clone(), None, None).await;
+        }
+        let registry = Registry::load(self.catalog.dataset().root()).map_err(|e| e.at(q.span))?;
+        let (view, time_column) = match &q.source {
+            Source::Metric(name) => {
+                let m = registry.get(name, q.span)?;
+                (metric_view(q, name, &m.source), m.def.time_column.clone())
+            }
+            _ => (q.clone(), None),
+        };
+        self.view(view, Some(registry), time_column).await
+    }
+
+    /// A funnel: it follows users through events.
+    pub async fn funnel(&self, q: &FunnelQuery) -> Result<Bound> {
+        if q.source != Source::Events {
+            return Err(Error::type_error(format!(
+                "FUNNEL follows users through events: use FROM events, not FROM {}",
+                q.source
+            ))
+            .at(q.span));
+        }
+        self.view(funnel_view(q), None, None).await
+    }
+
+    pub async fn sequence(&self, q: &SequenceQuery) -> Result<Bound> {
+        self.view(sequence_view(q), None, None).await
+    }
+
+    /// Open what the retrieve query `q` reads, check it, and compute its data span if needed.
+    async fn view(
+        &self,
+        q: RetrieveQuery,
+        registry: Option<Registry>,
+        time_column: Option<String>,
+    ) -> Result<Bound> {
+        if q.traverse.is_some() && q.source == Source::Events {
+            return Err(Error::type_error(
+                "TRAVERSE follows relationships between entities: use it with FROM entity(type)",
+            )
+            .at(q.span));
+        }
+        let needs = retrieve_needs(&q);
+        let ctx = self.ctx();
+        let at = |e: Error| e.at(q.span);
+        let source = match &q.source {
+            Source::Entity(name) => {
+                let entities = catalog::entities(self.catalog, ctx).await.map_err(at)?;
+                let entity_type = entity_type(name);
+                self.check_entity_type(&entities, &entity_type, q.span)
+                    .await?;
+                let traversal = match &q.traverse {
+                    Some(clause) => Some(Traversal {
+                        clause: clause.clone(),
+                        relationships: catalog::relationships(self.catalog, ctx)
+                            .await
+                            .map_err(at)?,
+                    }),
+                    None => None,
+                };
+                SourceTables::Entities {
+                    entity_type,
+                    entities,
+                    traversal,
+                }
+            }
+            Source::Events => {
+                let events = catalog::events(self.catalog, ctx).await?;
+                // v0.1 `traits.K` reads the users table unless events carries its own.
+                let users = if needs.traits && events.schema.field_with_name("traits").is_err() {
+                    Some(self.catalog.table(ctx, Table::Users.name()).await?)
+                } else {
+                    None
+                };
+                SourceTables::Events { events, users }
+            }
+            Source::Metric(_) => {
+                return Err(Error::internal(
+                    "FROM metric(…) reached binding without its registry record",
+                )
+                .at(q.span));
+            }
+        };
+        let signals = if needs.signals.is_empty() {
+            None
+        } else {
+            let table = self
+                .catalog
+                .table(ctx, Table::Signals.name())
+                .await
+                .map_err(|e| Error::from(e).at(q.span))?;
+            // With TRAVERSE, only the signals WHERE reads are joined before it; every signal
+            // is joined to the reached entities after it.
+            let (before, after) = match &q.traverse {
+                Some(_) => (signal_names_in_filter(&q), needs.signals.clone()),
+                None => (needs.signals.clone(), Vec::new()),
+            };
+            Some(Signals {
+                table,
+                before,
+                after,
+            })
+        };
+        let mut bound = Bound {
+            view: q,
+            source,
+            signals,
+            registry,
+            time_column,
+            now: self.now,
+            data_span: None,
+        };
+        if needs.data_span {
+            bound.data_span = self.data_span(&bound).await?;
+        }
+        Ok(bound)
+    }
+
+    /// `entity(type)` must name a type the entities table has.
+    async fn check_entity_type(&self, table: &TableInfo, wanted: &str, span: Span) -> Result<()> {
+        let types = self.entity_types(table).await?;
+        if types.iter().any(|t| t == wanted) {
+            return Ok(());
+        }
+        Err(Error::unknown_field(format!(
+            "unknown entity type `{wanted}`: the entities table has {}",
+            if types.is_empty() {
+                "no entities".to_string()
+            } else {
+                types.join(", ")
+            }
+        ))
+        .at(span))
+    }
+
+    /// The distinct `entity_type`s of the entities table, sorted.
+    pub async fn entity_types(&self, table: &TableInfo) -> Result<Vec<String>> {
+        let plan =
+            LogicalPlanBuilder::scan("entities", provider_as_source(table.provider.clone()), None)?
+                .aggregate(
+                    vec![crate::lower::fields::column("entity_type")],
+                    Vec::<Expr>::new(),
+                )?
+                .build()?;
+        let mut out = Vec::new();
+        for b in &self.exec.run(&plan).await?.batches {
+            let c = StringColumn::try_new(b.column(0).as_ref())?;
+            out.extend(c.iter().flatten().map(str::to_string));
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    /// The span `[min, max]` of the rows a bucketed query without DURING reads.
+    async fn data_span(&self, bound: &Bound) -> Result<Option<Interval>> {
+        let plan = data_span_plan(&bound.view, &bound.input(self.exec.limits()))?;
+        let batches = self.exec.run(&plan).await?.batches;
+        let Some(batch) = batches.first() else {
+            return Ok(None);
+        };
+        let col = |i: usize| {
+            batch
+                .column(i)
+                .as_primitive_opt::<TimestampMicrosecondType>()
+                .cloned()
+        };
+        let (Some(lo), Some(hi)) = (col(0), col(1)) else {
+            return Ok(None);
+        };
+        if lo.is_empty() || lo.is_null(0) || hi.is_null(0) {
+            return Ok(None);
+        }
+        let at = |v: i64| DateTime::<Utc>::from_timestamp_micros(v);
+        match (at(lo.value(0)), at(hi.value(0) + 1)) {
+            (Some(start), Some(end)) => Ok(Some(Interval { start, end })),
+            _ => Ok(None),
+        }
+    }
+}
+
+/// The retrieve query whose scan and filters a funnel shares (source, WHERE, DURING, and the
+/// GROUP BY dims, so the bind pass opens the tables they read).
+pub fn funnel_view(q: &FunnelQuery) -> RetrieveQuery {
+    RetrieveQuery {
+        filter: q.filter.clone(),
+        window: q.window.clone(),
+        group_by: q.group_by.clone(),
+        ..RetrieveQuery::empty(q.source.clone(), q.span)
+    }
+}
+
+/// A sequence reads every event of the events table.
+pub fn sequence_view(q: &SequenceQuery) -> RetrieveQuery {
+    RetrieveQuery::empty(Source::Events, q.span)
+}
+
+/// `FROM metric(m) …` as a query over the metric's source, where `metric_value` (in RETURN,
+/// HAVING and ORDER BY) is the aggregate `metric(m)`.
+pub fn metric_view(q: &RetrieveQuery, name: &[String], source: &Source) -> RetrieveQuery {
+    let is_value =
+        |f: &FieldRef| matches!(f, FieldRef::Path(p) if p.len() == 1 && p[0] == VALUE_COLUMN);
+    let metric = Aggregate::Metric(name.to_vec());
+    fn having(e: &BoolExpr, is_value: &dyn Fn(&FieldRef) -> bool, metric: &Aggregate) -> BoolExpr {
+        match e {
+            BoolExpr::Or(l, r) => BoolExpr::Or(
+                Box::new(having(l, is_value, metric)),
+                Box::new(having(r, is_value, metric)),
+            ),
+            BoolExpr::And(l, r) => BoolExpr::And(
+                Box::new(having(l, is_value, metric)),
+                Box::new(having(r, is_value, metric)),
+            ),
+            BoolExpr::Not(x) => BoolExpr::Not(Box::new(having(x, is_value, metric))),
+            BoolExpr::Predicate(p) => BoolExpr::Predicate(Predicate {
+                lhs: match &p.lhs {
+                    crate::syntax::ast::Operand::Field(f) if is_value(f) => {
+                        crate::syntax::ast::Operand::Aggregate(metric.clone())
+                    }
+                    other => other.clone(),
+                },
+                op: p.op.clone(),
+                span: p.span,
+            }),
+        }
+    }
+    let mut v = q.clone();
+    v.source = source.clone();
+    for r in &mut v.returns {
+        if let ReturnItem::Field(f) = r
+            && is_value(f)
+        {
+            *r = ReturnItem::Aggregate(metric.clone());
+        }
+    }
+    v.having = q.having.as_ref().map(|h| having(h, &is_value, &metric));
+    for o in &mut v.order_by {
+        if let OrderKey::Field(f) = &o.key
+            && is_value(f)
+        {
+            o.key = OrderKey::Aggregate(metric.clone());
+        }
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::syntax::parse;
+
+    fn tables(text: &str) -> Vec<&'static str> {
+        needs(&parse(text).unwrap())
+            .tables
+            .into_iter()
+            .map(Table::name)
+            .collect()
+    }
+
+    #[test]
+    fn needs_lists_the_tables_each_statement_kind_reads() {
+        assert_eq!(tables("FROM events RETURN count"), ["events"]);
+        assert_eq!(
+            tables("FROM events RETURN traits.plan, count GROUP BY traits.plan"),
+            ["events", "users"]
+        );
+        assert_eq!(
+            tables(
+                "FROM entity(analytics.account) TRAVERSE member_of DEPTH <= 2 \
+                 RETURN entity_id, signal(account_health)"
+            ),
+            ["entities", "relationships", "signals"]
+        );
+        assert_eq!(
+            tables("FUNNEL \"page_view\" -> \"purchase\" FROM events DURING LAST 30 d WITHIN 7 d"),
+            ["events"]
+        );
+        assert_eq!(
+            tables("FIND OBJECT ABOUT \"parquet\""),
+            ["objects", "revisions", "representations"]
+        );
+        assert!(tables("DESCRIBE events").is_empty());
+    }
+
+    #[test]
+    fn needs_names_signals_metrics_entity_type_and_the_data_span() {
+        let n = needs(
+            &parse(
+                "FROM entity(analytics.user) WHERE signal(churn_risk) > 0.5 BUCKET BY d \
+                 RETURN timestamp, count",
+            )
+            .unwrap(),
+        );
+        assert_eq!(n.signals, ["churn_risk"]);
+        assert_eq!(n.entity_type.as_deref(), Some("analytics.user"));
+        assert!(n.data_span);
+        let n = needs(&parse("FROM metric(revenue) DURING LAST 7 d RETURN metric_value").unwrap());
+        assert_eq!(n.metrics, ["revenue"]);
+        assert!(
+            n.tables.is_empty(),
+            "a metric's tables come from its record"
+        );
+        assert!(!n.data_span);
+    }
+}

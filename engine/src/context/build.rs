@@ -1,0 +1,118 @@
+//! `CONTEXT FOR`, end to end: the packing plan ([`plan`]), run on the engine's one execution
+//! path; then the evidence graph (WITH EVIDENCE), the bundle assembled from the decisions, the
+//! packed representations' content read, the compression ratio (COMPRESS), and the record kept
+//! in the dataset's context store. Every read goes through the [`Executor`].
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use datafusion::logical_expr::LogicalPlan;
+
+use super::{Bundle, PackParams, assemble, check_limits, exec, free_in_background, load, store};
+use super::{parse_object_uri, store::Record};
+use crate::catalog::Catalog;
+use crate::error::{Error, Result};
+use crate::execute::Executor;
+use crate::lower::time::{micros, parse_timestamp, rfc3339};
+use crate::syntax::ast::ContextQuery;
+
+/// The logical plan behind `CONTEXT FOR` evaluated at `now` (opening the object tables;
+/// nothing is run): one plan whose result is the packing decisions. Also returns the AS OF
+/// time.
+pub async fn plan(
+    catalog: &dyn Catalog,
+    exec: &Executor,
+    q: &ContextQuery,
+    now: DateTime<Utc>,
+) -> Result<(LogicalPlan, DateTime<Utc>)> {
+    check_limits(q)?;
+    let t = match &q.as_of {
+        Some(ts) => parse_timestamp(ts)?,
+        None => now,
+    };
+    let params = PackParams::of(q, micros(t))?;
+    let plan = load::plan(exec.session(), catalog, q, t, &params).await?;
+    Ok((plan, t))
+}
+
+/// Compute the bundle for `CONTEXT FOR "task" …` at `now` and keep it in the context store
+/// (the first record for an address wins; the returned bundle is the one computed now).
+pub async fn bundle(
+    catalog: &dyn Catalog,
+    exec: &Executor,
+    q: &ContextQuery,
+    now: DateTime<Utc>,
+) -> Result<Bundle> {
+    let as_of = q.as_of.as_ref().map(|ts| ts.0.clone());
+    let (plan, t) = plan(catalog, exec, q, now).await?;
+    let decisions = exec::decode(&exec.run(&plan).await?.batches)?;
+    let graph = if q.with_evidence {
+        let selected: HashMap<String, i64> = decisions
+            .items
+            .iter()
+            .filter_map(|i| {
+                let (id, rev) = parse_object_uri(&i.object)?;
+                Some((id.to_string(), rev))
+            })
+            .collect();
+        Some(load::graph(exec, catalog, &selected, micros(t)).await?)
+    } else {
+        None
+    };
+    let (mut bundle, explanation) = assemble(q, as_of, rfc3339(now), decisions, graph.as_ref());
+    fill_content(catalog, exec, &mut bundle).await?;
+    if q.compress {
+        bundle.metadata.compression_ratio = Some(compression_ratio(&bundle));
+    }
+    let record = Record {
+        spec_version: "0.5".into(),
+        bundle,
+        explanation,
+    };
+    store::put(catalog.dataset().root(), &record)?;
+    free_in_background(record.explanation);
+    Ok(record.bundle)
+}
+
+/// Read the content of the packed items that carry neither content nor a reference (only the
+/// packed representations' content is read, after packing).
+async fn fill_content(catalog: &dyn Catalog, exec: &Executor, bundle: &mut Bundle) -> Result<()> {
+    let wanted = |i: &&mut super::Item| i.content.is_none() && i.content_ref.is_none();
+    let keys: Vec<(String, i64, String)> = bundle
+        .items
+        .iter_mut()
+        .filter(wanted)
+        .filter_map(|i| {
+            let (id, rev) = parse_object_uri(&i.object)?;
+            Some((id.to_string(), rev, i.representation.clone()))
+        })
+        .collect();
+    let mut texts = load::contents(exec, catalog, &keys).await?;
+    for (item, key) in bundle.items.iter_mut().filter(wanted).zip(&keys) {
+        item.content = Some(texts.remove(key).ok_or_else(|| {
+            Error::io(format!(
+                "the content of {} ({}) could not be read",
+                item.object, item.representation
+            ))
+        })?);
+    }
+    Ok(())
+}
+
+/// Characters packed over the characters of the packed items before compression.
+fn compression_ratio(bundle: &Bundle) -> f64 {
+    let (mut used, mut full) = (0u64, 0u64);
+    for item in &bundle.items {
+        let n = item
+            .content
+            .as_deref()
+            .map_or(0, |c| c.chars().count() as u64);
+        used += n;
+        full += item.compression.as_ref().map_or(n, |c| c.original_chars);
+    }
+    if full == 0 {
+        1.0
+    } else {
+        used as f64 / full as f64
+    }
+}

@@ -1,0 +1,246 @@
+//! The packer's first input decoded: the candidate rows of the CONTEXT FOR plan (one per object
+//! and representation) into [`Candidate`]s with their lexical-v1 scores, and the column
+//! readers the context module shares.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{
+    Array, AsArray, BooleanArray, Int64Array, ListArray, RecordBatch, StringArray,
+};
+use datafusion::arrow::compute::cast;
+use datafusion::arrow::datatypes::{DataType, TimestampMicrosecondType};
+use signalql_udfs::scalar::lexical::{max_weights, score_of};
+use signalql_udfs::strings::StringColumn;
+
+use super::select::{CHARS_DIV_4, Candidate, Rep, STORED};
+use crate::error::{Error, Result};
+
+/// The columns of one batch of [`plan`](super::load::plan)'s first input, cast once.
+struct RowCols {
+    ids: StringColumn,
+    projects: StringColumn,
+    origins: StringColumn,
+    trusts: StringColumn,
+    validations: StringColumn,
+    states: StringColumn,
+    names: StringColumn,
+    medias: StringColumn,
+    hashes: StringColumn,
+    estimators: StringColumn,
+    refs: StringColumn,
+    revs: Int64Array,
+    tokens: Int64Array,
+    contents: Option<StringColumn>,
+    created: datafusion::arrow::array::TimestampMicrosecondArray,
+    secret: BooleanArray,
+    role_ex: BooleanArray,
+    packable: BooleanArray,
+    roles: ListStrings,
+    weights: ListArray,
+}
+
+impl RowCols {
+    fn of(b: &RecordBatch) -> Result<Self> {
+        let s = |name: &str| string_col(b, name);
+        let bools = |name: &str| -> Result<BooleanArray> {
+            b.column_by_name(name)
+                .and_then(|c| c.as_boolean_opt())
+                .cloned()
+                .ok_or_else(|| Error::internal(format!("column {name}")))
+        };
+        let list = |name: &str| -> Result<ListArray> {
+            b.column_by_name(name)
+                .and_then(|c| c.as_list_opt::<i32>())
+                .cloned()
+                .ok_or_else(|| Error::internal(format!("column {name}")))
+        };
+        Ok(RowCols {
+            ids: s("object_id")?,
+            projects: s("project")?,
+            origins: s("origin")?,
+            trusts: s("trust")?,
+            validations: s("validation")?,
+            states: s("state")?,
+            names: s("name")?,
+            medias: s("media_type")?,
+            hashes: s("content_hash")?,
+            estimators: s("estimator")?,
+            refs: s("content_ref")?,
+            revs: int_col(b, "revision")?,
+            tokens: int_col(b, "est_tokens")?,
+            contents: match b.column_by_name("content") {
+                Some(_) => Some(s("content")?),
+                None => None,
+            },
+            created: b
+                .column_by_name("rev_created_at")
+                .and_then(|c| c.as_primitive_opt::<TimestampMicrosecondType>())
+                .cloned()
+                .ok_or_else(|| Error::internal("rev_created_at"))?,
+            secret: bools("secret")?,
+            role_ex: bools("role_excluded")?,
+            packable: bools("packable")?,
+            roles: ListStrings::new(&list("eff_roles")?)?,
+            weights: list("lex_weights")?,
+        })
+    }
+}
+
+/// Shares one allocation per distinct value among the many repeats of a low-cardinality
+/// string (state, trust, representation name, role …).
+#[derive(Default)]
+struct Interner(datafusion::common::HashMap<String, Arc<str>>);
+
+impl Interner {
+    fn get(&mut self, s: &str) -> Arc<str> {
+        if let Some(a) = self.0.get(s) {
+            return Arc::clone(a);
+        }
+        let a: Arc<str> = Arc::from(s);
+        self.0.insert(s.to_string(), Arc::clone(&a));
+        a
+    }
+}
+
+/// The candidates from the rows of [`plan`](super::load::plan)'s first input (one per object and representation),
+/// each with its lexical-v1 score and matched terms: its in-scope rows' term weights folded by
+/// maximum (0 and none when no row is in scope).
+pub fn candidates_from(
+    batches: &[RecordBatch],
+    params: &super::PackParams,
+) -> Result<Vec<Candidate>> {
+    let cols = batches
+        .iter()
+        .map(RowCols::of)
+        .collect::<Result<Vec<_>>>()?;
+    let max_age_from = params.min_created;
+    let mut strings = Interner::default();
+    let mut index: datafusion::common::HashMap<&str, usize> = Default::default();
+    let mut out: Vec<Candidate> = Vec::new();
+    let mut weights: Vec<Option<Vec<i64>>> = Vec::new();
+    for c in &cols {
+        let w_values = c
+            .weights
+            .values()
+            .as_primitive_opt::<datafusion::arrow::datatypes::Int64Type>()
+            .ok_or_else(|| Error::internal("lex_weights values"))?;
+        let w_offsets = c.weights.value_offsets();
+        for i in 0..c.ids.len() {
+            let id = c.ids.value(i);
+            let k = match index.get(id) {
+                Some(&k) => k,
+                None => {
+                    out.push(Candidate {
+                        id: id.to_string(),
+                        revision: c.revs.value(i),
+                        in_project: match &params.project {
+                            None => true,
+                            Some(p) => !c.projects.is_null(i) && c.projects.value(i) == p,
+                        },
+                        within_age: max_age_from.is_none_or(|from| c.created.value(i) >= from),
+                        state: strings.get(c.states.value(i)),
+                        origin: strings.get(c.origins.value(i)),
+                        trust: strings.get(c.trusts.value(i)),
+                        validation: strings.get(c.validations.value(i)),
+                        roles: Vec::new(),
+                        reps: Vec::new(),
+                        lexical: 0,
+                        weights: Vec::new(),
+                    });
+                    weights.push(None);
+                    index.insert(id, out.len() - 1);
+                    out.len() - 1
+                }
+            };
+            if !c.weights.is_null(i) {
+                let part = &w_values.values()[w_offsets[i] as usize..w_offsets[i + 1] as usize];
+                match &mut weights[k] {
+                    Some(acc) => max_weights(acc, part),
+                    slot => *slot = Some(part.to_vec()),
+                }
+            }
+            let cand = &mut out[k];
+            if c.names.is_null(i) || cand.reps.iter().any(|r| *r.name == *c.names.value(i)) {
+                continue; // no representation at all, or one seen already
+            }
+            let tokens = &c.tokens;
+            cand.reps.push(Rep {
+                name: strings.get(c.names.value(i)),
+                media_type: strings.get(c.medias.value(i)),
+                content: c
+                    .contents
+                    .as_ref()
+                    .and_then(|x| (!x.is_null(i)).then(|| x.value(i).to_string())),
+                content_ref: (!c.refs.is_null(i)).then(|| c.refs.value(i).to_string()),
+                content_hash: c.hashes.value(i).to_string(),
+                tokens: if tokens.is_null(i) {
+                    0
+                } else {
+                    tokens.value(i)
+                },
+                estimator: if c.estimators.value(i) == STORED {
+                    STORED
+                } else {
+                    CHARS_DIV_4
+                },
+                roles: c.roles.get_with(i, |r| strings.get(r)),
+                secret: c.secret.value(i),
+                role_excluded: c.role_ex.value(i),
+                // Content kept by reference and no stored estimate: no token count, not packed.
+                packable: c.packable.value(i) && !tokens.is_null(i),
+            });
+        }
+    }
+    for (cand, w) in out.iter_mut().zip(weights) {
+        if let Some(w) = w {
+            cand.lexical = score_of(&w);
+            cand.weights = w;
+        }
+    }
+    Ok(out)
+}
+
+pub(crate) fn string_col(b: &RecordBatch, name: &str) -> Result<StringColumn> {
+    let c = b
+        .column_by_name(name)
+        .ok_or_else(|| Error::internal(format!("column {name} missing")))?;
+    Ok(StringColumn::cast_from(c.as_ref())?)
+}
+
+pub(crate) fn int_col(b: &RecordBatch, name: &str) -> Result<Int64Array> {
+    let c = b
+        .column_by_name(name)
+        .ok_or_else(|| Error::internal(format!("column {name} missing")))?;
+    let c = cast(c, &DataType::Int64).map_err(|e| Error::internal(e.to_string()))?;
+    Ok(c.as_primitive::<datafusion::arrow::datatypes::Int64Type>()
+        .clone())
+}
+
+/// The strings of each row of a list column, with the values cast once.
+struct ListStrings {
+    list: ListArray,
+    values: StringArray,
+}
+
+impl ListStrings {
+    fn new(list: &ListArray) -> Result<Self> {
+        let values =
+            cast(list.values(), &DataType::Utf8).map_err(|e| Error::internal(e.to_string()))?;
+        Ok(ListStrings {
+            list: list.clone(),
+            values: values.as_string::<i32>().clone(),
+        })
+    }
+
+    /// The non-NULL strings of row `i`, each through `f`.
+    fn get_with<T>(&self, i: usize, mut f: impl FnMut(&str) -> T) -> Vec<T> {
+        if self.list.is_null(i) {
+            return Vec::new();
+        }
+        let offsets = self.list.value_offsets();
+        (offsets[i] as usize..offsets[i + 1] as usize)
+            .filter(|&j| !self.values.is_null(j))
+            .map(|j| f(self.values.value(j)))
+            .collect()
+    }
+}

@@ -1,0 +1,125 @@
+//! Walks over a parsed query that list what it names: every field, the signals it reads
+//! (and those its WHERE reads), whether it reads v0.1 `traits.K`, and the governed metrics it
+//! uses. The bind pass decides from them which tables a query needs; lowering, which joins.
+//! Pure AST code, like the rest of `syntax/`.
+
+use std::collections::BTreeSet;
+
+use super::ast::{
+    Aggregate, BoolExpr, FieldRef, Operand, OrderKey, RetrieveQuery, ReturnItem, Source, Span,
+};
+
+/// The signal names a query reads through `signal(name)` or `probability(name)`, sorted.
+pub fn signal_names(q: &RetrieveQuery) -> Vec<String> {
+    let mut names = BTreeSet::new();
+    for f in query_fields(q) {
+        if let FieldRef::Signal(n) | FieldRef::Probability(n) = f {
+            names.insert(n.clone());
+        }
+    }
+    names.into_iter().collect()
+}
+
+/// The signal names the WHERE clause reads, sorted.
+pub fn signal_names_in_filter(q: &RetrieveQuery) -> Vec<String> {
+    let mut names = BTreeSet::new();
+    if let Some(f) = &q.filter {
+        for (op, _) in operands(f) {
+            if let Operand::Field(FieldRef::Signal(n) | FieldRef::Probability(n)) = op {
+                names.insert(n.clone());
+            }
+        }
+    }
+    names.into_iter().collect()
+}
+
+/// Every field a query names, in any clause.
+fn query_fields(q: &RetrieveQuery) -> Vec<&FieldRef> {
+    let mut out: Vec<&FieldRef> = Vec::new();
+    for e in [&q.filter, &q.having].into_iter().flatten() {
+        for (op, _) in operands(e) {
+            match op {
+                Operand::Field(f) => out.push(f),
+                Operand::Aggregate(a) => out.extend(aggregate_field(a)),
+                Operand::CountShorthand => {}
+            }
+        }
+    }
+    out.extend(q.group_by.iter());
+    for r in &q.returns {
+        match r {
+            ReturnItem::Field(f) => out.push(f),
+            ReturnItem::Aggregate(a) => out.extend(aggregate_field(a)),
+            ReturnItem::Count => {}
+        }
+    }
+    for o in &q.order_by {
+        match &o.key {
+            OrderKey::Field(f) => out.push(f),
+            OrderKey::Aggregate(a) => out.extend(aggregate_field(a)),
+            OrderKey::Count => {}
+        }
+    }
+    out
+}
+
+/// Does the query read `traits.K` (v0.1), which lives in the users table?
+pub fn reads_traits(q: &RetrieveQuery) -> bool {
+    query_fields(q)
+        .into_iter()
+        .any(|f| matches!(f, FieldRef::Path(p) if p.first().is_some_and(|s| s == "traits")))
+}
+
+fn aggregate_field(a: &Aggregate) -> Option<&FieldRef> {
+    match a {
+        Aggregate::CountAll | Aggregate::Metric(_) => None,
+        Aggregate::Standard(_, f) | Aggregate::Percentile(f, _) | Aggregate::Stats(f) => Some(f),
+    }
+}
+
+/// The predicate operands of a HAVING expression with their spans.
+pub fn operands(e: &BoolExpr) -> Vec<(&Operand, Span)> {
+    match e {
+        BoolExpr::Or(l, r) | BoolExpr::And(l, r) => {
+            let mut v = operands(l);
+            v.extend(operands(r));
+            v
+        }
+        BoolExpr::Not(x) => operands(x),
+        BoolExpr::Predicate(p) => vec![(&p.lhs, p.span)],
+    }
+}
+
+/// The metrics a query names (its `FROM metric(…)` source and `metric(…)` aggregates), each once.
+pub fn metric_names(q: &RetrieveQuery) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut add = |a: &Aggregate| {
+        if let Aggregate::Metric(n) = a {
+            let n = n.join(".");
+            if !out.contains(&n) {
+                out.push(n);
+            }
+        }
+    };
+    if let Source::Metric(n) = &q.source {
+        add(&Aggregate::Metric(n.clone()));
+    }
+    for r in &q.returns {
+        if let ReturnItem::Aggregate(a) = r {
+            add(a);
+        }
+    }
+    if let Some(h) = &q.having {
+        for (op, _) in operands(h) {
+            if let Operand::Aggregate(a) = op {
+                add(a);
+            }
+        }
+    }
+    for o in &q.order_by {
+        if let OrderKey::Aggregate(a) = &o.key {
+            add(a);
+        }
+    }
+    out
+}
