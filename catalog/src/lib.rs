@@ -4,6 +4,7 @@
 pub mod dataset;
 pub mod entity_gen;
 pub mod error;
+pub mod file;
 pub mod generator;
 pub mod ingest;
 pub mod metrics;

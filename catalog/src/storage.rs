@@ -4,8 +4,9 @@
 //! exist yet. See docs/s3.md.
 //!
 //! Writes are all-or-nothing on both: a local file is written under a hidden temporary name
-//! and hard-linked into place; an S3 object is one PUT with `If-None-Match: *`, which S3 makes
-//! visible whole or not at all and refuses when the key exists.
+//! and hard-linked into place ([`crate::file::create_new`]); an S3 object is one PUT with
+//! `If-None-Match: *`, which S3 makes visible whole or not at all and refuses when the key
+//! exists.
 //!
 //! S3 requests run on a small runtime the root owns (the client's connections live there),
 //! whichever runtime asks: DataFusion's scans, and the synchronous reads of `signalql.toml`,
@@ -33,6 +34,15 @@ pub struct StorageError {
     /// The file, object or root involved (`s3://bucket/prefix/events/`, a local path).
     pub location: String,
     pub message: String,
+}
+
+impl From<crate::file::FileError> for StorageError {
+    fn from(e: crate::file::FileError) -> Self {
+        StorageError {
+            location: e.path.display().to_string(),
+            message: e.source.to_string(),
+        }
+    }
 }
 
 /// S3 settings beyond the environment. The client is configured by the AWS environment
@@ -263,7 +273,11 @@ impl Root {
     /// it. The file appears whole or not at all, and an existing file is never replaced.
     pub fn put_new(&self, rel: &str, bytes: Vec<u8>) -> Result<bool, StorageError> {
         match self {
-            Root::Local(p) => put_new_local(&p.join(rel), &bytes),
+            Root::Local(p) => {
+                use std::io::Write;
+                let created = crate::file::create_new(&p.join(rel), |f| f.write_all(&bytes))?;
+                Ok(created)
+            }
             Root::S3(s) => s.block(&s.url(rel), {
                 let store = Arc::clone(&s.store);
                 let key = s.key(rel);
@@ -526,41 +540,6 @@ fn local_parquet_files(dir: &Path) -> Result<Vec<(String, u64)>, StorageError> {
         }
     }
     Ok(out)
-}
-
-/// Writes `bytes` to a hidden temporary file beside `target`, fsyncs it and hard-links it to
-/// `target`, which fails if `target` exists.
-pub(crate) fn put_new_local(target: &Path, bytes: &[u8]) -> Result<bool, StorageError> {
-    use std::io::Write;
-    if target.exists() {
-        return Ok(false);
-    }
-    let dir = target.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).map_err(|e| local_error(dir, e))?;
-    let name = target
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(
-        ".{name}.tmp-{}-{:?}",
-        std::process::id(),
-        std::thread::current().id()
-    ));
-    let written = (|| -> std::io::Result<()> {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()
-    })();
-    let linked = written.and_then(|()| std::fs::hard_link(&tmp, target));
-    let _ = std::fs::remove_file(&tmp);
-    match linked {
-        Ok(()) => Ok(true),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
-        Err(e) => Err(local_error(target, e)),
-    }
 }
 
 #[cfg(test)]

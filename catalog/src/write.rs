@@ -3,12 +3,10 @@
 //! Readers list `*.parquet`; the temporary name is `.{stem}.parquet.tmp-<pid>-<nanos>-<n>`,
 //! which starts with `.` and does not end in `.parquet`, so a reader never sees a half-written
 //! file. The final name is created with create-new semantics (a hard link, which fails if the
-//! target exists), so an existing file is never overwritten, even by a concurrent writer.
+//! target exists), so an existing file is never overwritten, even by a concurrent writer
+//! ([`crate::file::NewFile`]).
 
-use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
@@ -17,6 +15,7 @@ use datafusion::parquet::basic::{Compression, ZstdLevel};
 use datafusion::parquet::file::properties::{EnabledStatistics, WriterProperties};
 
 use crate::error::{CatalogError, Result};
+use crate::file::{FileError, NewFile};
 use crate::storage::Root;
 
 /// Maximum rows per Parquet row group.
@@ -56,20 +55,15 @@ pub fn write_parquet_atomic(
     writer.finish()
 }
 
-/// A streaming atomic Parquet writer: batches go to a hidden temporary file; [`finish`]
-/// fsyncs it and links it to `dir/{stem}.parquet`. Dropped without `finish` (or after a
-/// failed `finish`), it removes the temporary file.
+/// A streaming atomic Parquet writer: batches go to a hidden temporary file ([`NewFile`]);
+/// [`finish`] fsyncs it and links it to `dir/{stem}.parquet`. Dropped without `finish` (or
+/// after a failed `finish`), it removes the temporary file.
 ///
 /// [`finish`]: AtomicParquetWriter::finish
 pub struct AtomicParquetWriter {
-    writer: Option<ArrowWriter<File>>,
-    dir: PathBuf,
-    tmp: PathBuf,
-    target: PathBuf,
+    writer: ArrowWriter<NewFile>,
     rows: u64,
 }
-
-static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
 fn check_stem(stem: &str) -> Result<()> {
     let bad = stem.is_empty()
@@ -93,45 +87,17 @@ impl AtomicParquetWriter {
         std::fs::create_dir_all(dir).map_err(|e| CatalogError::io(dir, e))?;
         let target = dir.join(format!("{stem}.parquet"));
         if target.exists() {
-            return Err(exists_error(&target));
+            return Err(exists_error(&target.display().to_string()));
         }
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0);
-        let n = TMP_COUNTER.fetch_add(1, Ordering::Relaxed);
-        let tmp = dir.join(format!(
-            ".{stem}.parquet.tmp-{}-{nanos}-{n}",
-            std::process::id()
-        ));
-        let file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&tmp)
-            .map_err(|e| CatalogError::io(&tmp, e))?;
-        let mut this = AtomicParquetWriter {
-            writer: None,
-            dir: dir.to_path_buf(),
-            tmp,
-            target,
-            rows: 0,
-        };
-        // From here on, `Drop` removes the temporary file if anything fails.
-        this.writer = Some(ArrowWriter::try_new(
-            file,
-            schema,
-            Some(writer_properties()),
-        )?);
-        Ok(this)
+        // If the writer cannot start, dropping the file removes it.
+        let file = NewFile::create(&target).map_err(file_error)?;
+        let writer = ArrowWriter::try_new(file, schema, Some(writer_properties()))?;
+        Ok(AtomicParquetWriter { writer, rows: 0 })
     }
 
     /// Appends one batch (its schema must be the writer's).
     pub fn write(&mut self, batch: &RecordBatch) -> Result<()> {
-        let writer = self
-            .writer
-            .as_mut()
-            .ok_or_else(|| CatalogError::Invalid("Parquet writer already finished".into()))?;
-        write_sliced(writer, batch)?;
+        write_sliced(&mut self.writer, batch)?;
         self.rows += batch.num_rows() as u64;
         Ok(())
     }
@@ -143,68 +109,30 @@ impl AtomicParquetWriter {
 
     /// The path the file will have once finished.
     pub fn target(&self) -> &Path {
-        &self.target
+        self.writer.inner().target()
     }
 
     /// Writes the footer, fsyncs, and links the file into place; returns its final path.
-    pub fn finish(mut self) -> Result<PathBuf> {
-        let mut writer = self
-            .writer
-            .take()
-            .ok_or_else(|| CatalogError::Invalid("Parquet writer already finished".into()))?;
-        writer.finish()?;
-        writer
-            .inner()
-            .sync_all()
-            .map_err(|e| CatalogError::io(&self.tmp, e))?;
-        drop(writer);
-        publish(&self.tmp, &self.target)?;
-        sync_dir(&self.dir);
-        Ok(self.target.clone())
+    pub fn finish(self) -> Result<PathBuf> {
+        let file = self.writer.into_inner()?;
+        let target = file.target().to_path_buf();
+        if !file.publish().map_err(file_error)? {
+            return Err(exists_error(&target.display().to_string()));
+        }
+        Ok(target)
     }
 }
 
-impl Drop for AtomicParquetWriter {
-    fn drop(&mut self) {
-        // Either never finished, or finished (then `tmp` is already gone and this is a no-op).
-        self.writer.take();
-        let _ = std::fs::remove_file(&self.tmp);
-    }
+fn file_error(e: FileError) -> CatalogError {
+    CatalogError::io(e.path, e.source)
 }
 
-fn exists_error(target: &Path) -> CatalogError {
+/// "LOCATION already exists; refusing to overwrite it", for a create-new write that found
+/// its target taken.
+fn exists_error(location: &str) -> CatalogError {
     CatalogError::Invalid(format!(
-        "{} already exists; refusing to overwrite it",
-        target.display()
+        "{location} already exists; refusing to overwrite it"
     ))
-}
-
-/// Moves `tmp` to `target` without ever replacing an existing `target`.
-fn publish(tmp: &Path, target: &Path) -> Result<()> {
-    match std::fs::hard_link(tmp, target) {
-        Ok(()) => {
-            std::fs::remove_file(tmp).map_err(|e| CatalogError::io(tmp, e))?;
-            Ok(())
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(exists_error(target)),
-        Err(_) => {
-            // Filesystems without hard links: check, then rename (a narrow race remains).
-            if target.exists() {
-                return Err(exists_error(target));
-            }
-            std::fs::rename(tmp, target).map_err(|e| CatalogError::io(target, e))
-        }
-    }
-}
-
-/// Makes the rename durable (best effort: not every platform can fsync a directory).
-fn sync_dir(dir: &Path) {
-    #[cfg(unix)]
-    if let Ok(d) = File::open(dir) {
-        let _ = d.sync_all();
-    }
-    #[cfg(not(unix))]
-    let _ = dir;
 }
 
 /// Rows handed to the Parquet writer at a time. The writer learns a row's size from what it
@@ -263,17 +191,16 @@ fn put_new_or_fail(root: &Root, rel: &str, bytes: Vec<u8>) -> Result<PathBuf> {
     if root.put_new(rel, bytes)? {
         Ok(PathBuf::from(location))
     } else {
-        Err(CatalogError::Invalid(format!(
-            "{location} already exists; refusing to overwrite it"
-        )))
+        Err(exists_error(&location))
     }
 }
 
 /// Writes `text` to `path` only if no file is there: a concurrent writer's file wins and ours
-/// is dropped; an existing file is never overwritten, and the file appears whole (a temporary
-/// file hard-linked to `path`, as every create-new write of a dataset root).
+/// is dropped; an existing file is never overwritten, and the file appears whole
+/// ([`crate::file::create_new`], as every create-new write of a dataset root).
 pub fn write_new_file(path: &Path, text: &str) -> Result<()> {
-    crate::storage::put_new_local(path, text.as_bytes())?;
+    use std::io::Write;
+    crate::file::create_new(path, |f| f.write_all(text.as_bytes())).map_err(file_error)?;
     Ok(())
 }
 
@@ -282,6 +209,7 @@ mod tests {
     use super::*;
     use datafusion::arrow::array::Int64Array;
     use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use std::fs::File;
     use std::sync::Arc;
 
     fn batch() -> (SchemaRef, RecordBatch) {
