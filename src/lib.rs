@@ -9,9 +9,13 @@
 //! # Ok(()) }
 //! ```
 
+pub mod bench;
 pub mod mcp;
+pub mod parquet_out;
 pub mod plot;
 pub mod render;
+pub mod stdout;
+pub mod watch_loop;
 
 pub use signalql_catalog as catalog;
 pub use signalql_engine::context::render::render as render_bundle;
@@ -39,4 +43,12 @@ pub fn sample_dataset() -> PathBuf {
                 .join("data")
                 .join("sample")
         })
+}
+
+/// The multi-thread Tokio runtime the command line runs a command's async work on.
+pub fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::internal(format!("cannot start the runtime: {e}")))
 }

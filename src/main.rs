@@ -4,14 +4,19 @@
 //! Exit status: 0 on success, 1 on any error (printed as `{"error": {...}}` on stdout with
 //! `--format json`, as text on stderr otherwise), 2 on a usage error (from clap).
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use chrono::{DateTime, Utc};
 use clap::{Parser, Subcommand, ValueEnum};
+use signalql::bench::bench;
 use signalql::catalog::{Root, StorageOptions};
-use signalql::{Answer, Engine, EngineOptions, Error, render};
+use signalql::parquet_out::write_parquet;
+use signalql::plot::write_plot;
+use signalql::stdout::{write as write_out, write_json};
+use signalql::watch_loop::watch;
+use signalql::{Answer, Engine, EngineOptions, Error, render, runtime};
 
 #[derive(Parser)]
 #[command(
@@ -247,86 +252,6 @@ fn main() -> ExitCode {
     }
 }
 
-/// Write `batches` to `path` as Parquet: into a temporary file beside it, then renamed over
-/// it, so `path` is never half-written.
-fn write_parquet(
-    path: &std::path::Path,
-    batches: &[datafusion::arrow::record_batch::RecordBatch],
-) -> Result<(), Error> {
-    let Some(first) = batches.first() else {
-        return Err(Error::type_error("the query returned no rows to write"));
-    };
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let io = |e: &dyn std::fmt::Display| Error::io(format!("{}: {e}", path.display()));
-    let tmp = tempfile::NamedTempFile::new_in(&dir).map_err(|e| io(&e))?;
-    let file = tmp.reopen().map_err(|e| io(&e))?;
-    let mut w = datafusion::parquet::arrow::ArrowWriter::try_new(
-        file,
-        first.schema(),
-        Some(signalql::catalog::write::writer_properties()),
-    )
-    .map_err(|e| io(&e))?;
-    for b in batches {
-        w.write(b).map_err(|e| io(&e))?;
-    }
-    w.close().map_err(|e| io(&e))?;
-    tmp.persist(path).map_err(|e| io(&e))?;
-    Ok(())
-}
-
-/// `--plot FILE.svg`: the series of a bucketed retrieve query, one line per group.
-fn write_plot(path: &std::path::Path, text: &str, env: &signalql::Envelope) -> Result<(), Error> {
-    use signalql::ast::{ReturnItem, Statement};
-    let not_bucketed =
-        || Error::type_error("--plot draws a bucketed series: the query needs BUCKET BY");
-    let Statement::Retrieve(q) = signalql::parse(text)? else {
-        return Err(not_bucketed());
-    };
-    if q.bucket.is_none() {
-        return Err(not_bucketed());
-    }
-    let time_name = q.time_column.clone().unwrap_or_else(|| "timestamp".into());
-    let time = env
-        .columns
-        .iter()
-        .position(|c| c.name == time_name)
-        .ok_or_else(|| Error::type_error(format!("--plot needs `{time_name}` in RETURN")))?;
-    let mut groups = Vec::new();
-    let mut measure = None;
-    for (i, (item, col)) in q.returns.iter().zip(&env.columns).enumerate() {
-        match item {
-            ReturnItem::Field(_) if i != time => groups.push(i),
-            ReturnItem::Count | ReturnItem::Aggregate(_)
-                if measure.is_none() && matches!(col.data_type.as_str(), "integer" | "number") =>
-            {
-                measure = Some(i)
-            }
-            _ => {}
-        }
-    }
-    let measure =
-        measure.ok_or_else(|| Error::type_error("--plot needs a numeric aggregate in RETURN"))?;
-    let series = signalql::plot::series(env, time, &groups, measure);
-    let svg = signalql::plot::svg(
-        &series,
-        &q.to_string().replace('\n', " "),
-        &env.columns[measure].name,
-    )
-    .map_err(Error::io)?;
-    let tmp_dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(std::path::Path::new("."));
-    let io = |e: &dyn std::fmt::Display| Error::io(format!("{}: {e}", path.display()));
-    let mut tmp = tempfile::NamedTempFile::new_in(tmp_dir).map_err(|e| io(&e))?;
-    tmp.write_all(svg.as_bytes()).map_err(|e| io(&e))?;
-    tmp.persist(path).map_err(|e| io(&e))?;
-    Ok(())
-}
-
 fn write_envelope(envelope: &signalql::Envelope, format: Format) -> Result<(), Error> {
     let out = match format {
         Format::Json => {
@@ -344,81 +269,6 @@ fn write_envelope(envelope: &signalql::Envelope, format: Format) -> Result<(), E
         }
     };
     write_out(&out)
-}
-
-/// The `watch` loop: a poll, then a sleep that Ctrl-C ends, until --max-polls. The first poll
-/// failing is an error (the statement is wrong); later failures are reported on stderr and the
-/// loop goes on.
-fn watch(engine: &Engine, text: &str, interval: f64, max_polls: Option<u64>) -> Result<(), Error> {
-    let statement = signalql::parse(text)?;
-    let signalql::ast::Statement::Watch(w) = statement else {
-        return Err(Error::type_error(
-            "signalql watch runs a WATCH (query) WHEN condition statement",
-        ));
-    };
-    if !interval.is_finite() || interval < 0.0 {
-        return Err(Error::type_error(
-            "--interval must be a non-negative number of seconds",
-        ));
-    }
-    let pause = std::time::Duration::from_secs_f64(interval);
-    let rt = runtime()?;
-    let mut watcher = signalql::watch::Watcher::new(w);
-    rt.block_on(async {
-        let mut interrupt = Interrupt::new()?;
-        loop {
-            match watcher.poll(engine).await {
-                Ok(p) => {
-                    eprintln!(
-                        "poll {}: {}",
-                        p.poll,
-                        if p.holds { "true" } else { "false" }
-                    );
-                    if let Some(alert) = p.alert {
-                        let line = serde_json::to_string(&serde_json::json!({ "alert": alert }))
-                            .map_err(|e| Error::internal(e.to_string()))?;
-                        write_out(&format!("{line}\n"))?;
-                    }
-                }
-                Err(e) if watcher.polls() == 0 => return Err(e),
-                Err(e) => eprintln!("poll failed: {e}"),
-            }
-            if max_polls.is_some_and(|m| watcher.polls() >= m) {
-                return Ok(());
-            }
-            tokio::select! {
-                _ = tokio::time::sleep(pause) => {}
-                _ = interrupt.recv() => return Ok(()),
-            }
-        }
-    })
-}
-
-/// Ctrl-C, listened for from creation on (so a SIGINT during the first poll is not lost).
-struct Interrupt {
-    #[cfg(unix)]
-    signal: tokio::signal::unix::Signal,
-}
-
-impl Interrupt {
-    fn new() -> Result<Self, Error> {
-        #[cfg(unix)]
-        {
-            use tokio::signal::unix::{SignalKind, signal};
-            let signal = signal(SignalKind::interrupt())
-                .map_err(|e| Error::io(format!("cannot listen for Ctrl-C: {e}")))?;
-            Ok(Interrupt { signal })
-        }
-        #[cfg(not(unix))]
-        Ok(Interrupt {})
-    }
-
-    async fn recv(&mut self) {
-        #[cfg(unix)]
-        self.signal.recv().await;
-        #[cfg(not(unix))]
-        let _ = tokio::signal::ctrl_c().await;
-    }
 }
 
 fn read_query(q: String) -> Result<String, Error> {
@@ -460,84 +310,6 @@ fn open(
 /// The dataset root an ingest writes to: a local folder or an S3 prefix.
 fn ingest_root(data: &std::path::Path, storage: &StorageOptions) -> Result<Root, Error> {
     Root::parse(&data.to_string_lossy(), storage).map_err(|e| Error::io(e.to_string()))
-}
-
-fn runtime() -> Result<tokio::runtime::Runtime, Error> {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| Error::internal(format!("cannot start the runtime: {e}")))
-}
-
-fn write_json(v: &impl serde::Serialize) -> Result<(), Error> {
-    let mut s = serde_json::to_string_pretty(v).map_err(|e| Error::internal(e.to_string()))?;
-    s.push('\n');
-    write_out(&s)
-}
-
-/// `signalql bench`: the query answered `warmup + runs` times on one engine, the counted runs
-/// timed one by one. The rows are the envelope's (a bundle's items, for CONTEXT FOR).
-fn bench(engine: &Engine, text: &str, warmup: u32, runs: u32) -> Result<serde_json::Value, Error> {
-    let rt = runtime()?;
-    let mut times = Vec::with_capacity(runs as usize);
-    let mut last = None;
-    for i in 0..warmup + runs {
-        let start = std::time::Instant::now();
-        let answer = rt.block_on(engine.answer(text))?;
-        let took = start.elapsed().as_secs_f64();
-        if i >= warmup {
-            times.push(took);
-        }
-        last = Some(answer);
-    }
-    let (columns, rows) = match last {
-        Some(Answer::Envelope(e)) => (
-            serde_json::to_value(&e.columns).map_err(|e| Error::internal(e.to_string()))?,
-            e.rows
-                .into_iter()
-                .map(serde_json::Value::Array)
-                .collect::<Vec<_>>(),
-        ),
-        Some(Answer::Bundle(b)) => (
-            serde_json::Value::Null,
-            b.items
-                .iter()
-                .map(|i| serde_json::to_value(i).map_err(|e| Error::internal(e.to_string())))
-                .collect::<Result<_, _>>()?,
-        ),
-        Some(Answer::Explanation(x)) => (
-            serde_json::Value::Null,
-            vec![serde_json::to_value(&*x).map_err(|e| Error::internal(e.to_string()))?],
-        ),
-        None => (serde_json::Value::Null, Vec::new()),
-    };
-    let mut sorted = times.clone();
-    sorted.sort_by(f64::total_cmp);
-    let n = sorted.len();
-    let median = if n % 2 == 1 {
-        sorted[n / 2]
-    } else {
-        (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
-    };
-    Ok(serde_json::json!({
-        "query": text,
-        "warmup": warmup,
-        "runs": runs,
-        "times_s": times,
-        "median_s": median,
-        "row_count": rows.len(),
-        "columns": columns,
-        "rows": rows,
-    }))
-}
-
-fn write_out(text: &str) -> Result<(), Error> {
-    let mut out = std::io::stdout().lock();
-    match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
-        // A closed pipe (`signalql query … | head`) is not an error of ours.
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        other => other.map_err(|e| Error::io(e.to_string())),
-    }
 }
 
 fn run(cli: Cli) -> Result<(), Error> {

@@ -8,7 +8,8 @@ use chrono::{DateTime, Utc};
 use plotters::prelude::*;
 use serde_json::Value;
 
-use crate::Envelope;
+use crate::ast::{ReturnItem, Statement};
+use crate::{Envelope, Error};
 
 /// One line of the chart: its label and its (time in µs, value) points, in time order.
 #[derive(Debug, Clone, PartialEq)]
@@ -64,6 +65,50 @@ fn date(us: i64) -> String {
     DateTime::<Utc>::from_timestamp_micros(us)
         .map(|t| t.format("%Y-%m-%d %H:%M").to_string())
         .unwrap_or_default()
+}
+
+/// `--plot FILE.svg`: draws the result `env` of the bucketed retrieve query `text` and writes
+/// it to `path` (a temporary file beside it, renamed over it). The x axis is the query's time
+/// column (which RETURN must name), the measure its first numeric aggregate.
+pub fn write_plot(path: &std::path::Path, text: &str, env: &Envelope) -> crate::Result<()> {
+    let not_bucketed =
+        || Error::type_error("--plot draws a bucketed series: the query needs BUCKET BY");
+    let Statement::Retrieve(q) = crate::parse(text)? else {
+        return Err(not_bucketed());
+    };
+    if q.bucket.is_none() {
+        return Err(not_bucketed());
+    }
+    let time_name = q.time_column.clone().unwrap_or_else(|| "timestamp".into());
+    let time = env
+        .columns
+        .iter()
+        .position(|c| c.name == time_name)
+        .ok_or_else(|| Error::type_error(format!("--plot needs `{time_name}` in RETURN")))?;
+    let mut groups = Vec::new();
+    let mut measure = None;
+    for (i, (item, col)) in q.returns.iter().zip(&env.columns).enumerate() {
+        match item {
+            ReturnItem::Field(_) if i != time => groups.push(i),
+            ReturnItem::Count | ReturnItem::Aggregate(_)
+                if measure.is_none() && matches!(col.data_type.as_str(), "integer" | "number") =>
+            {
+                measure = Some(i)
+            }
+            _ => {}
+        }
+    }
+    let measure =
+        measure.ok_or_else(|| Error::type_error("--plot needs a numeric aggregate in RETURN"))?;
+    let series = series(env, time, &groups, measure);
+    let svg = svg(
+        &series,
+        &q.to_string().replace('\n', " "),
+        &env.columns[measure].name,
+    )
+    .map_err(Error::io)?;
+    signalql_catalog::file::replace(path, |f| std::io::Write::write_all(f, svg.as_bytes()))
+        .map_err(|e| Error::io(format!("{}: {}", path.display(), e.source)))
 }
 
 /// The chart as SVG text.

@@ -1,0 +1,80 @@
+//! `signalql bench`: a query answered `warmup + runs` times on one engine, the counted runs
+//! timed one by one.
+
+use crate::{Answer, Engine, Error, Result};
+
+/// Times `text` on `engine`: `warmup` uncounted runs, then `runs` counted ones (each parses,
+/// opens the tables, plans, executes and builds the answer). The answer is one JSON object:
+/// the query, the run counts, `times_s` (each counted run, seconds), `median_s`, and the
+/// `row_count`, `columns` and `rows` of the last run (a bundle's items, for CONTEXT FOR).
+pub fn bench(engine: &Engine, text: &str, warmup: u32, runs: u32) -> Result<serde_json::Value> {
+    let rt = crate::runtime()?;
+    let mut times = Vec::with_capacity(runs as usize);
+    let mut last = None;
+    for i in 0..warmup + runs {
+        let start = std::time::Instant::now();
+        let answer = rt.block_on(engine.answer(text))?;
+        let took = start.elapsed().as_secs_f64();
+        if i >= warmup {
+            times.push(took);
+        }
+        last = Some(answer);
+    }
+    let (columns, rows) = match last {
+        Some(Answer::Envelope(e)) => (
+            serde_json::to_value(&e.columns).map_err(|e| Error::internal(e.to_string()))?,
+            e.rows
+                .into_iter()
+                .map(serde_json::Value::Array)
+                .collect::<Vec<_>>(),
+        ),
+        Some(Answer::Bundle(b)) => (
+            serde_json::Value::Null,
+            b.items
+                .iter()
+                .map(|i| serde_json::to_value(i).map_err(|e| Error::internal(e.to_string())))
+                .collect::<Result<_>>()?,
+        ),
+        Some(Answer::Explanation(x)) => (
+            serde_json::Value::Null,
+            vec![serde_json::to_value(&*x).map_err(|e| Error::internal(e.to_string()))?],
+        ),
+        None => (serde_json::Value::Null, Vec::new()),
+    };
+    Ok(serde_json::json!({
+        "query": text,
+        "warmup": warmup,
+        "runs": runs,
+        "times_s": times,
+        "median_s": median(&times),
+        "row_count": rows.len(),
+        "columns": columns,
+        "rows": rows,
+    }))
+}
+
+/// The median of `times` (the mean of the middle two for an even count; `runs` is at least 1).
+fn median(times: &[f64]) -> f64 {
+    let mut sorted = times.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let n = sorted.len();
+    if n == 0 {
+        return f64::NAN;
+    }
+    if n % 2 == 1 {
+        sorted[n / 2]
+    } else {
+        (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::median;
+
+    #[test]
+    fn median_of_odd_and_even_counts() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
+    }
+}
