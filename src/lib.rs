@@ -14,6 +14,7 @@ pub mod mcp;
 pub mod parquet_out;
 pub mod plot;
 pub mod render;
+pub mod request;
 pub mod stdout;
 pub mod watch_loop;
 

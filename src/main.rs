@@ -14,6 +14,7 @@ use signalql::bench::bench;
 use signalql::catalog::{Root, StorageOptions};
 use signalql::parquet_out::write_parquet;
 use signalql::plot::write_plot;
+use signalql::request::{ContextRequest, DescribeRequest};
 use signalql::stdout::{write as write_out, write_json};
 use signalql::watch_loop::watch;
 use signalql::{Answer, Engine, EngineOptions, Error, render, runtime};
@@ -374,11 +375,7 @@ fn run(cli: Cli) -> Result<(), Error> {
             target,
         } => {
             let engine = open(data, now, &storage)?;
-            let rt = runtime()?;
-            let envelope = match target {
-                Some(t) => rt.block_on(engine.query(&format!("DESCRIBE {t}")))?,
-                None => rt.block_on(engine.describe_all())?,
-            };
+            let envelope = runtime()?.block_on(DescribeRequest { target }.run(&engine))?;
             write_envelope(&envelope, format)
         }
         Command::Mcp { data, now } => {
@@ -405,15 +402,14 @@ fn run(cli: Cli) -> Result<(), Error> {
             now,
             task,
         } => {
-            let mut q = signalql::ast::ContextQuery::for_task(task, Default::default());
-            q.project = project;
-            q.budget = budget;
-            q.compress = compress;
-            // The canonical text round-trips, so the bundle is the one the query text gives.
-            if let signalql::ast::Statement::ContextTask(parsed) = signalql::parse(&q.to_string())?
-            {
-                q = parsed;
+            let q = ContextRequest {
+                task,
+                budget,
+                project,
+                clauses: None,
+                compress: compress.then_some(true),
             }
+            .query()?;
             let engine = open(data, now, &storage)?;
             let bundle = runtime()?.block_on(engine.context(&q))?;
             if render {

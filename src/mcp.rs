@@ -14,6 +14,7 @@ use rmcp::model::{CallToolResult, ContentBlock, Implementation, ServerCapabiliti
 use rmcp::{ErrorData, ServerHandler, ServiceExt, schemars, tool, tool_handler, tool_router};
 use serde::{Deserialize, Serialize};
 
+use crate::request::{ContextRequest, DescribeRequest};
 use crate::{Answer, Engine, Error};
 
 /// `query`: run one SignalQL statement.
@@ -124,11 +125,10 @@ impl SignalqlServer {
         &self,
         Parameters(args): Parameters<DescribeArgs>,
     ) -> Result<CallToolResult, ErrorData> {
-        let result = match &args.target {
-            Some(t) => self.engine.query(&format!("DESCRIBE {t}")).await,
-            None => self.engine.describe_all().await,
+        let request = DescribeRequest {
+            target: args.target,
         };
-        match result {
+        match request.run(&self.engine).await {
             Ok(env) => ok(&env),
             Err(e) => failed(&e),
         }
@@ -173,25 +173,14 @@ impl SignalqlServer {
 
 impl SignalqlServer {
     async fn context_bundle(&self, args: &ContextArgs) -> crate::Result<crate::Bundle> {
-        let text = format!(
-            "CONTEXT FOR {} {}",
-            signalql_engine::syntax::format::quote(&args.task),
-            args.clauses.as_deref().unwrap_or("")
-        );
-        let crate::ast::Statement::ContextTask(mut q) = crate::parse(&text)? else {
-            return Err(Error::type_error(
-                "clauses must continue a CONTEXT FOR statement",
-            ));
-        };
-        if args.budget.is_some() {
-            q.budget = args.budget;
+        let q = ContextRequest {
+            task: args.task.clone(),
+            budget: args.budget,
+            project: args.project.clone(),
+            clauses: args.clauses.clone(),
+            compress: args.compress,
         }
-        if args.project.is_some() {
-            q.project = args.project.clone();
-        }
-        if let Some(c) = args.compress {
-            q.compress = c;
-        }
+        .query()?;
         self.engine.context(&q).await
     }
 }
