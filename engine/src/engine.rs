@@ -193,13 +193,12 @@ impl Engine {
     async fn lower_retrieve(&self, q: &RetrieveQuery) -> Result<Lowered> {
         let bound = self.binder()?.retrieve(q).await?;
         let mut lowered = lower_retrieve(&bound.view, &bound.input(self.limits()))?;
-        if let Some(registry) = &bound.registry {
-            for name in crate::syntax::walk::metric_names(q) {
-                for m in registry.closure(&name) {
-                    let info = registry.info(m);
-                    if !lowered.metrics.contains(&info) {
-                        lowered.metrics.push(info);
-                    }
+        let registry = &bound.registry;
+        for name in crate::syntax::walk::metric_names(q) {
+            for m in registry.closure(&name) {
+                let info = registry.info(m);
+                if !lowered.metrics.contains(&info) {
+                    lowered.metrics.push(info);
                 }
             }
         }

@@ -107,11 +107,8 @@ pub fn lower_measure(
 ) -> Result<LoweredAggregate> {
     match agg {
         Aggregate::Metric(name) => {
-            let Some(registry) = input.metrics else {
-                return Err(Error::internal("metric() without the metric registry").at(span));
-            };
-            let m = registry.get(name, span)?;
-            registry.lower(m, source, schema, span)
+            let m = input.metrics.get(name, span)?;
+            input.metrics.lower(m, source, schema, span)
         }
         _ => lower_aggregate(agg, schema, span),
     }

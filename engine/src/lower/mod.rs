@@ -113,8 +113,8 @@ pub struct LowerInput<'a> {
     pub source: &'a SourceTables,
     /// The signals table and the names to join, when the query reads a signal.
     pub signals: Option<&'a Signals>,
-    /// The metric registry, when the query names a metric.
-    pub metrics: Option<&'a crate::metrics::Registry>,
+    /// The metric registry (empty unless the query names a metric).
+    pub metrics: &'a crate::metrics::Registry,
     /// The time column when it is not the source's (a metric's `time_column`).
     pub time_column: Option<&'a str>,
     /// `T` for queries without AS OF.

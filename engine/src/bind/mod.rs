@@ -14,6 +14,8 @@
 //! row filters and column masks makes every plan built from a [`Bound`] (funnels, joins,
 //! TRAVERSE, signals) read only the rows and columns the principal may see.
 
+mod views;
+
 use std::collections::BTreeSet;
 
 use chrono::{DateTime, Utc};
@@ -31,12 +33,10 @@ use crate::execute::Executor;
 use crate::lower::scan::data_span_plan;
 use crate::lower::source::entity_type;
 use crate::lower::{Interval, LowerInput, Signals, SourceTables, Traversal};
-use crate::metrics::{Registry, VALUE_COLUMN};
-use crate::syntax::ast::{
-    Aggregate, BoolExpr, FieldRef, FunnelQuery, OrderKey, Predicate, RetrieveQuery, ReturnItem,
-    SequenceQuery, Source, Span, Statement,
-};
+use crate::metrics::Registry;
+use crate::syntax::ast::{FunnelQuery, RetrieveQuery, SequenceQuery, Source, Span, Statement};
 use crate::syntax::walk::{metric_names, reads_traits, signal_names, signal_names_in_filter};
+pub use views::{funnel_view, metric_view, sequence_view};
 
 /// A table a statement reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -147,8 +147,8 @@ pub struct Bound {
     pub view: RetrieveQuery,
     pub source: SourceTables,
     pub signals: Option<Signals>,
-    /// The metric registry, when the query names a metric.
-    pub registry: Option<Registry>,
+    /// The metric registry (`metrics.toml`), read when the query names a metric; else empty.
+    pub registry: Registry,
     /// The time column when it is not the source's (a metric's `time_column`).
     pub time_column: Option<String>,
     pub now: DateTime<Utc>,
@@ -161,7 +161,7 @@ impl Bound {
         LowerInput {
             source: &self.source,
             signals: self.signals.as_ref(),
-            metrics: self.registry.as_ref(),
+            metrics: &self.registry,
             time_column: self.time_column.as_deref(),
             now: self.now,
             limits,
@@ -187,7 +187,7 @@ impl Binder<'_> {
     pub async fn retrieve(&self, q: &RetrieveQuery) -> Result<Bound> {
         let names = metric_names(q);
         if names.is_empty() {
-            return self.view(q.clone(), None, None).await;
+            return self.view(q.clone(), Registry::default(), None).await;
         }
         let registry = Registry::load(self.catalog.dataset().root()).map_err(|e| e.at(q.span))?;
         let (view, time_column) = match &q.source {
@@ -197,7 +197,7 @@ impl Binder<'_> {
             }
             _ => (q.clone(), None),
         };
-        self.view(view, Some(registry), time_column).await
+        self.view(view, registry, time_column).await
     }
 
     /// A funnel: it follows users through events.
@@ -209,18 +209,18 @@ impl Binder<'_> {
             ))
             .at(q.span));
         }
-        self.view(funnel_view(q), None, None).await
+        self.view(funnel_view(q), Registry::default(), None).await
     }
 
     pub async fn sequence(&self, q: &SequenceQuery) -> Result<Bound> {
-        self.view(sequence_view(q), None, None).await
+        self.view(sequence_view(q), Registry::default(), None).await
     }
 
     /// Open what the retrieve query `q` reads, check it, and compute its data span if needed.
     async fn view(
         &self,
         q: RetrieveQuery,
-        registry: Option<Registry>,
+        registry: Registry,
         time_column: Option<String>,
     ) -> Result<Bound> {
         if q.traverse.is_some() && q.source == Source::Events {
@@ -365,71 +365,6 @@ impl Binder<'_> {
             _ => Ok(None),
         }
     }
-}
-
-/// The retrieve query whose scan and filters a funnel shares (source, WHERE, DURING, and the
-/// GROUP BY dims, so the bind pass opens the tables they read).
-pub fn funnel_view(q: &FunnelQuery) -> RetrieveQuery {
-    RetrieveQuery {
-        filter: q.filter.clone(),
-        window: q.window.clone(),
-        group_by: q.group_by.clone(),
-        ..RetrieveQuery::empty(q.source.clone(), q.span)
-    }
-}
-
-/// A sequence reads every event of the events table.
-pub fn sequence_view(q: &SequenceQuery) -> RetrieveQuery {
-    RetrieveQuery::empty(Source::Events, q.span)
-}
-
-/// `FROM metric(m) …` as a query over the metric's source, where `metric_value` (in RETURN,
-/// HAVING and ORDER BY) is the aggregate `metric(m)`.
-pub fn metric_view(q: &RetrieveQuery, name: &[String], source: &Source) -> RetrieveQuery {
-    let is_value =
-        |f: &FieldRef| matches!(f, FieldRef::Path(p) if p.len() == 1 && p[0] == VALUE_COLUMN);
-    let metric = Aggregate::Metric(name.to_vec());
-    fn having(e: &BoolExpr, is_value: &dyn Fn(&FieldRef) -> bool, metric: &Aggregate) -> BoolExpr {
-        match e {
-            BoolExpr::Or(l, r) => BoolExpr::Or(
-                Box::new(having(l, is_value, metric)),
-                Box::new(having(r, is_value, metric)),
-            ),
-            BoolExpr::And(l, r) => BoolExpr::And(
-                Box::new(having(l, is_value, metric)),
-                Box::new(having(r, is_value, metric)),
-            ),
-            BoolExpr::Not(x) => BoolExpr::Not(Box::new(having(x, is_value, metric))),
-            BoolExpr::Predicate(p) => BoolExpr::Predicate(Predicate {
-                lhs: match &p.lhs {
-                    crate::syntax::ast::Operand::Field(f) if is_value(f) => {
-                        crate::syntax::ast::Operand::Aggregate(metric.clone())
-                    }
-                    other => other.clone(),
-                },
-                op: p.op.clone(),
-                span: p.span,
-            }),
-        }
-    }
-    let mut v = q.clone();
-    v.source = source.clone();
-    for r in &mut v.returns {
-        if let ReturnItem::Field(f) = r
-            && is_value(f)
-        {
-            *r = ReturnItem::Aggregate(metric.clone());
-        }
-    }
-    v.having = q.having.as_ref().map(|h| having(h, &is_value, &metric));
-    for o in &mut v.order_by {
-        if let OrderKey::Field(f) = &o.key
-            && is_value(f)
-        {
-            o.key = OrderKey::Aggregate(metric.clone());
-        }
-    }
-    v
 }
 
 #[cfg(test)]
