@@ -28,10 +28,21 @@ use signalql::{Answer, Engine, EngineOptions, Error, render, runtime};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// How an error is printed: `text` on stderr, or `json`, the `{"error": {...}}` object on
+    /// stdout (with `code`, `message`, and `line`/`column` in the query or `file`/`line` of an
+    /// input file). `query --format json` and `bench` always print JSON errors.
+    #[arg(long, global = true, value_enum, default_value = "text")]
+    error_format: ErrorFormat,
     /// The S3 endpoint for `--data s3://bucket/prefix` (an S3-compatible server); overrides
     /// AWS_ENDPOINT_URL. Credentials and region come from the AWS environment variables.
     #[arg(long, global = true, value_name = "URL")]
     s3_endpoint: Option<String>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum ErrorFormat {
+    Text,
+    Json,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -233,13 +244,14 @@ enum GenWhat {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let json_errors = matches!(
-        &cli.command,
-        Command::Query {
-            format: Format::Json,
-            ..
-        } | Command::Bench { .. }
-    );
+    let json_errors = cli.error_format == ErrorFormat::Json
+        || matches!(
+            &cli.command,
+            Command::Query {
+                format: Format::Json,
+                ..
+            } | Command::Bench { .. }
+        );
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -445,7 +457,7 @@ fn run(cli: Cli) -> Result<(), Error> {
         } => {
             let summary =
                 signalql::catalog::ingest::ingest_events(ingest_root(&data, &storage)?, &files)
-                    .map_err(|e| Error::io(e.to_string()))?;
+                    .map_err(Error::from)?;
             write_out(&format!(
                 "ingested {} events from {} file(s) into {}\n",
                 summary.rows,
@@ -480,7 +492,7 @@ fn run(cli: Cli) -> Result<(), Error> {
                 now: parse_now(now)?.unwrap_or_else(chrono::Utc::now),
             };
             let s = ingest_objects(ingest_root(&data, &storage)?, &paths, &opts)
-                .map_err(|e| Error::io(e.to_string()))?;
+                .map_err(Error::from)?;
             let mut out = format!(
                 "{} file(s): {} new, {} revised, {} unchanged, {} restored, {} tombstoned, {} secret; {} Parquet file(s) written under {}\n",
                 s.files_seen,
@@ -506,7 +518,7 @@ fn run(cli: Cli) -> Result<(), Error> {
                 seed,
                 ..ObjectGenOptions::new(&out, objects)
             };
-            let s = generate_objects(&opts).map_err(|e| Error::io(e.to_string()))?;
+            let s = generate_objects(&opts).map_err(Error::from)?;
             write_out(&format!(
                 "wrote {} objects ({} representations, {} links, {} derivations) under {}\n",
                 s.objects,
@@ -532,7 +544,7 @@ fn run(cli: Cli) -> Result<(), Error> {
                 ..signalql::catalog::generator::GenOptions::new(&out)
             };
             let summary = signalql::catalog::generator::generate_events(&opts, Some(&bar))
-                .map_err(|e| Error::io(e.to_string()))?;
+                .map_err(Error::from)?;
             bar.finish_and_clear();
             write_out(&format!(
                 "wrote {} events in {} file(s) under {}\n",

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 use serde_json::{Map, Value, json};
-use signalql_catalog::DatasetError;
+use signalql_catalog::{CatalogError, DatasetError, StorageError};
 
 use crate::syntax::ast::Span;
 
@@ -63,17 +63,39 @@ pub struct Error {
     pub message: String,
     pub span: Option<Span>,
     pub help: Option<String>,
+    /// The input file (and 1-based line) the error is about, when it is about a file: an
+    /// ingest's bad line, a file that cannot be read.
+    pub location: Option<FileLocation>,
     /// The error this one was made from, if any.
     #[source]
     pub cause: Option<Arc<dyn std::error::Error + Send + Sync>>,
+}
+
+/// A place in an input file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FileLocation {
+    pub file: String,
+    /// 1-based; `None` when the error is about the whole file.
+    pub line: Option<u64>,
 }
 
 /// Errors are equal when what they tell is equal (kind, message, position, help); their causes
 /// are not compared.
 impl PartialEq for Error {
     fn eq(&self, other: &Self) -> bool {
-        (&self.kind, &self.message, &self.span, &self.help)
-            == (&other.kind, &other.message, &other.span, &other.help)
+        (
+            &self.kind,
+            &self.message,
+            &self.span,
+            &self.help,
+            &self.location,
+        ) == (
+            &other.kind,
+            &other.message,
+            &other.span,
+            &other.help,
+            &other.location,
+        )
     }
 }
 
@@ -86,8 +108,18 @@ impl Error {
             message: message.into(),
             span: None,
             help: None,
+            location: None,
             cause: None,
         }
+    }
+
+    /// Name the input file (and line) the error is about.
+    pub fn in_file(mut self, file: impl Into<String>, line: Option<u64>) -> Self {
+        self.location = Some(FileLocation {
+            file: file.into(),
+            line,
+        });
+        self
     }
 
     /// Keep `cause` as the error this one came from.
@@ -196,6 +228,11 @@ impl Error {
             e.insert("line".into(), json!(span.line));
             e.insert("column".into(), json!(span.column));
             e.insert("offset".into(), json!(span.start));
+        } else if let Some(FileLocation { file, line }) = &self.location {
+            e.insert("file".into(), json!(file));
+            if let Some(line) = line {
+                e.insert("line".into(), json!(line));
+            }
         }
         match &self.kind {
             ErrorKind::Capability { feature, tier } => {
@@ -237,6 +274,27 @@ impl From<DatasetError> for Error {
             _ => Error::io(message),
         };
         err.caused_by(e)
+    }
+}
+
+/// A catalog failure (ingest, generation, writing) is an `io_error` with the catalog's message;
+/// a bad input line also names its file and line, an unreadable path its path.
+impl From<CatalogError> for Error {
+    fn from(e: CatalogError) -> Self {
+        let err = Error::io(e.to_string());
+        let err = match &e {
+            CatalogError::BadInput { file, line, .. } => err.in_file(file.clone(), Some(*line)),
+            CatalogError::Io { path, .. } => err.in_file(path.clone(), None),
+            _ => err,
+        };
+        err.caused_by(e)
+    }
+}
+
+/// Storage (a local folder or S3) failed: an `io_error` naming the path.
+impl From<StorageError> for Error {
+    fn from(e: StorageError) -> Self {
+        Error::io(e.to_string()).caused_by(e)
     }
 }
 

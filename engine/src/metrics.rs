@@ -101,7 +101,7 @@ fn references(e: &MetricExpr, out: &mut Vec<String>) {
 impl Registry {
     /// Read and check `root/metrics.toml` (an empty registry when it is absent).
     pub fn load(root: &signalql_catalog::Root) -> Result<Registry> {
-        let defs = read_metrics(root).map_err(|e| Error::io(e.to_string()))?;
+        let defs = read_metrics(root)?;
         let mut metrics = BTreeMap::new();
         for def in defs {
             let expr = parse_metric_expression(&def.expression)

@@ -557,3 +557,45 @@ fn bench_times_each_counted_run_and_returns_the_rows() {
     let o = signalql(&["bench", "--runs", "0", q]);
     assert_eq!(o.status.code(), Some(2));
 }
+
+/// A bad input line keeps its file and line number up to the CLI's JSON error.
+#[test]
+fn an_ingest_bad_line_is_reported_with_its_file_and_line() {
+    let root = tempfile::tempdir().unwrap();
+    let input = root.path().join("bad.jsonl");
+    std::fs::write(
+        &input,
+        "{\"event_name\": \"a\", \"timestamp\": \"2026-01-01T00:00:00Z\"}\nnot json\n",
+    )
+    .unwrap();
+    let data = root.path().join("ds");
+    let o = signalql(&[
+        "ingest",
+        "events",
+        input.to_str().unwrap(),
+        "--data",
+        data.to_str().unwrap(),
+        "--error-format",
+        "json",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let e = &json(&o)["error"];
+    assert_eq!(e["code"], "io_error");
+    assert_eq!(e["file"], input.to_str().unwrap());
+    assert_eq!(e["line"], 2);
+    assert!(e.get("column").is_none(), "{e}");
+    // As text on stderr, by default.
+    let o = signalql(&[
+        "ingest",
+        "events",
+        input.to_str().unwrap(),
+        "--data",
+        data.to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("bad.jsonl:2:"), "{err}");
+    assert!(
+        !data.join("events").exists(),
+        "nothing is written when a line is bad"
+    );
+}

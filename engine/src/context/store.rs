@@ -49,8 +49,7 @@ pub fn put(root: &Root, record: &Record) -> Result<bool> {
         return Ok(false);
     }
     let text = serde_json::to_vec_pretty(record).map_err(|e| Error::internal(e.to_string()))?;
-    root.put_new(&path(k), text)
-        .map_err(|e| Error::io(e.to_string()))
+    Ok(root.put_new(&path(k), text)?)
 }
 
 /// The record stored for `address`, or `unknown_context`.
@@ -59,10 +58,10 @@ pub fn get(root: &Root, address: &str) -> Result<Record> {
     let k = key(address).ok_or_else(unknown)?;
     let text = root
         .read(&path(k))
-        .map_err(|e| Error::io(format!("{address}: {e}")))?
+        .map_err(|e| Error::io(format!("{address}: {e}")).caused_by(e))?
         .ok_or_else(unknown)?;
     serde_json::from_slice(&text)
-        .map_err(|e| Error::io(format!("stored bundle {address} is unreadable: {e}")))
+        .map_err(|e| Error::io(format!("stored bundle {address} is unreadable: {e}")).caused_by(e))
 }
 
 #[cfg(test)]
