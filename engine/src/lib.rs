@@ -1,24 +1,28 @@
 //! The SignalQL language engine: syntax, binding, lowering to DataFusion, execution and the
-//! result envelope.
+//! result envelope. The public surface is [`Engine`] and what its answers are made of (the
+//! envelope, bundles, DESCRIBE records, errors, the syntax tree); binding, lowering, execution
+//! and the session are the engine's own.
 
-pub mod bind;
-pub mod catalog;
+mod bind;
+pub(crate) mod catalog;
 pub mod context;
 pub mod describe;
-pub mod engine;
+mod engine;
 pub mod envelope;
 pub mod error;
-pub mod execute;
-pub mod limits;
-pub mod lower;
+pub(crate) mod execute;
+mod limits;
+pub(crate) mod lower;
 pub mod metrics;
-pub mod operator;
-pub mod session;
+pub(crate) mod operator;
+pub(crate) mod session;
 pub mod syntax;
 pub mod watch;
 
+pub use bind::{Needs, Table, needs};
 pub use context::{Bundle, Explanation};
-pub use engine::{Answer, Compiled, Engine, EngineOptions};
+pub use engine::{Answer, Compiled, Engine, EngineOptions, plan_sql};
 pub use envelope::Envelope;
 pub use error::{Error, ErrorKind, Result};
 pub use limits::Limits;
+pub use lower::{Interval, Lowered, OutColumn, Stage, UnitSource};

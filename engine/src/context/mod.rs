@@ -7,14 +7,14 @@
 //! expansion, boosts, rank and packing. This module assembles the bundle, its address and the
 //! explanation the context store keeps for `EXPLAIN CONTEXT`.
 
-pub mod build;
-pub mod candidates;
-pub mod exec;
-pub mod find;
-pub mod load;
+pub(crate) mod build;
+pub(crate) mod candidates;
+pub(crate) mod exec;
+pub(crate) mod find;
+pub(crate) mod load;
 pub mod render;
-pub mod select;
-pub mod store;
+pub(crate) mod select;
+pub(crate) mod store;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 

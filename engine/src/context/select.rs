@@ -171,7 +171,8 @@ pub fn utf16_cmp(a: &str, b: &str) -> Ordering {
     }
 }
 
-/// The node name of an object.
+/// The node name of an object (the tests' reference expansion builds them by id).
+#[cfg(test)]
 pub fn object_node(id: &str) -> String {
     format!("object:{id}")
 }
@@ -424,7 +425,9 @@ pub fn rank_cmp(a: &RankKey, b: &RankKey) -> Ordering {
 
 /// The two packing passes (steps 7–8) over objects in rank order, each with its eligible
 /// representations as (name, tokens). Returns, per object, the chosen representation index
-/// (None: nothing fit) and the tokens used.
+/// (None: nothing fit) and the tokens used. (The tests' view of [`pack_compressing`] without
+/// compression.)
+#[cfg(test)]
 pub fn pack(
     objects: &[Vec<(&str, i64)>],
     budget: i64,

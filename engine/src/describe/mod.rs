@@ -34,7 +34,7 @@ fn text(v: &Value) -> String {
 }
 
 /// Reads catalog records from one catalog, in one session, as of one `T`.
-pub struct Describer<'a> {
+pub(crate) struct Describer<'a> {
     pub catalog: &'a dyn Catalog,
     pub exec: &'a Executor,
     pub now: DateTime<Utc>,
