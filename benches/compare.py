@@ -7,6 +7,9 @@ into benches/.venv first:
     benches/compare                                   # 10M events, 100k objects, temporary dir
     benches/compare --only W6 --only W7 --runs 9 --json benches/out/funnels.json
 
+Workloads: names and SignalQL texts from benches/workloads.toml (which the criterion bench reads
+too), the peers' SQL built below (the DataFusion funnel SQL is in workloads.toml as well).
+
 Data: `signalql gen events --rows N --seed S --out ROOT` and `signalql gen objects --objects M
 --seed S --out OBJROOT` (OBJROOT is ROOT unless --objects-data says otherwise), each skipped when
 the folder already holds that dataset. Only what the selected workloads read is generated.
@@ -43,6 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 
 DEFAULT_BIN = os.path.join(
     os.environ.get("CARGO_TARGET_DIR", "/root/.cache/signalql/target"), "release", "signalql"
@@ -57,8 +61,25 @@ DAY14 = "2026-05-30 00:00:00"
 DAY7 = "2026-06-06 00:00:00"
 LAST_DAY = "2026-06-12 00:00:00"
 
-CONTEXT_TASK = "parquet storage engine budget"  # the task of the criterion `context` group
-CONTEXT_BUDGET = 8000
+
+def fill(text, values):
+    """`text` with each `{key}` replaced by `values[key]`."""
+    for k, v in values.items():
+        text = text.replace("{" + k + "}", str(v))
+    return text
+
+
+# The workload texts, CONTEXT FOR's task and budget and the DataFusion funnel SQL, shared with the
+# criterion bench (benches/signalql.rs): benches/workloads.toml.
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "workloads.toml"), "rb") as _f:
+    WORKLOADS = tomllib.load(_f)
+CONTEXT_TASK = WORKLOADS["context"]["task"]
+CONTEXT_BUDGET = WORKLOADS["context"]["budget"]
+# Per workload number ("W1", ..., "X1"): its name and SignalQL text.
+WORKLOAD = {
+    w["name"].partition("_")[0]: {"name": w["name"], "signalql": fill(w["signalql"], WORKLOADS["context"])}
+    for w in WORKLOADS["workload"]
+}
 
 
 def window(dialect, start):
@@ -83,48 +104,42 @@ def prop(dialect, name):
 # the group is the plan of the visit of the reported chain of the user's deepest step. Every
 # formulation below ends in u(user_id, lv, g, s2, s3): per user the deepest level, the group and
 # the seconds of the reported chains for steps 2 and 3; funnel_tail turns that into the rows.
+# The DataFusion formulation and funnel_tail's text are workloads.toml's [funnel].
 
 FUNNEL_WITHIN = "INTERVAL '7 days'"
 
 
+def funnel_grouping(grouped):
+    """The values of [funnel]'s `{group}`, `{select_group}` and `{order_group}` (`group` in
+    DataFusion's spelling; the DuckDB formulations spell their own)."""
+    return WORKLOADS["funnel"]["grouped" if grouped else "ungrouped"]
+
+
 def funnel_tail(grouped):
-    sel_g = 'g AS "properties.plan", ' if grouped else ""
-    order_g = "g NULLS LAST, " if grouped else ""
-    return f""",
-a AS (
-  SELECT g, count(*) AS u1, sum(CASE WHEN lv >= 2 THEN 1 ELSE 0 END) AS u2,
-         sum(CASE WHEN lv >= 3 THEN 1 ELSE 0 END) AS u3, median(s2) AS m2, median(s3) AS m3
-  FROM u GROUP BY g)
-SELECT {sel_g}step, event, users,
-       CAST(users AS DOUBLE) / nullif(base, 0) AS conversion_rate,
-       CAST(users AS DOUBLE) / nullif(prev, 0) AS step_conversion_rate,
-       m AS median_seconds_to_convert
-FROM (
-  SELECT g, 1 AS step, 'visit' AS event, u1 AS users, u1 + 0 AS base, u1 - 0 AS prev, CAST(NULL AS DOUBLE) AS m FROM a
-  UNION ALL SELECT g, 2, 'signup', u2, u1 AS base, u1 AS prev, m2 FROM a
-  UNION ALL SELECT g, 3, 'activated', u3, u1 AS base, u2 AS prev, m3 FROM a) x
-ORDER BY {order_g}step"""
+    return ",\n" + fill(WORKLOADS["funnel"]["rows"], funnel_grouping(grouped))
 
 
-def funnel_window_sql(dialect, grouped):
-    """Window functions: number each user's events, per visit the position of the next signup and
-    of the next activated (min over the following rows) and two self-joins on the position; per
-    user the deepest level and, per step, the chain ending earliest (latest start on ties)."""
-    duck = dialect == "duckdb"
-    fileorder = "filename, file_row_number" if duck else "fname, frow"
-    source = "events" if duck else (
-        "(SELECT *, input_file_name() AS fname, file_row_index() AS frow FROM events) e")
-    us = (lambda c: f"epoch_us({c})") if duck else (lambda c: f"CAST({c} AS BIGINT)")
+def funnel_datafusion_sql(grouped):
+    """The window-function formulation in DataFusion SQL, as the criterion bench runs it."""
+    return "\n" + fill(WORKLOADS["funnel"]["per_user"], funnel_grouping(grouped)) + funnel_tail(grouped)
+
+
+def funnel_duckdb_window_sql(grouped):
+    """DuckDB window functions, the DataFusion formulation (workloads.toml's [funnel]) in DuckDB's
+    dialect: number each user's events, per visit the position of the next signup and of the next
+    activated (min over the following rows) and two self-joins on the position; per user the
+    deepest level and, per step, the chain ending earliest (latest start on ties)."""
+    us = lambda c: f"epoch_us({c})"
     w = FUNNEL_WITHIN
-    grp = prop(dialect, "plan") if grouped else "CAST(NULL AS VARCHAR)"
+    grp = prop("duckdb", "plan") if grouped else "CAST(NULL AS VARCHAR)"
     frame = "OVER (PARTITION BY user_id ORDER BY pos ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING)"
     return f"""
 WITH ev AS (
   SELECT user_id, "timestamp" AS ts, event_name AS name, {grp} AS g,
-         row_number() OVER (PARTITION BY user_id ORDER BY "timestamp", {fileorder}) AS pos
-  FROM {source}
+         row_number() OVER (PARTITION BY user_id ORDER BY "timestamp", filename, file_row_number) AS pos
+  FROM events
   WHERE user_id IS NOT NULL AND event_name IN ('visit', 'signup', 'activated')
-    AND {window(dialect, DAY28)}),
+    AND {window("duckdb", DAY28)}),
 w AS (
   SELECT *, min(CASE WHEN name = 'signup' THEN pos END) {frame} AS n2,
             min(CASE WHEN name = 'activated' THEN pos END) {frame} AS n3
@@ -275,15 +290,9 @@ c AS (
   FROM j3)""" + funnel_per_user("c") + funnel_tail(grouped)
 
 
-FUNNEL = """FUNNEL "visit" -> "signup" -> "activated"
-FROM events
-DURING LAST 28 d
-WITHIN 7 d"""
-
-
 def duckdb_funnels(grouped, files):
     return {
-        "window": funnel_window_sql("duckdb", grouped),
+        "window": funnel_duckdb_window_sql(grouped),
         "asof": funnel_duckdb_asof_sql(grouped, files),
         "lists": funnel_duckdb_lists_sql(grouped, files),
         "join": funnel_duckdb_join_sql(grouped, files),
@@ -330,44 +339,24 @@ def percentile_sql(d, x, p):
 
 
 def make_workloads(files):
+    """The workloads in run order: name and SignalQL text from workloads.toml, the peers' SQL."""
     wl = []
 
-    def add(name, signalql, sql, **extra):
-        wl.append({"name": name, "signalql": signalql,
-                   "duckdb": sql("duckdb"), "datafusion": sql("datafusion"), **extra})
+    def entry(num, duckdb, datafusion, **extra):
+        wl.append({**WORKLOAD[num], "duckdb": duckdb, "datafusion": datafusion, **extra})
 
-    add("W1_count_purchase_30d",
-        'FROM events WHERE event_name = "purchase" DURING LAST 30 d RETURN count',
+    def add(num, sql, **extra):
+        entry(num, sql("duckdb"), sql("datafusion"), **extra)
+
+    add("W1",
         lambda d: f"SELECT count(*) AS \"count\" FROM events WHERE event_name = 'purchase' AND {window(d, DAY30)}")
-    add("W2_daily_active_by_platform",
-        """FROM events
-WHERE event_name = "session_start"
-DURING LAST 30 d
-BUCKET BY d
-GROUP BY properties.platform
-RETURN timestamp, properties.platform, count_distinct(user_id)
-ORDER BY timestamp ASC""",
-        daily_active_sql)
-    add("W3_top_paths_having",
-        """FROM events
-WHERE event_name = "page_view"
-DURING LAST 7 d
-GROUP BY properties.path
-HAVING count > 1000
-RETURN properties.path, count
-ORDER BY count DESC
-LIMIT 10""",
+    add("W2", daily_active_sql)
+    add("W3",
         lambda d: f"""
 SELECT {prop(d, 'path')} AS "properties.path", count(*) AS "count" FROM events
 WHERE event_name = 'page_view' AND {window(d, DAY7)}
 GROUP BY 1 HAVING count(*) > 1000 ORDER BY 2 DESC, 1 NULLS LAST LIMIT 10""")
-    add("W4_ab_stats_by_variant",
-        """FROM events
-WHERE event_name = "purchase" AND properties.amount IS NOT NULL
-DURING LAST 14 d
-AS OF "2026-06-13T00:00:00Z"
-GROUP BY properties.experiment_variant
-RETURN properties.experiment_variant, count_distinct(user_id), stats(properties.amount)""",
+    add("W4",
         lambda d: f"""
 SELECT {prop(d, 'experiment_variant')} AS "properties.experiment_variant",
   count(DISTINCT user_id) AS "count_distinct(user_id)",
@@ -375,12 +364,7 @@ SELECT {prop(d, 'experiment_variant')} AS "properties.experiment_variant",
 FROM events
 WHERE event_name = 'purchase' AND {prop(d, 'amount')} IS NOT NULL AND {window(d, DAY14)}
 GROUP BY 1 ORDER BY 1 NULLS LAST""")
-    add("W5_amount_percentiles_by_platform",
-        """FROM events
-WHERE event_name = "purchase"
-DURING LAST 30 d
-GROUP BY properties.platform
-RETURN properties.platform, percentile(properties.amount, 0.5), percentile(properties.amount, 0.95)""",
+    add("W5",
         lambda d: f"""
 SELECT {prop(d, 'platform')} AS "properties.platform",
   {percentile_sql(d, prop(d, 'amount'), 0.5)} AS "percentile(properties.amount, 0.5)",
@@ -390,22 +374,12 @@ GROUP BY 1 ORDER BY 1 NULLS LAST""",
         # DataFusion rounds the interpolation fraction to 1e-6: an error of at most 5e-7 x the gap
         # between the two neighbouring values; generated amounts lie in [5, 500] USD.
         abs_tol={"datafusion": 1e-3})
-    wl.append({"name": "W6_funnel_3step", "signalql": FUNNEL,
-               "duckdb": duckdb_funnels(False, files),
-               "datafusion": funnel_window_sql("datafusion", False)})
-    wl.append({"name": "W7_funnel_3step_by_plan", "signalql": FUNNEL + "\nGROUP BY properties.plan",
-               "duckdb": duckdb_funnels(True, files),
-               "datafusion": funnel_window_sql("datafusion", True)})
+    entry("W6", duckdb_funnels(False, files), funnel_datafusion_sql(False))
+    entry("W7", duckdb_funnels(True, files), funnel_datafusion_sql(True))
     # The peers' figure is the scan floor: reading the representation text column once.
-    wl.append({"name": "W8_context_for", "signalql": f'CONTEXT FOR "{CONTEXT_TASK}" BUDGET {CONTEXT_BUDGET} TOKENS',
-               "duckdb": "SELECT sum(length(content)) AS chars FROM representations",
-               "datafusion": "SELECT sum(length(content)) AS chars FROM representations",
-               "context": True})
-    add("X1_events_by_name_30d",
-        """FROM events
-DURING LAST 30 d
-GROUP BY event_name
-RETURN event_name, count, count_distinct(user_id)""",
+    scan = "SELECT sum(length(content)) AS chars FROM representations"
+    entry("W8", scan, scan, context=True)
+    add("X1",
         lambda d: f"""
 SELECT event_name, count(*) AS "count", count(DISTINCT user_id) AS "count_distinct(user_id)"
 FROM events WHERE {window(d, DAY30)} GROUP BY 1 ORDER BY 1 NULLS LAST""")

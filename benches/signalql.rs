@@ -3,7 +3,8 @@
 //! a 3-step funnel, ungrouped and grouped) and CONTEXT FOR over a generated 100k-object corpus
 //! next to the same lexical scoring as plain DataFusion SQL (group `context`), and the extended
 //! tier (entities, TRAVERSE, TREND, a governed metric, DESCRIBE; group `extended`), and issue
-//! 7's W9: parse + format + lower of each of the workloads W1–W8 (group `w9`).
+//! 7's W9: parse + format + lower of each of the workloads W1–W8 (group `w9`). The workload
+//! texts and the funnel's DataFusion SQL are `benches/workloads.toml`'s, shared with `compare.py`.
 //!
 //! `cargo bench --bench signalql` (add `-- GROUP` to run one of `syntax`, `lowering`, `udf`,
 //! `end_to_end`, `context`, `extended`, `w9`). The end-to-end dataset has `SIGNALQL_BENCH_ROWS` rows (default 1 000 000),
@@ -12,9 +13,10 @@
 //! the two lines of a pair differ only by what SignalQL adds (parse, open the table, lower,
 //! build the envelope). See `benches/README.md` for measured numbers.
 
+use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 use criterion::{BatchSize, Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
@@ -23,6 +25,7 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use datafusion::logical_expr::Accumulator;
 use datafusion::logical_expr::function::AccumulatorArgs;
 use datafusion::physical_expr::expressions::{col, lit};
+use serde::Deserialize;
 use signalql::Engine;
 use signalql::ast::Statement;
 use signalql::catalog::generator::{GenOptions, generate_events};
@@ -32,180 +35,136 @@ use signalql::udfs::aggregate::percentile::percentile_udaf;
 use signalql::udfs::aggregate::stats::StatsAccumulator;
 use tokio::runtime::Runtime;
 
-/// The v0.3 example queries that run, by bench name.
-const DAILY_ACTIVE: &str = r#"FROM events
-WHERE event_name = "session_start"
-DURING LAST 30 d
-BUCKET BY d
-GROUP BY properties.platform
-RETURN timestamp, properties.platform, count_distinct(user_id)
-ORDER BY timestamp ASC"#;
-
-const TOP_PATHS: &str = r#"FROM events
-WHERE event_name = "page_view"
-DURING LAST 7 d
-GROUP BY properties.path
-HAVING count > 1000
-RETURN properties.path, count
-ORDER BY count DESC
-LIMIT 10"#;
-
-/// The v0.3 A/B example with the variant read from `properties` (`signal()` is v0.3-extended).
-const AB_STATS: &str = r#"FROM events
-WHERE event_name = "purchase" AND properties.amount IS NOT NULL
-DURING LAST 14 d
-AS OF "2026-06-13T00:00:00Z"
-GROUP BY properties.experiment_variant
-RETURN properties.experiment_variant, count_distinct(user_id), stats(properties.amount)"#;
-
-const FUNNEL: &str = r#"FUNNEL "visit" -> "signup" -> "activated"
-FROM events
-DURING LAST 28 d
-WITHIN 7 d"#;
-
-const FUNNEL_BY_PLAN: &str = r#"FUNNEL "visit" -> "signup" -> "activated"
-FROM events
-DURING LAST 28 d
-WITHIN 7 d
-GROUP BY properties.plan"#;
-
-/// Issue 7's workloads W1–W8 as SignalQL (the same texts as `benches/compare.py`); W9 times
-/// parse + format + lower of each.
-const W1_COUNT: &str = r#"FROM events WHERE event_name = "purchase" DURING LAST 30 d RETURN count"#;
-
-const W5_PERCENTILES: &str = r#"FROM events
-WHERE event_name = "purchase"
-DURING LAST 30 d
-GROUP BY properties.platform
-RETURN properties.platform, percentile(properties.amount, 0.5), percentile(properties.amount, 0.95)"#;
-
-fn workloads() -> Vec<(&'static str, String)> {
-    vec![
-        ("W1_count", W1_COUNT.to_string()),
-        ("W2_daily_active", DAILY_ACTIVE.to_string()),
-        ("W3_top_paths", TOP_PATHS.to_string()),
-        ("W4_ab_stats", AB_STATS.to_string()),
-        ("W5_percentiles", W5_PERCENTILES.to_string()),
-        ("W6_funnel", FUNNEL.to_string()),
-        ("W7_funnel_by_plan", FUNNEL_BY_PLAN.to_string()),
-        (
-            "W8_context",
-            format!("CONTEXT FOR \"{CONTEXT_TASK}\" BUDGET 8000 TOKENS"),
-        ),
-    ]
+/// `benches/workloads.toml`: the workload texts, CONTEXT FOR's task and budget and the funnel's
+/// DataFusion SQL, the same file `benches/compare.py` reads.
+#[derive(Deserialize)]
+struct WorkloadFile {
+    context: ContextTask,
+    workload: Vec<Workload>,
+    funnel: FunnelSql,
 }
 
-/// The 3-step funnel as DataFusion SQL with window functions (the same formulation as
-/// `benches/compare.py`): per visit, the first signup after it and the first activated after
+#[derive(Deserialize)]
+struct ContextTask {
+    task: String,
+    budget: u64,
+}
+
+/// One workload: `compare.py`'s name (`W2_daily_active_by_platform`), the `w9` bench name if it
+/// is in that group, and the SignalQL text.
+#[derive(Deserialize)]
+struct Workload {
+    name: String,
+    w9: Option<String>,
+    signalql: String,
+}
+
+/// The 3-step funnel as DataFusion SQL with window functions: `per_user`, then `rows`, with
+/// `{group}`, `{select_group}` and `{order_group}` taken from `ungrouped` or `grouped`.
+#[derive(Deserialize)]
+struct FunnelSql {
+    per_user: String,
+    rows: String,
+    ungrouped: BTreeMap<String, String>,
+    grouped: BTreeMap<String, String>,
+}
+
+/// The workload file, each SignalQL text with `{task}` and `{budget}` filled from `[context]`.
+static WORKLOADS: LazyLock<WorkloadFile> = LazyLock::new(|| {
+    let mut file: WorkloadFile =
+        toml::from_str(include_str!("workloads.toml")).expect("benches/workloads.toml");
+    let task = file.context.task.clone();
+    let budget = file.context.budget.to_string();
+    for w in &mut file.workload {
+        w.signalql = fill(
+            &w.signalql,
+            [("task", task.as_str()), ("budget", budget.as_str())],
+        );
+    }
+    file
+});
+
+/// `text` with each `{key}` replaced by its value.
+fn fill<'a>(text: &str, values: impl IntoIterator<Item = (&'a str, &'a str)>) -> String {
+    values.into_iter().fold(text.to_string(), |t, (k, v)| {
+        t.replace(&format!("{{{k}}}"), v)
+    })
+}
+
+/// The SignalQL text of workload `number` (`W1` … `W8`, `X1`).
+fn workload(number: &str) -> &'static str {
+    WORKLOADS
+        .workload
+        .iter()
+        .find(|w| w.name.split('_').next() == Some(number))
+        .map(|w| w.signalql.as_str())
+        .unwrap_or_else(|| panic!("no workload {number} in benches/workloads.toml"))
+}
+
+/// The task of CONTEXT FOR (W8, the `context` group, the lexical kernel bench).
+fn context_task() -> &'static str {
+    &WORKLOADS.context.task
+}
+
+/// Issue 7's workloads W1–W8 by `w9` bench name; W9 times parse + format + lower of each.
+fn workloads() -> Vec<(&'static str, &'static str)> {
+    WORKLOADS
+        .workload
+        .iter()
+        .filter_map(|w| Some((w.w9.as_deref()?, w.signalql.as_str())))
+        .collect()
+}
+
+/// The 3-step funnel as DataFusion SQL with window functions (the same text as
+/// `benches/compare.py`'s): per visit, the first signup after it and the first activated after
 /// that signup; per user the deepest level; per step the chain ending earliest, latest start.
 fn funnel_sql(grouped: bool) -> String {
-    let (group, select_g, order_g) = if grouped {
-        (
-            "properties['plan']",
-            "g AS \"properties.plan\", ",
-            "g NULLS LAST, ",
-        )
+    let funnel = &WORKLOADS.funnel;
+    let values = if grouped {
+        &funnel.grouped
     } else {
-        ("CAST(NULL AS VARCHAR)", "", "")
+        &funnel.ungrouped
     };
-    format!(
-        r#"WITH ev AS (
-  SELECT user_id, "timestamp" AS ts, event_name AS name, {group} AS g,
-         row_number() OVER (PARTITION BY user_id ORDER BY "timestamp", fname, frow) AS pos
-  FROM (SELECT *, input_file_name() AS fname, file_row_index() AS frow FROM events) e
-  WHERE user_id IS NOT NULL AND event_name IN ('visit', 'signup', 'activated')
-    AND "timestamp" >= TIMESTAMP '2026-05-16 00:00:00+00:00' AND "timestamp" < TIMESTAMP '2026-06-13 00:00:00+00:00'),
-w AS (
-  SELECT *, min(CASE WHEN name = 'signup' THEN pos END) OVER (PARTITION BY user_id ORDER BY pos ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING) AS n2,
-            min(CASE WHEN name = 'activated' THEN pos END) OVER (PARTITION BY user_id ORDER BY pos ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING) AS n3
-  FROM ev),
-c AS (
-  SELECT v.user_id, v.pos AS p1, v.ts AS t1, v.g,
-         CASE WHEN s.ts <= v.ts + INTERVAL '7 days' THEN s.pos END AS p2,
-         CASE WHEN s.ts <= v.ts + INTERVAL '7 days' THEN s.ts END AS t2,
-         CASE WHEN s.ts <= v.ts + INTERVAL '7 days' AND a.ts <= v.ts + INTERVAL '7 days' THEN a.pos END AS p3,
-         CASE WHEN s.ts <= v.ts + INTERVAL '7 days' AND a.ts <= v.ts + INTERVAL '7 days' THEN a.ts END AS t3
-  FROM w v
-  LEFT JOIN w s ON s.user_id = v.user_id AND s.pos = v.n2
-  LEFT JOIN ev a ON a.user_id = v.user_id AND a.pos = s.n3
-  WHERE v.name = 'visit'),
-l AS (
-  SELECT *, CASE WHEN p3 IS NOT NULL THEN 3 WHEN p2 IS NOT NULL THEN 2 ELSE 1 END AS lvl,
-         max(CASE WHEN p3 IS NOT NULL THEN 3 WHEN p2 IS NOT NULL THEN 2 ELSE 1 END) OVER (PARTITION BY user_id) AS lv
-  FROM c),
-r AS (
-  SELECT *,
-    row_number() OVER (PARTITION BY user_id ORDER BY CASE WHEN p2 IS NULL THEN 1 ELSE 0 END, p2, p1 DESC) AS r2,
-    row_number() OVER (PARTITION BY user_id ORDER BY CASE WHEN p3 IS NULL THEN 1 ELSE 0 END, p3, p1 DESC) AS r3,
-    row_number() OVER (PARTITION BY user_id ORDER BY CASE lvl = lv WHEN true THEN 0 ELSE 1 END,
-                       CASE lv WHEN 3 THEN p3 WHEN 2 THEN p2 ELSE p1 END, p1 DESC) AS rc
-  FROM l),
-u AS (
-  SELECT user_id,
-    max(lv) AS lv,
-    max(CASE WHEN rc = 1 THEN g END) AS g,
-    max(CASE WHEN r2 = 1 AND p2 IS NOT NULL THEN (CAST(t2 AS BIGINT) - CAST(t1 AS BIGINT)) / 1e6 END) AS s2,
-    max(CASE WHEN r3 = 1 AND p3 IS NOT NULL THEN (CAST(t3 AS BIGINT) - CAST(t1 AS BIGINT)) / 1e6 END) AS s3
-  FROM r GROUP BY user_id),
-a AS (
-  SELECT g, count(*) AS u1, sum(CASE WHEN lv >= 2 THEN 1 ELSE 0 END) AS u2,
-         sum(CASE WHEN lv >= 3 THEN 1 ELSE 0 END) AS u3, median(s2) AS m2, median(s3) AS m3
-  FROM u GROUP BY g)
-SELECT {select_g}step, event, users,
-       CAST(users AS DOUBLE) / nullif(base, 0) AS conversion_rate,
-       CAST(users AS DOUBLE) / nullif(prev, 0) AS step_conversion_rate,
-       m AS median_seconds_to_convert
-FROM (
-  SELECT g, 1 AS step, 'visit' AS event, u1 AS users, u1 + 0 AS base, u1 - 0 AS prev, CAST(NULL AS DOUBLE) AS m FROM a
-  UNION ALL SELECT g, 2, 'signup', u2, u1 AS base, u1 AS prev, m2 FROM a
-  UNION ALL SELECT g, 3, 'activated', u3, u1 AS base, u2 AS prev, m3 FROM a) x
-ORDER BY {order_g}step"#
+    fill(
+        &format!("{},\n{}", funnel.per_user, funnel.rows),
+        values.iter().map(|(k, v)| (k.as_str(), v.as_str())),
     )
 }
 
-const BY_EVENT_NAME: &str = r#"FROM events
-DURING LAST 30 d
-GROUP BY event_name
-RETURN event_name, count, count_distinct(user_id)"#;
-
-/// Every v0.3 spec example (those that only parse, too), for the syntax group.
-const SPEC_EXAMPLES: [(&str, &str); 7] = [
-    ("daily_active", DAILY_ACTIVE),
-    ("top_paths_having", TOP_PATHS),
-    (
-        "funnel",
-        r#"FUNNEL "visit" -> "signup" -> "activated"
-FROM events
-DURING LAST 28 d
-WITHIN 7 d
-GROUP BY properties.plan"#,
-    ),
-    (
-        "ab_signal",
-        r#"FROM events
+/// Every v0.3 spec example (those that only parse, too), for the syntax group; four are workloads.
+fn spec_examples() -> [(&'static str, &'static str); 7] {
+    [
+        ("daily_active", workload("W2")),
+        ("top_paths_having", workload("W3")),
+        ("funnel", workload("W7")),
+        (
+            "ab_signal",
+            r#"FROM events
 WHERE event_name = "purchase" AND properties.amount IS NOT NULL
 DURING LAST 14 d
 AS OF "2026-06-13T00:00:00Z"
 GROUP BY signal(experiment_variant)
 RETURN signal(experiment_variant), count_distinct(user_id), stats(properties.amount)"#,
-    ),
-    ("ab_properties", AB_STATS),
-    (
-        "metric",
-        r#"FROM metric(analytics.weekly_active_users)
+        ),
+        ("ab_properties", workload("W4")),
+        (
+            "metric",
+            r#"FROM metric(analytics.weekly_active_users)
 DURING LAST 12 w
 BUCKET BY w
 RETURN timestamp, metric_value"#,
-    ),
-    ("describe", "DESCRIBE entity(analytics.session)"),
-];
+        ),
+        ("describe", "DESCRIBE entity(analytics.session)"),
+    ]
+}
 
-/// The queries that run, with the same semantics written as DataFusion SQL over the engine's
-/// session (T = 2026-06-13T00:00:00Z, windows `[T - n, T)`, dense day × platform series).
+/// The retrieve queries that run, by bench name and workload number, with the same semantics
+/// written as DataFusion SQL over the engine's session (T = 2026-06-13T00:00:00Z, windows
+/// `[T - n, T)`, dense day × platform series).
 const RUNNABLE: [(&str, &str, &str); 4] = [
     (
         "daily_active_by_platform",
-        DAILY_ACTIVE,
+        "W2",
         r#"WITH a AS (
   SELECT date_trunc('day', "timestamp") AS d, properties['platform'] AS p, count(DISTINCT user_id) AS n
   FROM events
@@ -223,7 +182,7 @@ ORDER BY 1, 2 NULLS LAST"#,
     ),
     (
         "top_paths_having",
-        TOP_PATHS,
+        "W3",
         r#"SELECT properties['path'] AS "properties.path", count(*) AS "count" FROM events
 WHERE event_name = 'page_view'
   AND "timestamp" >= TIMESTAMP '2026-06-06 00:00:00+00:00' AND "timestamp" < TIMESTAMP '2026-06-13 00:00:00+00:00'
@@ -231,7 +190,7 @@ GROUP BY 1 HAVING count(*) > 1000 ORDER BY 2 DESC, 1 NULLS LAST LIMIT 10"#,
     ),
     (
         "ab_stats_by_variant",
-        AB_STATS,
+        "W4",
         r#"SELECT properties['experiment_variant'] AS "properties.experiment_variant",
   count(DISTINCT user_id) AS "count_distinct(user_id)", stats(properties['amount']) AS "stats(properties.amount)"
 FROM events
@@ -241,7 +200,7 @@ GROUP BY 1 ORDER BY 1 NULLS LAST"#,
     ),
     (
         "events_by_name_30d",
-        BY_EVENT_NAME,
+        "X1",
         r#"SELECT event_name, count(*) AS "count", count(DISTINCT user_id) AS "count_distinct(user_id)"
 FROM events
 WHERE "timestamp" >= TIMESTAMP '2026-05-14 00:00:00+00:00' AND "timestamp" < TIMESTAMP '2026-06-13 00:00:00+00:00'
@@ -253,10 +212,10 @@ GROUP BY 1"#,
 fn runnable() -> Vec<(&'static str, &'static str, String)> {
     let mut all: Vec<(&'static str, &'static str, String)> = RUNNABLE
         .iter()
-        .map(|(n, t, s)| (*n, *t, s.to_string()))
+        .map(|(n, w, s)| (*n, workload(w), s.to_string()))
         .collect();
-    all.push(("funnel_3step", FUNNEL, funnel_sql(false)));
-    all.push(("funnel_3step_by_plan", FUNNEL_BY_PLAN, funnel_sql(true)));
+    all.push(("funnel_3step", workload("W6"), funnel_sql(false)));
+    all.push(("funnel_3step_by_plan", workload("W7"), funnel_sql(true)));
     all
 }
 
@@ -316,7 +275,7 @@ fn bench_syntax(c: &mut Criterion) {
         .sample_size(50)
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(1));
-    for (name, text) in SPEC_EXAMPLES {
+    for (name, text) in spec_examples() {
         group.bench_function(format!("parse/{name}"), |b| {
             b.iter(|| signalql::parse(black_box(text)).expect("parse"))
         });
@@ -486,7 +445,7 @@ fn bench_udf(c: &mut Criterion) {
     // lexical-v1 over 10 000 generated ~400-word bodies (the context corpus's text).
     let docs = lexical_docs(10_000);
     let matcher = signalql::udfs::scalar::lexical::Matcher::new(
-        signalql::udfs::scalar::lexical::terms(CONTEXT_TASK),
+        signalql::udfs::scalar::lexical::terms(context_task()),
     );
     group.bench_function("lexical/weights/10k_docs", |b| {
         b.iter(|| {
@@ -589,7 +548,7 @@ fn bench_w9(c: &mut Criterion) {
     for (name, text) in workloads() {
         group.bench_function(name, |b| {
             b.to_async(&rt).iter(|| async {
-                let statement = signalql::parse(black_box(&text)).expect("parse");
+                let statement = signalql::parse(black_box(text)).expect("parse");
                 let canonical = statement.to_string();
                 if let Statement::ContextTask(q) = &statement {
                     black_box(engine.lower_context(q).await.expect("lower"));
@@ -603,13 +562,11 @@ fn bench_w9(c: &mut Criterion) {
     group.finish();
 }
 
-/// The context task of the `context` group; its 4 terms make lexical-v1's denominator 12.
-const CONTEXT_TASK: &str = "parquet storage engine budget";
-
 /// The same lexical-v1 scoring as plain DataFusion SQL: whole-token matches as regular
 /// expressions over the lower-cased fields (the generated corpus is ASCII), the heaviest field
-/// per term, floor(sum × 1e6 / 12), top 20. It skips what CONTEXT FOR adds (revision and
-/// tombstone selection at T, secrets, expansion, packing), so it is the scoring floor.
+/// per term, floor(sum × 1e6 / 12) (the task's 4 terms make lexical-v1's denominator 12), top
+/// 20. It skips what CONTEXT FOR adds (revision and tombstone selection at T, secrets, expansion,
+/// packing), so it is the scoring floor.
 fn lexical_sql() -> String {
     let term = |t: &str| {
         let re = format!("'(^|[^a-z0-9]){t}([^a-z0-9]|$)'");
@@ -619,7 +576,7 @@ fn lexical_sql() -> String {
              WHEN regexp_like(lower(other), {re}) THEN 1 ELSE 0 END"
         )
     };
-    let sum: Vec<String> = CONTEXT_TASK.split(' ').map(term).collect();
+    let sum: Vec<String> = context_task().split(' ').map(term).collect();
     format!(
         "WITH r AS (\
            SELECT o.object_id, o.title, \
@@ -659,11 +616,11 @@ fn bench_context(c: &mut Criterion) {
             .register_table(t, Arc::clone(&info.provider))
             .expect("register");
     }
-    let query = format!(r#"CONTEXT FOR "{CONTEXT_TASK}" BUDGET 8000 TOKENS"#);
+    let query = workload("W8");
     let sql = lexical_sql();
     // Both must run; the bundle must hold items.
     rt.block_on(async {
-        match engine.answer(&query).await.expect("context") {
+        match engine.answer(query).await.expect("context") {
             signalql::Answer::Bundle(b) => assert!(!b.items.is_empty()),
             _ => panic!("not a bundle"),
         }
@@ -683,7 +640,7 @@ fn bench_context(c: &mut Criterion) {
         .throughput(Throughput::Elements(objects));
     group.bench_function("context_for/signalql", |b| {
         b.to_async(&rt)
-            .iter(|| async { engine.answer(black_box(&query)).await.expect("context") })
+            .iter(|| async { engine.answer(black_box(query)).await.expect("context") })
     });
     group.bench_function("lexical_scoring/datafusion_sql", |b| {
         b.to_async(&rt)
