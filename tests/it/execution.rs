@@ -23,29 +23,16 @@ fn dataset() -> tempfile::TempDir {
         )
         .unwrap();
     }
-    let docs = tempfile::tempdir().unwrap();
-    std::fs::write(
-        docs.path().join("storage.md"),
-        "# Object storage\n\nObjects are Parquet revisions. See [notes](notes.md).\n",
-    )
-    .unwrap();
-    std::fs::write(
-        docs.path().join("notes.md"),
-        "# Notes\n\nParquet footers.\n",
-    )
-    .unwrap();
-    let options = signalql::catalog::objects::ingest::ObjectIngestOptions {
-        now: chrono::DateTime::parse_from_rfc3339("2026-01-01T00:00:00Z")
-            .unwrap()
-            .with_timezone(&chrono::Utc),
-        ..Default::default()
-    };
-    signalql::catalog::objects::ingest::ingest_objects(
+    crate::common::ingest_docs(
         root.path(),
-        &[docs.path().to_path_buf()],
-        &options,
-    )
-    .unwrap();
+        &[
+            (
+                "storage.md",
+                "# Object storage\n\nObjects are Parquet revisions. See [notes](notes.md).\n",
+            ),
+            ("notes.md", "# Notes\n\nParquet footers.\n"),
+        ],
+    );
     root
 }
 

@@ -12,24 +12,13 @@ use serde_json::{Value, json};
 /// A dataset with the sample's events (linked) and a small object store.
 fn dataset() -> tempfile::TempDir {
     let root = common::sample_events_dataset();
-    let docs = tempfile::tempdir().unwrap();
-    std::fs::write(
-        docs.path().join("storage.md"),
-        "# Object storage\n\nObjects are Parquet revisions.\n",
-    )
-    .unwrap();
-    let opts = signalql::catalog::objects::ingest::ObjectIngestOptions {
-        now: chrono::DateTime::parse_from_rfc3339("2026-01-01T00:00:00Z")
-            .unwrap()
-            .with_timezone(&chrono::Utc),
-        ..Default::default()
-    };
-    signalql::catalog::objects::ingest::ingest_objects(
+    common::ingest_docs(
         root.path(),
-        &[docs.path().to_path_buf()],
-        &opts,
-    )
-    .unwrap();
+        &[(
+            "storage.md",
+            "# Object storage\n\nObjects are Parquet revisions.\n",
+        )],
+    );
     root
 }
 
