@@ -8,9 +8,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, AsArray, Int64Array, RecordBatch, StringArray};
+use datafusion::arrow::array::{Int64Array, RecordBatch, StringArray};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::common::{DataFusionError, Result as DfResult};
+use signalql_udfs::strings::StringColumn;
 
 use crate::operator::Kernel;
 
@@ -59,13 +60,9 @@ fn text_rows(
     mut each: impl FnMut(&[&str]),
 ) -> DfResult<()> {
     for b in batches {
-        let arrays: Vec<StringArray> = cols
+        let arrays: Vec<StringColumn> = cols
             .iter()
-            .map(|&i| {
-                let c = b.column(i);
-                let c = datafusion::arrow::compute::cast(c, &DataType::Utf8)?;
-                Ok(c.as_string::<i32>().clone())
-            })
+            .map(|&i| StringColumn::cast_from(b.column(i).as_ref()))
             .collect::<DfResult<_>>()?;
         for r in 0..b.num_rows() {
             if arrays.iter().any(|a| a.is_null(r)) {
@@ -156,6 +153,8 @@ impl Kernel for Traverse {
 
 #[cfg(test)]
 mod tests {
+    use datafusion::arrow::array::{Array, AsArray};
+
     use super::*;
 
     fn batch(cols: &[&[&str]]) -> RecordBatch {

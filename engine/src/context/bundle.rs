@@ -1,0 +1,160 @@
+//! A context bundle's JSON form (context-packets.md, signalql-v0.5-context.md): its items,
+//! metadata and explanation, `object://` URIs, and the content address of a bundle.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use signalql_udfs::scalar::lexical::SCORER;
+
+use super::select::Reason;
+
+/// `object://id@rev`.
+pub fn object_uri(id: &str, rev: i64) -> String {
+    format!("object://{id}@{rev}")
+}
+
+/// The id and revision of an `object://id@rev` address.
+pub fn parse_object_uri(uri: &str) -> Option<(&str, i64)> {
+    let (id, rev) = uri.strip_prefix("object://")?.rsplit_once('@')?;
+    Some((id, rev.parse().ok()?))
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Budget {
+    pub limit: u64,
+    pub used: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Item {
+    pub object: String,
+    pub representation: String,
+    pub media_type: String,
+    pub tokens: i64,
+    pub estimator: String,
+    pub score: i64,
+    pub why: Vec<Value>,
+    pub path: Vec<String>,
+    pub state: String,
+    pub origin: String,
+    pub trust: String,
+    pub validation: String,
+    pub roles: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+    /// Where to fetch the content when the representation keeps it by reference.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_ref: Option<String>,
+    pub content_hash: String,
+    /// Present on an item COMPRESS shrank.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compression: Option<Compression>,
+}
+
+/// How COMPRESS shrank an item: the fraction of the task terms in the representation that the
+/// compressed text keeps, and the whole representation's size and hash.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Compression {
+    pub preservation: f64,
+    pub original_tokens: i64,
+    pub original_content_hash: String,
+    pub original_chars: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BundleMetadata {
+    pub canonical_query: String,
+    pub budget: Budget,
+    pub scorer: String,
+    pub estimators: Vec<String>,
+    pub as_of: Option<String>,
+    pub evaluated_at: String,
+    pub considered: u64,
+    pub excluded: BTreeMap<String, u64>,
+    pub truncated: bool,
+    /// With COMPRESS: characters of the packed content over those of the whole representations
+    /// (1.0 when nothing was compressed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compression_ratio: Option<f64>,
+}
+
+/// A context bundle, with the spec's field names.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Bundle {
+    pub id: String,
+    pub task: String,
+    pub items: Vec<Item>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub evidence: Option<Vec<Value>>,
+    pub metadata: BundleMetadata,
+}
+
+/// What `EXPLAIN CONTEXT` returns for a stored bundle.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Explanation {
+    pub context: String,
+    pub canonical_query: String,
+    pub as_of: Option<String>,
+    pub computed_at: String,
+    pub scorer: String,
+    pub estimators: Vec<String>,
+    pub budget: Budget,
+    pub phases: BTreeMap<String, u64>,
+    pub items: Vec<Value>,
+    pub rejected: Vec<Rejection>,
+}
+
+/// One object left out of a bundle, and why (`{"object": …, "reason": …}` in JSON).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rejection {
+    pub object: String,
+    pub reason: Reason,
+}
+
+/// The canonical JSON of `v`: keys sorted, no whitespace.
+pub fn canonical_json(v: &Value) -> String {
+    fn sorted(v: &Value) -> Value {
+        match v {
+            Value::Object(m) => {
+                let mut keys: Vec<&String> = m.keys().collect();
+                keys.sort();
+                let mut out = serde_json::Map::new();
+                for k in keys {
+                    out.insert(k.clone(), sorted(&m[k]));
+                }
+                Value::Object(out)
+            }
+            Value::Array(a) => Value::Array(a.iter().map(sorted).collect()),
+            other => other.clone(),
+        }
+    }
+    serde_json::to_string(&sorted(v)).unwrap_or_default()
+}
+
+/// The bundle address: `context://ctx_` + 32 hex of SHA-256 over the canonical JSON preimage.
+pub fn address(
+    canonical_query: &str,
+    as_of: Option<&str>,
+    estimators: &[String],
+    items: &[Item],
+) -> String {
+    let items: Vec<Value> = items
+        .iter()
+        .map(|i| {
+            let (o, r) = parse_object_uri(&i.object).unwrap_or(("", 0));
+            json!({"o": o, "r": r, "rep": i.representation, "t": i.tokens, "h": i.content_hash})
+        })
+        .collect();
+    let pre = json!({
+        "v": "0.5",
+        "q": canonical_query,
+        "as_of": as_of,
+        "scorer": SCORER,
+        "estimators": estimators,
+        "items": items,
+    });
+    let digest = hex::encode(Sha256::digest(canonical_json(&pre).as_bytes()));
+    format!("context://ctx_{}", &digest[..32])
+}

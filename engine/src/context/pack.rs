@@ -1,0 +1,390 @@
+//! The packer's decisions: the parameters of a CONTEXT FOR (with the spec's limits on them),
+//! and [`decide`]: eligibility, expansion, boosts, rank, MAX OBJECTS and both packing passes.
+
+use std::collections::HashMap;
+
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use super::bundle::{Compression, Item, object_uri};
+use super::select::{
+    self, Candidate, Exclusions, RankKey, Reason, boost, expand, ineligible, rank_cmp,
+};
+use crate::error::{Error, Result};
+use crate::syntax::ast::{ContextQuery, ExcludeItem, PreferItem, TrustLevel};
+
+/// BUDGET when the query gives none (docs/context.md).
+pub const DEFAULT_BUDGET: u64 = 8_000;
+pub const DEFAULT_MAX_OBJECTS: u64 = 20;
+pub const DEFAULT_MAX_DEPTH: u64 = 1;
+pub const MAX_BUDGET: u64 = 10_000_000;
+pub const MAX_MAX_OBJECTS: u64 = 500;
+pub const MAX_MAX_DEPTH: u64 = 16;
+
+/// The spec's limits on BUDGET, MAX OBJECTS and MAX DEPTH, as `limit_exceeded`.
+pub fn check_limits(q: &ContextQuery) -> Result<()> {
+    let check = |name: &str, v: Option<u64>, lo: u64, hi: u64| -> Result<()> {
+        match v {
+            Some(v) if v < lo || v > hi => Err(Error::limit(name, hi, v)
+                .with_help(format!("{name} must be between {lo} and {hi}"))
+                .at(q.span)),
+            _ => Ok(()),
+        }
+    };
+    check("budget_tokens", q.budget, 1, MAX_BUDGET)?;
+    check("max_objects", q.max_objects, 1, MAX_MAX_OBJECTS)?;
+    check("max_depth", q.max_depth, 0, MAX_MAX_DEPTH)
+}
+
+/// The packer's parameters, fixed per query.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Hash)]
+pub struct PackParams {
+    pub budget: u64,
+    pub max_objects: u64,
+    pub max_depth: u32,
+    pub exclude_untrusted: bool,
+    pub exclude_stale: bool,
+    pub prefer: Vec<PreferItem>,
+    pub project: Option<String>,
+    /// MAX AGE: revisions created before this instant (µs) are out.
+    pub min_created: Option<i64>,
+    /// COMPRESS, and the task's lexical-v1 terms it keeps sentences for.
+    pub compress: bool,
+    pub terms: Vec<String>,
+}
+
+impl PackParams {
+    /// The parameters of `q` evaluated at `t` (µs).
+    pub fn of(q: &ContextQuery, t: i64) -> Result<Self> {
+        Ok(PackParams {
+            budget: q.budget.unwrap_or(DEFAULT_BUDGET),
+            max_objects: q.max_objects.unwrap_or(DEFAULT_MAX_OBJECTS),
+            max_depth: q.max_depth.unwrap_or(DEFAULT_MAX_DEPTH) as u32,
+            exclude_untrusted: q.exclude.contains(&ExcludeItem::Untrusted),
+            exclude_stale: q.exclude.contains(&ExcludeItem::Stale),
+            prefer: q.prefer.clone(),
+            project: q.project.clone(),
+            min_created: match &q.max_age {
+                Some(d) => Some(t - crate::lower::time::duration_seconds(d)? * 1_000_000),
+                None => None,
+            },
+            compress: q.compress,
+            terms: signalql_udfs::scalar::lexical::terms(&q.task),
+        })
+    }
+}
+
+/// What the packer decided: items in rank order (without content) with their explanation
+/// entries, the rejected objects, and the counts the metadata and EXPLAIN report.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Decisions {
+    pub items: Vec<Item>,
+    pub explained: Vec<Value>,
+    pub rejected: Vec<(String, Reason)>,
+    pub used: u64,
+    pub considered: u64,
+    pub seeds: u64,
+    pub expanded: u64,
+}
+
+/// Eligibility, expansion, boosts, rank, MAX OBJECTS and both packing passes.
+pub fn decide(p: &PackParams, candidates: &[Candidate], edges: &[select::Edge]) -> Decisions {
+    let budget = p.budget;
+    let max_objects = p.max_objects as usize;
+    let max_depth = p.max_depth;
+    let ex = Exclusions {
+        untrusted: p.exclude_untrusted,
+        stale: p.exclude_stale,
+    };
+    let preferred_rep = p.prefer.iter().find_map(|p| match p {
+        PreferItem::Representation(r) => Some(r.as_str()),
+        _ => None,
+    });
+    let mut rejected: Vec<(String, Reason)> = Vec::new();
+    let mut eligible: datafusion::common::HashMap<&str, &Candidate> =
+        datafusion::common::HashMap::new();
+    for c in candidates {
+        match ineligible(c, ex) {
+            Some(r) => rejected.push((object_uri(&c.id, c.revision), r)),
+            None => {
+                eligible.insert(c.id.as_str(), c);
+            }
+        }
+    }
+    let seeds: Vec<(String, i64)> = eligible
+        .values()
+        .filter(|c| c.lexical > 0)
+        .map(|c| (c.id.clone(), c.lexical))
+        .collect();
+    let passable = |id: &str| eligible.contains_key(id);
+    let reached = expand(&seeds, edges, max_depth, &passable);
+
+    // Relevance, boosts and the rank key of every relevant eligible object; the details (why,
+    // path) only for those MAX OBJECTS keeps.
+    let satisfied = |c: &Candidate| -> Vec<String> {
+        let mut terms = Vec::new();
+        for pr in &p.prefer {
+            let (ok, term) = match pr {
+                PreferItem::Current => (&*c.state == "current", "CURRENT".to_string()),
+                PreferItem::Trust(level) => (trust_at_least(&c.trust, *level), pr.to_string()),
+                PreferItem::Representation(_) => (false, String::new()),
+            };
+            if ok {
+                terms.push(term);
+            }
+        }
+        terms
+    };
+    struct Key<'a> {
+        c: &'a Candidate,
+        propagated: i64,
+        score: i64,
+        hops: u32,
+    }
+    let mut keys: Vec<Key> = Vec::new();
+    for c in eligible.values() {
+        let (propagated, hops) = reached.score_hops(&c.id).unwrap_or((0, 0));
+        let relevance = c.lexical.max(propagated);
+        if relevance == 0 {
+            continue;
+        }
+        let hops = if propagated > c.lexical { hops } else { 0 };
+        let boosts = if p.prefer.is_empty() {
+            0
+        } else {
+            satisfied(c).len()
+        };
+        keys.push(Key {
+            c,
+            propagated,
+            score: boost(relevance, boosts),
+            hops,
+        });
+    }
+    let order = |a: &Key, b: &Key| {
+        rank_cmp(
+            &RankKey {
+                score: a.score,
+                current: &*a.c.state == "current",
+                hops: a.hops,
+                id: &a.c.id,
+            },
+            &RankKey {
+                score: b.score,
+                current: &*b.c.state == "current",
+                hops: b.hops,
+                id: &b.c.id,
+            },
+        )
+    };
+    // Only the first MAX OBJECTS need an order (the rank is total: ids are unique); the rest
+    // are rejected, and the rejections are sorted by object URI below.
+    if keys.len() > max_objects {
+        keys.select_nth_unstable_by(max_objects, order);
+    }
+    let cut = keys.len().min(max_objects);
+    keys[..cut].sort_by(order);
+    let expanded = keys.iter().filter(|k| k.propagated > k.c.lexical).count() as u64;
+    for k in keys.iter().skip(max_objects) {
+        rejected.push((object_uri(&k.c.id, k.c.revision), Reason::MaxObjects));
+    }
+    keys.truncate(max_objects);
+
+    struct Ranked<'a> {
+        c: &'a Candidate,
+        propagated: i64,
+        score: i64,
+        path: Vec<String>,
+        why: Vec<Value>,
+        boosts: Vec<String>,
+    }
+    let uri_of = |node: &str| -> String {
+        match node.strip_prefix("object:") {
+            Some(id) => eligible
+                .get(id)
+                .map(|c| object_uri(id, c.revision))
+                .unwrap_or_else(|| format!("object://{id}")),
+            // An entity: `entity_type:entity_id`.
+            None => node.to_string(),
+        }
+    };
+    let ranked: Vec<Ranked> = keys
+        .into_iter()
+        .map(|k| {
+            let c = k.c;
+            let mut why = Vec::new();
+            if c.lexical > 0 {
+                why.push(json!({"lexical_match": {"terms": c.terms(&p.terms)}}));
+            }
+            let path = match reached.reached(&c.id) {
+                Some(r) if r.score > c.lexical => {
+                    let from = eligible
+                        .get(r.from.as_str())
+                        .map(|s| object_uri(&s.id, s.revision))
+                        .unwrap_or_default();
+                    why.push(
+                        json!({"graph_expansion": {"from": from, "via": r.via, "hops": r.hops}}),
+                    );
+                    r.path.iter().map(|n| uri_of(n)).collect()
+                }
+                _ => vec![object_uri(&c.id, c.revision)],
+            };
+            let boosts = satisfied(c);
+            for term in &boosts {
+                why.push(json!({"preferred": {"term": term}}));
+            }
+            Ranked {
+                c,
+                propagated: k.propagated,
+                score: k.score,
+                path,
+                why,
+                boosts,
+            }
+        })
+        .collect();
+
+    // Packing over each object's eligible representations, sorted by name.
+    let reps_of: Vec<Vec<&select::Rep>> = ranked
+        .iter()
+        .map(|r| {
+            let mut v: Vec<&select::Rep> = r.c.reps.iter().filter(|x| x.eligible()).collect();
+            v.sort_by(|a, b| select::utf16_cmp(&a.name, &b.name));
+            v
+        })
+        .collect();
+    let sizes: Vec<Vec<(&str, i64)>> = reps_of
+        .iter()
+        .map(|v| v.iter().map(|r| (&*r.name, r.tokens)).collect())
+        .collect();
+    // COMPRESS: an object for which nothing fits gets its preferred (else largest)
+    // representation's task-relevant sentences, within what is left.
+    let mut compressed: HashMap<usize, (usize, String, f64)> = HashMap::new();
+    let mut compressor = |k: usize, left: i64| -> Option<i64> {
+        if !p.compress {
+            return None;
+        }
+        let reps = &reps_of[k];
+        let idx = preferred_rep
+            .and_then(|name| reps.iter().position(|r| &*r.name == name))
+            .or_else(|| {
+                (0..reps.len()).max_by(|&a, &b| {
+                    reps[a]
+                        .tokens
+                        .cmp(&reps[b].tokens)
+                        .then_with(|| select::utf16_cmp(&reps[b].name, &reps[a].name))
+                })
+            })?;
+        let text = reps[idx].content.as_deref()?;
+        let (out, preservation) = select::compress_text(text, &p.terms, left)?;
+        let tokens = select::chars_div_4(&out);
+        compressed.insert(k, (idx, out, preservation));
+        Some(tokens)
+    };
+    let (chosen, used) =
+        select::pack_compressing(&sizes, budget as i64, preferred_rep, &mut compressor);
+
+    let mut items = Vec::new();
+    let mut explained = Vec::new();
+    for (k, ((r, reps), pick)) in ranked.iter().zip(&reps_of).zip(&chosen).enumerate() {
+        let (i, squeezed) = match pick {
+            select::Choice::Whole(i) => (*i, None),
+            select::Choice::Compressed(_) => match compressed.remove(&k) {
+                Some((i, text, preservation)) => (i, Some((text, preservation))),
+                None => continue,
+            },
+            select::Choice::Left => {
+                rejected.push((object_uri(&r.c.id, r.c.revision), Reason::Budget));
+                continue;
+            }
+        };
+        let rep = reps[i];
+        let mut roles: Vec<String> = rep.roles.iter().map(|r| r.to_string()).collect();
+        roles.sort();
+        roles.dedup();
+        let item = Item {
+            object: object_uri(&r.c.id, r.c.revision),
+            representation: rep.name.to_string(),
+            media_type: rep.media_type.to_string(),
+            tokens: rep.tokens,
+            estimator: rep.estimator.to_string(),
+            score: r.score,
+            why: r.why.clone(),
+            path: r.path.clone(),
+            state: r.c.state.to_string(),
+            origin: r.c.origin.to_string(),
+            trust: r.c.trust.to_string(),
+            validation: r.c.validation.to_string(),
+            roles,
+            content: None,
+            content_ref: rep.content_ref.clone(),
+            content_hash: rep.content_hash.clone(),
+            compression: None,
+        };
+        let item = match squeezed {
+            None => item,
+            Some((text, preservation)) => Item {
+                tokens: select::chars_div_4(&text),
+                estimator: select::CHARS_DIV_4.into(),
+                content_hash: hex::encode(Sha256::digest(text.as_bytes())),
+                compression: Some(Compression {
+                    preservation,
+                    original_tokens: rep.tokens,
+                    original_content_hash: rep.content_hash.clone(),
+                    original_chars: rep
+                        .content
+                        .as_deref()
+                        .map_or(0, |c| c.chars().count() as u64),
+                }),
+                content: Some(text),
+                ..item
+            },
+        };
+        let mut e = serde_json::to_value(Item {
+            content: None,
+            ..item.clone()
+        })
+        .unwrap_or(Value::Null);
+        if let Value::Object(m) = &mut e {
+            m.insert("terms".into(), json!(r.c.terms(&p.terms)));
+            m.insert(
+                "score_breakdown".into(),
+                json!({"lexical": r.c.lexical, "propagated": r.propagated, "boosts": r.boosts}),
+            );
+        }
+        explained.push(e);
+        items.push(item);
+    }
+
+    rejected.sort_by(|a, b| select::utf16_cmp(&a.0, &b.0));
+    Decisions {
+        items,
+        explained,
+        rejected,
+        used: used as u64,
+        considered: candidates.len() as u64,
+        seeds: seeds.len() as u64,
+        expanded,
+    }
+}
+
+fn trust_at_least(trust: &str, level: TrustLevel) -> bool {
+    const ORDER: [&str; 5] = [
+        "untrusted",
+        "unknown",
+        "inferred",
+        "verified",
+        "authoritative",
+    ];
+    let want = match level {
+        TrustLevel::Untrusted => 0,
+        TrustLevel::Unknown => 1,
+        TrustLevel::Inferred => 2,
+        TrustLevel::Verified => 3,
+        TrustLevel::Authoritative => 4,
+    };
+    ORDER
+        .iter()
+        .position(|t| *t == trust)
+        .is_some_and(|i| i >= want)
+}
