@@ -5,7 +5,8 @@
 //! at T at their latest revision, their representations (secret or excluded content is never
 //! loaded), lexical-v1 scores from the `lexical_weights` UDF over eligible content, and the
 //! graph edges; `candidates` decodes the packer's input and `exec` is the packer operator.
-//! `pack` decides (with `select`: eligibility, expansion, boosts, rank and packing), `assemble`
+//! `pack` decides, with `select` (eligibility, boosts, rank), `expand` (graph expansion) and
+//! `packing` (the budget passes, COMPRESS), `assemble`
 //! makes the bundle and the explanation the context store (`store`) keeps for
 //! `EXPLAIN CONTEXT`; `bundle` is their JSON form and address. `find` is FIND OBJECT.
 
@@ -14,9 +15,11 @@ pub(crate) mod build;
 pub(crate) mod bundle;
 pub(crate) mod candidates;
 pub(crate) mod exec;
+pub(crate) mod expand;
 pub(crate) mod find;
 pub(crate) mod load;
 pub(crate) mod pack;
+pub(crate) mod packing;
 pub mod render;
 pub(crate) mod select;
 pub(crate) mod store;

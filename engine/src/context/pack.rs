@@ -7,9 +7,9 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use super::bundle::{Compression, Item, object_uri};
-use super::select::{
-    self, Candidate, Exclusions, RankKey, Reason, boost, expand, ineligible, rank_cmp,
-};
+use super::expand::expand;
+use super::packing;
+use super::select::{self, Candidate, Exclusions, RankKey, Reason, boost, ineligible, rank_cmp};
 use crate::error::{Error, Result};
 use crate::syntax::ast::{ContextQuery, ExcludeItem, PreferItem, TrustLevel};
 
@@ -276,24 +276,24 @@ pub fn decide(p: &PackParams, candidates: &[Candidate], edges: &[select::Edge]) 
                 })
             })?;
         let text = reps[idx].content.as_deref()?;
-        let (out, preservation) = select::compress_text(text, &p.terms, left)?;
-        let tokens = select::chars_div_4(&out);
+        let (out, preservation) = packing::compress_text(text, &p.terms, left)?;
+        let tokens = packing::chars_div_4(&out);
         compressed.insert(k, (idx, out, preservation));
         Some(tokens)
     };
     let (chosen, used) =
-        select::pack_compressing(&sizes, budget as i64, preferred_rep, &mut compressor);
+        packing::pack_compressing(&sizes, budget as i64, preferred_rep, &mut compressor);
 
     let mut items = Vec::new();
     let mut explained = Vec::new();
     for (k, ((r, reps), pick)) in ranked.iter().zip(&reps_of).zip(&chosen).enumerate() {
         let (i, squeezed) = match pick {
-            select::Choice::Whole(i) => (*i, None),
-            select::Choice::Compressed(_) => match compressed.remove(&k) {
+            packing::Choice::Whole(i) => (*i, None),
+            packing::Choice::Compressed(_) => match compressed.remove(&k) {
                 Some((i, text, preservation)) => (i, Some((text, preservation))),
                 None => continue,
             },
-            select::Choice::Left => {
+            packing::Choice::Left => {
                 rejected.push((object_uri(&r.c.id, r.c.revision), Reason::Budget));
                 continue;
             }
@@ -324,7 +324,7 @@ pub fn decide(p: &PackParams, candidates: &[Candidate], edges: &[select::Edge]) 
         let item = match squeezed {
             None => item,
             Some((text, preservation)) => Item {
-                tokens: select::chars_div_4(&text),
+                tokens: packing::chars_div_4(&text),
                 estimator: select::CHARS_DIV_4.into(),
                 content_hash: hex::encode(Sha256::digest(text.as_bytes())),
                 compression: Some(Compression {

@@ -1,0 +1,454 @@
+//! Graph expansion for `CONTEXT FOR` (signalql-v0.5-context.md step 4): every seed's score
+//! halves per hop over the graph edges, through entities and eligible objects, up to MAX DEPTH.
+
+use std::cmp::Ordering;
+
+use datafusion::common::HashMap;
+
+use super::select::{Edge, utf16_cmp};
+
+/// How an object's relevance was reached by expansion.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reached {
+    pub score: i64,
+    pub hops: u32,
+    /// The seed's object id.
+    pub from: String,
+    /// The relation of the last edge.
+    pub via: String,
+    /// Node names from the seed to the object.
+    pub path: Vec<String>,
+}
+
+/// Expansion (step 4): every seed's score halves per hop over `edges`, in either direction,
+/// up to `max_depth` hops, through entities and eligible objects (`passable`). Multi-source
+/// propagation, one round per hop over the nodes improved in the previous round (in node name
+/// order), so the cost is O(depth × edges) however many seeds there are. The best value at a
+/// node is the highest score, then fewer hops, then the seed id, the edge relation (code-unit
+/// order) and the previous node (name order).
+///
+/// Nodes and relations are interned to integers first: node ids are their ranks in name
+/// order, so the rounds, the adjacency order and the last tie-break compare integers.
+pub fn expand<'a>(
+    seeds: &[(String, i64)],
+    edges: &[Edge<'a>],
+    max_depth: u32,
+    passable: &dyn Fn(&str) -> bool,
+) -> Expansion<'a> {
+    // Node names, deduplicated, then ordered by name.
+    let mut index: HashMap<&'a str, u32> = HashMap::with_capacity(edges.len());
+    let mut names: Vec<&'a str> = Vec::new();
+    let mut intern = |n: &'a str| -> u32 {
+        *index.entry(n).or_insert_with(|| {
+            names.push(n);
+            (names.len() - 1) as u32
+        })
+    };
+    let mut rel_index: HashMap<&'a str, u32> = HashMap::new();
+    let mut rels: Vec<&'a str> = vec![""];
+    rel_index.insert("", 0);
+    let mut raw: Vec<(u32, u32, u32)> = Vec::with_capacity(edges.len());
+    for e in edges {
+        let (a, b) = (intern(e.a), intern(e.b));
+        let r = *rel_index.entry(e.relation).or_insert_with(|| {
+            rels.push(e.relation);
+            (rels.len() - 1) as u32
+        });
+        raw.push((a, b, r));
+    }
+    drop(index);
+    let (rank, names) = rank_by(&names, str::cmp);
+    // Relations: ids are byte-order ranks (the adjacency order); `rel16` is the code-unit rank.
+    let (rel_rank, rel_names) = rank_by(&rels, str::cmp);
+    let (rel16, _) = rank_by(&rel_names, utf16_cmp);
+
+    // Adjacency (both directions), each list by neighbour name then relation, deduplicated.
+    let mut pairs: Vec<(u32, u32, u32)> = Vec::with_capacity(raw.len() * 2);
+    for (a, b, r) in raw {
+        let (a, b, r) = (rank[a as usize], rank[b as usize], rel_rank[r as usize]);
+        pairs.push((a, b, r));
+        pairs.push((b, a, r));
+    }
+    pairs.sort_unstable();
+    pairs.dedup();
+    let mut start = vec![0usize; names.len() + 1];
+    for &(u, _, _) in &pairs {
+        start[u as usize + 1] += 1;
+    }
+    for i in 0..names.len() {
+        start[i + 1] += start[i];
+    }
+    let pass: Vec<bool> = names
+        .iter()
+        .map(|n| n.strip_prefix("object:").is_none_or(passable))
+        .collect();
+    let objects: HashMap<&'a str, u32> = names
+        .iter()
+        .enumerate()
+        .filter_map(|(i, n)| n.strip_prefix("object:").map(|id| (id, i as u32)))
+        .collect();
+
+    // Seeds: a seed without edges reaches nothing and is reached by nothing.
+    let mut best: Vec<Option<NodeStep>> = vec![None; names.len()];
+    let mut frontier: Vec<u32> = Vec::new();
+    let mut seed_nodes: Vec<(u32, &str)> = Vec::new();
+    for (seed, score) in seeds {
+        if let Some(&n) = objects.get(seed.as_str()) {
+            best[n as usize] = Some(NodeStep {
+                score: *score,
+                hops: 0,
+                from: n,
+                via: 0,
+                prev: None,
+            });
+            frontier.push(n);
+            seed_nodes.push((n, names[n as usize]));
+        }
+    }
+    // A seed's code-unit rank (its node name is `object:` and its id, so the order is the ids').
+    let mut seed16 = vec![0u32; names.len()];
+    // Node ids are byte-order ranks, and byte order is code-unit order unless a name has a
+    // supplementary-plane character (a 4-byte UTF-8 sequence, lead byte 0xF0–0xF4).
+    if names.iter().any(|n| n.bytes().any(|b| b >= 0xF0)) {
+        seed_nodes.sort_unstable_by(|a, b| utf16_cmp(a.1, b.1));
+    } else {
+        seed_nodes.sort_unstable_by_key(|&(n, _)| n);
+    }
+    for (r, (n, _)) in seed_nodes.iter().enumerate() {
+        seed16[*n as usize] = r as u32;
+    }
+    frontier.sort_unstable();
+    frontier.dedup();
+    for _ in 0..max_depth {
+        let mut next: Vec<u32> = Vec::new();
+        for &u in &frontier {
+            let Some(su) = best[u as usize] else { continue };
+            let (score, hops, from) = (su.score >> 1, su.hops + 1, su.from);
+            for &(_, v, rel) in &pairs[start[u as usize]..start[u as usize + 1]] {
+                if !pass[v as usize] {
+                    continue;
+                }
+                let better = match &best[v as usize] {
+                    None => true,
+                    Some(old) => old
+                        .score
+                        .cmp(&score)
+                        .then(hops.cmp(&old.hops))
+                        .then(seed16[from as usize].cmp(&seed16[old.from as usize]))
+                        .then(rel16[rel as usize].cmp(&rel16[old.via as usize]))
+                        .then(Some(u).cmp(&old.prev))
+                        .is_lt(),
+                };
+                if better {
+                    best[v as usize] = Some(NodeStep {
+                        score,
+                        hops,
+                        from,
+                        via: rel,
+                        prev: Some(u),
+                    });
+                    next.push(v);
+                }
+            }
+        }
+        next.sort_unstable();
+        next.dedup();
+        frontier = next;
+    }
+    Expansion {
+        names,
+        rels: rel_names,
+        objects,
+        best,
+    }
+}
+
+/// Each of the distinct `strings`' rank in the order `cmp` gives, and the strings in that
+/// order.
+fn rank_by<'a>(strings: &[&'a str], cmp: fn(&str, &str) -> Ordering) -> (Vec<u32>, Vec<&'a str>) {
+    let mut order: Vec<u32> = (0..strings.len() as u32).collect();
+    order.sort_unstable_by(|&x, &y| cmp(strings[x as usize], strings[y as usize]));
+    let mut rank = vec![0u32; strings.len()];
+    for (r, &id) in order.iter().enumerate() {
+        rank[id as usize] = r as u32;
+    }
+    (rank, order.iter().map(|&id| strings[id as usize]).collect())
+}
+
+/// The best way expansion reached a node, in interned form.
+#[derive(Debug, Clone, Copy)]
+struct NodeStep {
+    score: i64,
+    hops: u32,
+    /// The seed's node.
+    from: u32,
+    /// The relation of the last edge.
+    via: u32,
+    prev: Option<u32>,
+}
+
+/// The result of [`expand`].
+#[derive(Debug, Clone, Default)]
+pub struct Expansion<'a> {
+    names: Vec<&'a str>,
+    rels: Vec<&'a str>,
+    /// Object nodes by object id.
+    objects: HashMap<&'a str, u32>,
+    best: Vec<Option<NodeStep>>,
+}
+
+impl Expansion<'_> {
+    fn step(&self, id: &str) -> Option<NodeStep> {
+        let n = *self.objects.get(id)?;
+        self.best[n as usize].filter(|s| s.hops > 0)
+    }
+
+    /// The propagated score and hops of the object `id`, if reached through a hop.
+    pub fn score_hops(&self, id: &str) -> Option<(i64, u32)> {
+        self.step(id).map(|s| (s.score, s.hops))
+    }
+
+    /// How the object `id` was reached through at least one hop, if it was.
+    pub fn reached(&self, id: &str) -> Option<Reached> {
+        let step = self.step(id)?;
+        let name = |n: u32| self.names[n as usize].to_string();
+        let mut path = vec![name(self.objects[id])];
+        let mut cur = step.prev;
+        while let Some(p) = cur {
+            cur = self.best[p as usize].and_then(|s| s.prev);
+            path.push(name(p));
+        }
+        path.reverse();
+        let from = self.names[step.from as usize];
+        Some(Reached {
+            score: step.score,
+            hops: step.hops,
+            from: from.strip_prefix("object:").unwrap_or(from).to_string(),
+            via: self.rels[step.via as usize].to_string(),
+            path,
+        })
+    }
+}
+
+/// The node name of an object (the tests' reference expansion builds them by id).
+#[cfg(test)]
+pub fn object_node(id: &str) -> String {
+    format!("object:{id}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // The first implementation of `expand`, over strings: the oracle the interned one is
+    // checked against.
+    /// Expansion (step 4): every seed's score halves per hop over `edges`, in either direction,
+    /// up to `max_depth` hops, through entities and eligible objects (`passable`). Multi-source
+    /// propagation, one round per hop over the nodes improved in the previous round, so the cost
+    /// is O(depth × edges) however many seeds there are. The best value at a node is the highest
+    /// score, then fewer hops, then the seed id, the edge relation and the previous node (code-unit
+    /// order).
+    pub(crate) fn reference_expand(
+        seeds: &[(String, i64)],
+        edges: &[Edge],
+        max_depth: u32,
+        passable: &dyn Fn(&str) -> bool,
+    ) -> HashMap<String, Step> {
+        let mut adj: HashMap<&str, Vec<(&str, &str)>> = HashMap::new();
+        for e in edges {
+            adj.entry(e.a).or_default().push((e.b, e.relation));
+            adj.entry(e.b).or_default().push((e.a, e.relation));
+        }
+        for list in adj.values_mut() {
+            list.sort();
+            list.dedup();
+        }
+        let mut best: HashMap<String, Step> = HashMap::new();
+        let mut frontier: Vec<String> = Vec::new();
+        for (seed, score) in seeds {
+            let node = object_node(seed);
+            best.insert(
+                node.clone(),
+                Step {
+                    score: *score,
+                    hops: 0,
+                    from: seed.clone(),
+                    via: String::new(),
+                    prev: None,
+                },
+            );
+            frontier.push(node);
+        }
+        frontier.sort();
+        for _ in 0..max_depth {
+            let mut next: Vec<String> = Vec::new();
+            for u in &frontier {
+                let (score, hops, from) = {
+                    let su = &best[u];
+                    (su.score >> 1, su.hops + 1, su.from.clone())
+                };
+                for (v, rel) in adj.get(u.as_str()).into_iter().flatten() {
+                    if let Some(id) = v.strip_prefix("object:")
+                        && !passable(id)
+                    {
+                        continue;
+                    }
+                    // Compared before anything is allocated: most edges do not improve a node.
+                    let better = best
+                        .get(*v)
+                        .is_none_or(|old| Step::beats(score, hops, &from, rel, u, old));
+                    if better {
+                        let cand = Step {
+                            score,
+                            hops,
+                            from: from.clone(),
+                            via: rel.to_string(),
+                            prev: Some(u.clone()),
+                        };
+                        best.insert(v.to_string(), cand);
+                        next.push(v.to_string());
+                    }
+                }
+            }
+            next.sort();
+            next.dedup();
+            frontier = next;
+        }
+        best
+    }
+
+    /// The best way expansion reached a node.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub(crate) struct Step {
+        score: i64,
+        hops: u32,
+        from: String,
+        via: String,
+        prev: Option<String>,
+    }
+
+    impl Step {
+        /// Whether a step with these fields (and `prev` = Some(`prev`)) is better than `old`: the
+        /// higher score, then fewer hops, then the seed id, the relation and the previous node.
+        fn beats(score: i64, hops: u32, from: &str, via: &str, prev: &str, old: &Step) -> bool {
+            let units = |a: &str, b: &str| a.encode_utf16().cmp(b.encode_utf16());
+            old.score
+                .cmp(&score)
+                .then(hops.cmp(&old.hops))
+                .then_with(|| units(from, &old.from))
+                .then_with(|| units(via, &old.via))
+                .then_with(|| Some(prev).cmp(&old.prev.as_deref()))
+                .is_lt()
+        }
+    }
+
+    /// What the reference expansion says of the object `id`: as [`Expansion::reached`].
+    fn reference_reached(best: &HashMap<String, Step>, id: &str) -> Option<Reached> {
+        let node = object_node(id);
+        let step = best.get(&node)?;
+        if step.hops == 0 {
+            return None;
+        }
+        let mut path = vec![node.clone()];
+        let mut cur = step.prev.clone();
+        while let Some(p) = cur {
+            cur = best.get(&p).and_then(|s| s.prev.clone());
+            path.push(p);
+        }
+        path.reverse();
+        Some(Reached {
+            score: step.score,
+            hops: step.hops,
+            from: step.from.clone(),
+            via: step.via.clone(),
+            path,
+        })
+    }
+
+    proptest::proptest! {
+        /// The interned expansion reaches every object as the string-keyed one does: same
+        /// score, hops, seed, relation and path, ties included (node names and relations
+        /// chosen so byte order and code-unit order differ).
+        #[test]
+        fn interned_expansion_matches_the_reference(
+            raw_edges in proptest::collection::vec((0usize..9, 0usize..9, 0usize..5), 0..30),
+            seed_scores in proptest::collection::vec(proptest::option::of(1i64..2000), 6),
+            blocked in proptest::collection::vec(proptest::bool::weighted(0.2), 6),
+            depth in 0u32..4,
+        ) {
+            let ids = ["a", "b", "\u{e000}", "\u{10000}", "ab", "é"];
+            let nodes: Vec<String> = ids
+                .iter()
+                .map(|i| object_node(i))
+                .chain(["topic:x".to_string(), "topic:\u{ffff}".to_string(), "file:a".to_string()])
+                .collect();
+            let rels = ["r", "s", "", "\u{e000}", "\u{10000}"];
+            let edges: Vec<Edge> = raw_edges
+                .iter()
+                .map(|&(a, b, r)| Edge {
+                    a: &nodes[a],
+                    b: &nodes[b],
+                    relation: rels[r],
+                })
+                .collect();
+            let seeds: Vec<(String, i64)> = ids
+                .iter()
+                .zip(&seed_scores)
+                .filter_map(|(id, s)| s.map(|s| (id.to_string(), s)))
+                .collect();
+            let passable = |id: &str| ids.iter().position(|x| *x == id).is_none_or(|i| !blocked[i]);
+            let fast = expand(&seeds, &edges, depth, &passable);
+            let slow = reference_expand(&seeds, &edges, depth, &passable);
+            for id in ids {
+                let want = reference_reached(&slow, id);
+                proptest::prop_assert_eq!(fast.score_hops(id), want.as_ref().map(|r| (r.score, r.hops)));
+                proptest::prop_assert_eq!(fast.reached(id), want);
+            }
+        }
+    }
+
+    #[test]
+    fn expansion_halves_per_hop_through_entities_and_eligible_objects() {
+        let e = |a: &'static str, b: &'static str, r: &'static str| Edge { a, b, relation: r };
+        let edges = vec![
+            e("object:s", "entity:x", "mentions"),
+            e("object:t", "entity:x", "mentions"),
+            e("object:t", "object:u", "derived_from"),
+            e("object:s", "object:bad", "links_to"),
+            e("object:bad", "object:v", "links_to"),
+        ];
+        let passable = |id: &str| id != "bad";
+        let r = expand(&[("s".into(), 1000)], &edges, 3, &passable);
+        let t = r.reached("t").unwrap();
+        assert_eq!((t.score, t.hops), (250, 2)); // s → x → t: 2 hops
+        let u = r.reached("u").unwrap();
+        assert_eq!(u.score, 125); // 3 hops
+        assert_eq!(u.path, ["object:s", "entity:x", "object:t", "object:u"]);
+        assert!(
+            r.reached("bad").is_none(),
+            "an ineligible object is not reached"
+        );
+        assert!(r.reached("v").is_none(), "nor a bridge");
+        assert!(
+            r.reached("s").is_none(),
+            "a seed is not reached from itself"
+        );
+        let r = expand(&[("s".into(), 1000)], &edges, 1, &passable);
+        assert!(r.reached("t").is_none(), "depth 1 reaches only the entity");
+        // A stronger seed two hops away beats a weaker one next door.
+        let edges = vec![
+            e("object:a", "object:m", "r"),
+            e("object:m", "object:b", "r"),
+        ];
+        let r = expand(
+            &[("a".into(), 1000), ("b".into(), 100)],
+            &edges,
+            2,
+            &|_: &str| true,
+        );
+        let m = r.reached("m").unwrap();
+        assert_eq!((m.score, m.from.as_str()), (500, "a"));
+        let b = r.reached("b").unwrap();
+        assert_eq!((b.score, b.hops), (250, 2));
+    }
+}
