@@ -8,7 +8,9 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 use datafusion::logical_expr::LogicalPlan;
 
-use super::{Bundle, PackParams, assemble, check_limits, exec, free_in_background, load, store};
+use super::{
+    Bundle, PackParams, assemble, check_limits, exec, free_in_background, load, reads, store,
+};
 use super::{parse_object_uri, store::Record};
 use crate::catalog::Catalog;
 use crate::error::{Error, Result};
@@ -55,7 +57,7 @@ pub async fn bundle(
                 Some((id.to_string(), rev))
             })
             .collect();
-        Some(load::graph(exec, catalog, &selected, micros(t)).await?)
+        Some(reads::graph(exec, catalog, &selected, micros(t)).await?)
     } else {
         None
     };
@@ -87,7 +89,7 @@ async fn fill_content(catalog: &dyn Catalog, exec: &Executor, bundle: &mut Bundl
             Some((id.to_string(), rev, i.representation.clone()))
         })
         .collect();
-    let mut texts = load::contents(exec, catalog, &keys).await?;
+    let mut texts = reads::contents(exec, catalog, &keys).await?;
     for (item, key) in bundle.items.iter_mut().filter(wanted).zip(&keys) {
         item.content = Some(texts.remove(key).ok_or_else(|| {
             Error::io(format!(

@@ -1,8 +1,7 @@
 //! The DataFusion plans behind `CONTEXT FOR`: candidates at T, their representations (content
 //! loaded only where packable and neither secret nor excluded), lexical-v1 scores from the
-//! `lexical_weights` UDF per representation row, and the graph of the selected revisions.
+//! `lexical_weights` UDF per representation row, and the graph edges of every revision.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
@@ -20,12 +19,9 @@ use datafusion::logical_expr::{Expr, LogicalPlan, cast as cast_expr, col, lit, w
 use datafusion::prelude::SessionContext;
 use signalql_udfs::scalar::lexical::lexical_weights;
 
-use super::Graph;
-use super::candidates::{int_col, string_col};
 use super::select::{CHARS_DIV_4, STORED};
 use crate::catalog::{Catalog, optional_table};
 use crate::error::Result;
-use crate::execute::Executor;
 use crate::lower::fields::ts_lit;
 use crate::lower::time::micros;
 use crate::syntax::ast::{ContextQuery, ExcludeItem, Role};
@@ -387,153 +383,4 @@ async fn edges_df(ctx: &SessionContext, catalog: &dyn Catalog) -> Result<DataFra
             Ok(df)
         }
     }
-}
-
-/// The content of the representations `keys` (object id, revision, name), read after packing
-/// so only packed content is loaded; every key must be an eligible representation.
-pub async fn contents(
-    exec: &Executor,
-    catalog: &dyn Catalog,
-    keys: &[(String, i64, String)],
-) -> Result<HashMap<(String, i64, String), String>> {
-    let mut out = HashMap::new();
-    if keys.is_empty() {
-        return Ok(out);
-    }
-    let ids: Vec<Expr> = keys.iter().map(|k| lit(k.0.as_str())).collect();
-    // A point lookup: with the filter pushed into the Parquet reader, only the pages holding
-    // the wanted rows have their content decoded (representations are written in object id
-    // order), instead of every page of the text column.
-    // The copy shares the session's catalogs; only its config is its own. (Building a state
-    // with a fresh config would register a new, empty default catalog over the session's own
-    // and drop every table registered in it.)
-    let mut state = exec.session().state();
-    state
-        .config_mut()
-        .options_mut()
-        .execution
-        .parquet
-        .pushdown_filters = true;
-    let lookup = SessionContext::new_with_state(state);
-    let reps = table(&lookup, catalog, "representations").await?;
-    let wanted_rows = reps
-        .filter(col("object_id").in_list(ids, false))?
-        .select(vec![
-            col("object_id"),
-            col("revision"),
-            col("name"),
-            col("content"),
-        ])?;
-    let batches = exec.collect(wanted_rows).await?;
-    let wanted: std::collections::HashSet<&(String, i64, String)> = keys.iter().collect();
-    for b in &batches {
-        let (ids, names, content) = (
-            string_col(b, "object_id")?,
-            string_col(b, "name")?,
-            string_col(b, "content")?,
-        );
-        let revs = int_col(b, "revision")?;
-        for i in 0..b.num_rows() {
-            let key = (
-                ids.value(i).to_string(),
-                revs.value(i),
-                names.value(i).to_string(),
-            );
-            if wanted.contains(&key) && !content.is_null(i) {
-                out.insert(key, content.value(i).to_string());
-            }
-        }
-    }
-    Ok(out)
-}
-
-/// The evidence rows (derivations, links) of the selected revisions, and every object's latest
-/// revision as of `t` (for WITH EVIDENCE; the packer reads its edges from the plan).
-pub async fn graph(
-    exec: &Executor,
-    catalog: &dyn Catalog,
-    selected: &HashMap<String, i64>,
-    t: i64,
-) -> Result<Graph> {
-    let ctx = exec.session();
-    let mut g = Graph::default();
-    if let Some(links) = optional(ctx, catalog, "links").await? {
-        let rows = links.select(vec![
-            col("object_id"),
-            col("revision"),
-            col("entity_type"),
-            col("entity_id"),
-            col("relation"),
-        ])?;
-        for b in exec.collect(rows).await? {
-            let (ids, types, ents, rels) = (
-                string_col(&b, "object_id")?,
-                string_col(&b, "entity_type")?,
-                string_col(&b, "entity_id")?,
-                string_col(&b, "relation")?,
-            );
-            let revs = int_col(&b, "revision")?;
-            for i in 0..b.num_rows() {
-                let id = ids.value(i);
-                if selected.get(id) != Some(&revs.value(i)) {
-                    continue;
-                }
-                g.links.entry(id.to_string()).or_default().push((
-                    types.value(i).to_string(),
-                    ents.value(i).to_string(),
-                    rels.value(i).to_string(),
-                ));
-            }
-        }
-    }
-    if let Some(derivs) = optional(ctx, catalog, "derivations").await? {
-        let rows = derivs.select(vec![
-            col("object_id"),
-            col("revision"),
-            col("relation"),
-            col("source_object_id"),
-            col("source_revision"),
-        ])?;
-        for b in exec.collect(rows).await? {
-            let (ids, rels, srcs) = (
-                string_col(&b, "object_id")?,
-                string_col(&b, "relation")?,
-                string_col(&b, "source_object_id")?,
-            );
-            let (revs, src_revs) = (int_col(&b, "revision")?, int_col(&b, "source_revision")?);
-            for i in 0..b.num_rows() {
-                let id = ids.value(i);
-                if selected.get(id) != Some(&revs.value(i)) {
-                    continue;
-                }
-                g.derivations.entry(id.to_string()).or_default().push((
-                    rels.value(i).to_string(),
-                    srcs.value(i).to_string(),
-                    src_revs.value(i),
-                ));
-            }
-        }
-    }
-    for list in g.derivations.values_mut() {
-        list.sort();
-    }
-    for list in g.links.values_mut() {
-        list.sort();
-    }
-    let revisions = table(ctx, catalog, "revisions").await?;
-    let rows = revisions
-        .filter(col("created_at").lt_eq(ts_lit(t)))?
-        .select(vec![col("object_id"), col("revision")])?;
-    for b in exec.collect(rows).await? {
-        let ids = string_col(&b, "object_id")?;
-        let revs = int_col(&b, "revision")?;
-        for i in 0..b.num_rows() {
-            let e = g
-                .latest
-                .entry(ids.value(i).to_string())
-                .or_insert(revs.value(i));
-            *e = (*e).max(revs.value(i));
-        }
-    }
-    Ok(g)
 }

@@ -4,7 +4,7 @@
 //! `build` runs a CONTEXT FOR end to end. `load` builds the DataFusion plans: the objects live
 //! at T at their latest revision, their representations (secret or excluded content is never
 //! loaded), lexical-v1 scores from the `lexical_weights` UDF over eligible content, and the
-//! graph edges; `candidates` decodes the packer's input and `exec` is the packer operator.
+//! graph edges; `reads` the packed content and the evidence after packing; `candidates` decodes the packer's input and `exec` is the packer operator.
 //! `pack` decides, with `select` (eligibility, boosts, rank), `expand` (graph expansion) and
 //! `packing` (the budget passes, COMPRESS), `assemble`
 //! makes the bundle and the explanation the context store (`store`) keeps for
@@ -20,6 +20,7 @@ pub(crate) mod find;
 pub(crate) mod load;
 pub(crate) mod pack;
 pub(crate) mod packing;
+pub(crate) mod reads;
 pub mod render;
 pub(crate) mod select;
 pub(crate) mod store;

@@ -1,5 +1,6 @@
 //! Lowering of bound SignalQL queries into DataFusion logical plans.
 
+pub mod after;
 pub mod aggregate;
 pub mod enrich;
 pub mod fields;
