@@ -1,9 +1,13 @@
-//! The integration tests, in one binary so `cargo test` links DataFusion once for all of them
-//! (the golden cases keep their own harness, tests/golden.rs).
+//! The integration tests of every crate, in one binary so `cargo test` links DataFusion once
+//! for all of them (the golden cases keep their own harness, tests/golden.rs): the catalog's
+//! (`catalog_*`), the syntax layer's (`syntax_*`) and the engine's through the facade.
 
 #[path = "../common/mod.rs"]
 mod common;
 
+mod catalog_generators;
+mod catalog_ingest;
+mod catalog_objects;
 mod cli;
 mod context;
 mod data_sources;
@@ -14,3 +18,5 @@ mod extended;
 mod mcp;
 mod module_cycles;
 mod s3;
+mod syntax_errors;
+mod syntax_roundtrip;
