@@ -4,9 +4,7 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{
-    Array, AsArray, BooleanArray, Int64Array, ListArray, RecordBatch, StringArray,
-};
+use datafusion::arrow::array::{Array, AsArray, BooleanArray, Int64Array, ListArray, RecordBatch};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, TimestampMicrosecondType};
 use signalql_udfs::scalar::lexical::{max_weights, score_of};
@@ -216,19 +214,17 @@ pub(crate) fn int_col(b: &RecordBatch, name: &str) -> Result<Int64Array> {
         .clone())
 }
 
-/// The strings of each row of a list column, with the values cast once.
+/// The strings of each row of a list column (its values read in place).
 struct ListStrings {
     list: ListArray,
-    values: StringArray,
+    values: StringColumn,
 }
 
 impl ListStrings {
     fn new(list: &ListArray) -> Result<Self> {
-        let values =
-            cast(list.values(), &DataType::Utf8).map_err(|e| Error::internal(e.to_string()))?;
         Ok(ListStrings {
             list: list.clone(),
-            values: values.as_string::<i32>().clone(),
+            values: StringColumn::cast_from(list.values().as_ref())?,
         })
     }
 
