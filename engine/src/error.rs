@@ -56,19 +56,37 @@ impl ErrorKind {
     }
 }
 
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("{}", self.render())]
+#[derive(Debug, Clone)]
 pub struct Error {
     pub kind: ErrorKind,
     pub message: String,
     pub span: Option<Span>,
-    pub help: Option<String>,
+    /// What most errors lack (help, a file location, a cause), boxed so that an `Error`, and
+    /// every `Result` that carries one, stays small.
+    extra: Option<Box<Extra>>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Extra {
+    help: Option<String>,
     /// The input file (and 1-based line) the error is about, when it is about a file: an
     /// ingest's bad line, a file that cannot be read.
-    pub location: Option<FileLocation>,
-    /// The error this one was made from, if any.
-    #[source]
-    pub cause: Option<Arc<dyn std::error::Error + Send + Sync>>,
+    location: Option<FileLocation>,
+    /// The error this one was made from.
+    cause: Option<Arc<dyn std::error::Error + Send + Sync>>,
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.render())
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.cause()
+            .map(|c| c as &(dyn std::error::Error + 'static))
+    }
 }
 
 /// A place in an input file.
@@ -79,22 +97,22 @@ pub struct FileLocation {
     pub line: Option<u64>,
 }
 
-/// Errors are equal when what they tell is equal (kind, message, position, help); their causes
-/// are not compared.
+/// Errors are equal when what they tell is equal (kind, message, position, help, file); their
+/// causes are not compared.
 impl PartialEq for Error {
     fn eq(&self, other: &Self) -> bool {
         (
             &self.kind,
             &self.message,
             &self.span,
-            &self.help,
-            &self.location,
+            self.help(),
+            self.location(),
         ) == (
             &other.kind,
             &other.message,
             &other.span,
-            &other.help,
-            &other.location,
+            other.help(),
+            other.location(),
         )
     }
 }
@@ -107,15 +125,32 @@ impl Error {
             kind,
             message: message.into(),
             span: None,
-            help: None,
-            location: None,
-            cause: None,
+            extra: None,
         }
+    }
+
+    fn extra_mut(&mut self) -> &mut Extra {
+        self.extra.get_or_insert_with(Box::default)
+    }
+
+    /// The help, if any.
+    pub fn help(&self) -> Option<&str> {
+        self.extra.as_ref()?.help.as_deref()
+    }
+
+    /// The input file (and line) the error is about, if any.
+    pub fn location(&self) -> Option<&FileLocation> {
+        self.extra.as_ref()?.location.as_ref()
+    }
+
+    /// The error this one was made from, if any.
+    pub fn cause(&self) -> Option<&(dyn std::error::Error + Send + Sync + 'static)> {
+        self.extra.as_ref()?.cause.as_deref()
     }
 
     /// Name the input file (and line) the error is about.
     pub fn in_file(mut self, file: impl Into<String>, line: Option<u64>) -> Self {
-        self.location = Some(FileLocation {
+        self.extra_mut().location = Some(FileLocation {
             file: file.into(),
             line,
         });
@@ -124,15 +159,14 @@ impl Error {
 
     /// Keep `cause` as the error this one came from.
     pub fn caused_by(mut self, cause: impl std::error::Error + Send + Sync + 'static) -> Self {
-        self.cause = Some(Arc::new(cause));
+        self.extra_mut().cause = Some(Arc::new(cause));
         self
     }
 
     /// The first error of the cause chain of type `E`.
     pub fn find_cause<E: std::error::Error + 'static>(&self) -> Option<&E> {
         let mut next: Option<&(dyn std::error::Error + 'static)> = self
-            .cause
-            .as_deref()
+            .cause()
             .map(|c| c as &(dyn std::error::Error + 'static));
         while let Some(e) = next {
             if let Some(found) = e.downcast_ref::<E>() {
@@ -201,7 +235,7 @@ impl Error {
         self
     }
     pub fn with_help(mut self, help: impl Into<String>) -> Self {
-        self.help = Some(help.into());
+        self.extra_mut().help = Some(help.into());
         self
     }
     pub fn code(&self) -> &'static str {
@@ -213,7 +247,7 @@ impl Error {
         if let Some(span) = &self.span {
             s.push_str(&format!(" at line {}, column {}", span.line, span.column));
         }
-        if let Some(help) = &self.help {
+        if let Some(help) = self.help() {
             s.push_str(&format!(" (help: {help})"));
         }
         s
@@ -228,7 +262,7 @@ impl Error {
             e.insert("line".into(), json!(span.line));
             e.insert("column".into(), json!(span.column));
             e.insert("offset".into(), json!(span.start));
-        } else if let Some(FileLocation { file, line }) = &self.location {
+        } else if let Some(FileLocation { file, line }) = self.location() {
             e.insert("file".into(), json!(file));
             if let Some(line) = line {
                 e.insert("line".into(), json!(line));
@@ -246,7 +280,7 @@ impl Error {
             }
             _ => {}
         }
-        if let Some(help) = &self.help {
+        if let Some(help) = self.help() {
             e.insert("help".into(), json!(help));
         }
         json!({ "error": Value::Object(e) })
@@ -311,7 +345,7 @@ impl From<datafusion::error::DataFusionError> for Error {
     fn from(e: datafusion::error::DataFusionError) -> Self {
         let cause = Arc::new(e);
         let mut err = Error::from_datafusion(&cause);
-        err.cause = Some(cause);
+        err.extra_mut().cause = Some(cause);
         err
     }
 }

@@ -1,6 +1,8 @@
 //! Packing for `CONTEXT FOR` (signalql-v0.5-context.md steps 7–8): the two passes over objects
 //! in rank order within the token budget, and COMPRESS's sentence selection.
 
+/// `ceil(characters / 4)`, characters as Unicode scalar values (chars-div-4-v1): the same
+/// function as the `token_estimate` UDF.
 pub use signalql_udfs::scalar::token_estimate::chars_div_4;
 
 use super::select::utf16_cmp;
@@ -97,9 +99,6 @@ pub fn pack_compressing(
     }
     (chosen, used)
 }
-
-/// `ceil(characters / 4)`, characters as Unicode scalar values (chars-div-4-v1): the same
-/// function as the `token_estimate` UDF.
 
 /// COMPRESS (context-packets.md): `text` shrunk to its task-relevant sentences within
 /// `max_tokens` (chars-div-4-v1). Sentences end at `.`, `!` or `?` followed by white space, or
