@@ -236,25 +236,41 @@ impl Dataset {
         opened.get(table).filter(|t| t.files == files).cloned()
     }
 
+    /// Open `table` and check the columns the language relies on (see [`check_schema`]).
+    pub async fn checked(
+        &self,
+        ctx: &SessionContext,
+        table: &str,
+    ) -> Result<TableInfo, DatasetError> {
+        let info = self.table(ctx, table).await?;
+        check_schema(table, &info.schema)?;
+        Ok(info)
+    }
+
     /// Open the `entities` table and check its columns.
     pub async fn entities(&self, ctx: &SessionContext) -> Result<TableInfo, DatasetError> {
-        let info = self.table(ctx, "entities").await?;
-        check_entities_schema(&info.schema)?;
-        Ok(info)
+        self.checked(ctx, "entities").await
     }
 
     /// Open the `relationships` table and check its columns.
     pub async fn relationships(&self, ctx: &SessionContext) -> Result<TableInfo, DatasetError> {
-        let info = self.table(ctx, "relationships").await?;
-        check_relationships_schema(&info.schema)?;
-        Ok(info)
+        self.checked(ctx, "relationships").await
     }
 
     /// Open the `events` table and check the columns the language relies on.
     pub async fn events(&self, ctx: &SessionContext) -> Result<TableInfo, DatasetError> {
-        let info = self.table(ctx, "events").await?;
-        check_events_schema(&info.schema)?;
-        Ok(info)
+        self.checked(ctx, "events").await
+    }
+}
+
+/// Check the columns the language relies on in `table`: `events`, `entities` and
+/// `relationships` have required columns; the other tables are checked where they are read.
+pub fn check_schema(table: &str, schema: &SchemaRef) -> Result<(), DatasetError> {
+    match table {
+        "events" => check_events_schema(schema),
+        "entities" => check_entities_schema(schema),
+        "relationships" => check_relationships_schema(schema),
+        _ => Ok(()),
     }
 }
 

@@ -13,8 +13,7 @@ pub mod storage;
 pub mod write;
 
 pub use dataset::{
-    Dataset, DatasetConfig, DatasetError, PropertiesEncoding, TableInfo, check_entities_schema,
-    check_events_schema, check_relationships_schema,
+    Dataset, DatasetConfig, DatasetError, PropertiesEncoding, TableInfo, check_schema,
 };
 pub use error::CatalogError;
 pub use storage::{Root, StorageError, StorageOptions};

@@ -5,10 +5,7 @@
 
 use async_trait::async_trait;
 use datafusion::prelude::SessionContext;
-use signalql_catalog::{
-    Dataset, DatasetError, TableInfo, check_entities_schema, check_events_schema,
-    check_relationships_schema,
-};
+use signalql_catalog::{Dataset, DatasetError, TableInfo, check_schema};
 
 use crate::error::Result;
 
@@ -24,24 +21,11 @@ pub trait Catalog: Send + Sync {
     async fn table(&self, ctx: &SessionContext, name: &str) -> Result<TableInfo, DatasetError>;
 }
 
-/// The events table, with the columns the language relies on checked.
-pub async fn events(catalog: &dyn Catalog, ctx: &SessionContext) -> Result<TableInfo> {
-    let info = catalog.table(ctx, "events").await?;
-    check_events_schema(&info.schema)?;
-    Ok(info)
-}
-
-/// The entities table, with its columns checked.
-pub async fn entities(catalog: &dyn Catalog, ctx: &SessionContext) -> Result<TableInfo> {
-    let info = catalog.table(ctx, "entities").await?;
-    check_entities_schema(&info.schema)?;
-    Ok(info)
-}
-
-/// The relationships table, with its columns checked.
-pub async fn relationships(catalog: &dyn Catalog, ctx: &SessionContext) -> Result<TableInfo> {
-    let info = catalog.table(ctx, "relationships").await?;
-    check_relationships_schema(&info.schema)?;
+/// The table `name`, with the columns the language relies on checked (events, entities and
+/// relationships: [`check_schema`]).
+pub async fn open(catalog: &dyn Catalog, ctx: &SessionContext, name: &str) -> Result<TableInfo> {
+    let info = catalog.table(ctx, name).await?;
+    check_schema(name, &info.schema)?;
     Ok(info)
 }
 

@@ -194,8 +194,8 @@ impl Engine {
         let bound = self.binder()?.retrieve(q).await?;
         let mut lowered = lower_retrieve(&bound.view, &bound.input(self.limits()))?;
         let registry = &bound.registry;
-        for name in crate::syntax::walk::metric_names(q) {
-            for m in registry.closure(&name) {
+        for name in &bound.metrics {
+            for m in registry.closure(name) {
                 let info = registry.info(m);
                 if !lowered.metrics.contains(&info) {
                     lowered.metrics.push(info);
@@ -222,7 +222,7 @@ impl Engine {
 
     /// The distinct `entity_type`s of an entities table, sorted.
     pub async fn entity_types(&self, table: &signalql_catalog::TableInfo) -> Result<Vec<String>> {
-        self.binder()?.entity_types(table).await
+        crate::bind::entity_types(&self.exec, table).await
     }
 
     /// Run any statement: analytics give an envelope, `CONTEXT FOR` a bundle (computed and kept

@@ -60,16 +60,12 @@ impl Executor {
         self.run_in(&self.ctx.state(), plan).await
     }
 
-    /// Run a data frame in its own session state (a copy of the engine's with other settings,
-    /// such as CONTEXT FOR's content lookup with filter pushdown; same runtime and pool).
-    pub async fn run_frame(&self, frame: DataFrame) -> Result<Executed> {
-        let (state, plan) = frame.into_parts();
-        self.run_in(&state, &plan).await
-    }
-
-    /// The batches of a data frame (see [`Executor::run_frame`]).
+    /// The batches of a data frame, run in its own session state (a copy of the engine's with
+    /// other settings, such as CONTEXT FOR's content lookup with filter pushdown; same runtime
+    /// and pool).
     pub async fn collect(&self, frame: DataFrame) -> Result<Vec<RecordBatch>> {
-        Ok(self.run_frame(frame).await?.batches)
+        let (state, plan) = frame.into_parts();
+        Ok(self.run_in(&state, &plan).await?.batches)
     }
 
     /// The one function that runs a plan: plans it physically, runs it under the timeout in

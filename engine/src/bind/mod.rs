@@ -149,6 +149,8 @@ pub struct Bound {
     pub signals: Option<Signals>,
     /// The metric registry (`metrics.toml`), read when the query names a metric; else empty.
     pub registry: Registry,
+    /// The metrics the query names (for `metadata.metrics`).
+    pub metrics: Vec<String>,
     /// The time column when it is not the source's (a metric's `time_column`).
     pub time_column: Option<String>,
     pub now: DateTime<Utc>,
@@ -197,7 +199,9 @@ impl Binder<'_> {
             }
             _ => (q.clone(), None),
         };
-        self.view(view, registry, time_column).await
+        let mut bound = self.view(view, registry, time_column).await?;
+        bound.metrics = names;
+        Ok(bound)
     }
 
     /// A funnel: it follows users through events.
@@ -234,14 +238,16 @@ impl Binder<'_> {
         let at = |e: Error| e.at(q.span);
         let source = match &q.source {
             Source::Entity(name) => {
-                let entities = catalog::entities(self.catalog, ctx).await.map_err(at)?;
+                let entities = catalog::open(self.catalog, ctx, "entities")
+                    .await
+                    .map_err(at)?;
                 let entity_type = entity_type(name);
                 self.check_entity_type(&entities, &entity_type, q.span)
                     .await?;
                 let traversal = match &q.traverse {
                     Some(clause) => Some(Traversal {
                         clause: clause.clone(),
-                        relationships: catalog::relationships(self.catalog, ctx)
+                        relationships: catalog::open(self.catalog, ctx, "relationships")
                             .await
                             .map_err(at)?,
                     }),
@@ -254,7 +260,7 @@ impl Binder<'_> {
                 }
             }
             Source::Events => {
-                let events = catalog::events(self.catalog, ctx).await?;
+                let events = catalog::open(self.catalog, ctx, "events").await?;
                 // v0.1 `traits.K` reads the users table unless events carries its own.
                 let users = if needs.traits && events.schema.field_with_name("traits").is_err() {
                     Some(self.catalog.table(ctx, Table::Users.name()).await?)
@@ -295,6 +301,7 @@ impl Binder<'_> {
             source,
             signals,
             registry,
+            metrics: Vec::new(),
             time_column,
             now: self.now,
             data_span: None,
@@ -307,37 +314,11 @@ impl Binder<'_> {
 
     /// `entity(type)` must name a type the entities table has.
     async fn check_entity_type(&self, table: &TableInfo, wanted: &str, span: Span) -> Result<()> {
-        let types = self.entity_types(table).await?;
+        let types = entity_types(self.exec, table).await?;
         if types.iter().any(|t| t == wanted) {
             return Ok(());
         }
-        Err(Error::unknown_field(format!(
-            "unknown entity type `{wanted}`: the entities table has {}",
-            if types.is_empty() {
-                "no entities".to_string()
-            } else {
-                types.join(", ")
-            }
-        ))
-        .at(span))
-    }
-
-    /// The distinct `entity_type`s of the entities table, sorted.
-    pub async fn entity_types(&self, table: &TableInfo) -> Result<Vec<String>> {
-        let plan =
-            LogicalPlanBuilder::scan("entities", provider_as_source(table.provider.clone()), None)?
-                .aggregate(
-                    vec![crate::lower::fields::column("entity_type")],
-                    Vec::<Expr>::new(),
-                )?
-                .build()?;
-        let mut out = Vec::new();
-        for b in &self.exec.run(&plan).await?.batches {
-            let c = StringColumn::try_new(b.column(0).as_ref())?;
-            out.extend(c.iter().flatten().map(str::to_string));
-        }
-        out.sort();
-        Ok(out)
+        Err(unknown_entity_type(wanted, &types).at(span))
     }
 
     /// The span `[min, max]` of the rows a bucketed query without DURING reads.
@@ -365,6 +346,36 @@ impl Binder<'_> {
             _ => Ok(None),
         }
     }
+}
+
+/// The distinct `entity_type`s of the entities table, sorted.
+pub(crate) async fn entity_types(exec: &Executor, table: &TableInfo) -> Result<Vec<String>> {
+    let plan =
+        LogicalPlanBuilder::scan("entities", provider_as_source(table.provider.clone()), None)?
+            .aggregate(
+                vec![crate::lower::fields::column("entity_type")],
+                Vec::<Expr>::new(),
+            )?
+            .build()?;
+    let mut out = Vec::new();
+    for b in &exec.run(&plan).await?.batches {
+        let c = StringColumn::try_new(b.column(0).as_ref())?;
+        out.extend(c.iter().flatten().map(str::to_string));
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// `entity(wanted)` names no type of the entities table, whose types are `types`.
+pub(crate) fn unknown_entity_type(wanted: &str, types: &[String]) -> Error {
+    Error::unknown_field(format!(
+        "unknown entity type `{wanted}`: the entities table has {}",
+        if types.is_empty() {
+            "no entities".to_string()
+        } else {
+            types.join(", ")
+        }
+    ))
 }
 
 #[cfg(test)]

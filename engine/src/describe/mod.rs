@@ -16,9 +16,10 @@ use signalql_catalog::TableInfo;
 
 pub use record::{EdgeInfo, FieldInfo, MAX_LISTED_VALUES, Record, SignalInfo, columns};
 
+use crate::bind::{entity_types, unknown_entity_type};
 use crate::catalog::{self, Catalog};
 use crate::envelope::{Envelope, Metadata};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::execute::Executor;
 use crate::lower::fields::column;
 use crate::lower::source::entity_type;
@@ -101,16 +102,9 @@ impl Describer<'_> {
                 let wanted = entity_type(name);
                 let records = self.describe_entities(Some(&wanted), t).await?;
                 if records.is_empty() {
-                    let table = catalog::entities(self.catalog, self.session()).await?;
-                    let binder = crate::bind::Binder {
-                        catalog: self.catalog,
-                        exec: self.exec,
-                        now: self.now,
-                    };
-                    return Err(Error::unknown_field(format!(
-                        "unknown entity type `{wanted}`: the entities table has {}",
-                        binder.entity_types(&table).await?.join(", ")
-                    )));
+                    let table = catalog::open(self.catalog, self.session(), "entities").await?;
+                    let types = entity_types(self.exec, &table).await?;
+                    return Err(unknown_entity_type(&wanted, &types));
                 }
                 Ok(records)
             }

@@ -22,7 +22,7 @@ use crate::metrics::{MetricInfo, Registry};
 
 impl Describer<'_> {
     pub(super) async fn describe_events(&self, _t: DateTime<Utc>) -> Result<Vec<Record>> {
-        let table = catalog::events(self.catalog, self.session()).await?;
+        let table = catalog::open(self.catalog, self.session(), "events").await?;
         let units = &self.dataset().config().units;
         let bag = bag_keys(&table.schema, "properties");
         let scan = scan(&table, "events")?;
@@ -95,13 +95,13 @@ impl Describer<'_> {
         only: Option<&str>,
         t: DateTime<Utc>,
     ) -> Result<Vec<Record>> {
-        let table = catalog::entities(self.catalog, self.session()).await?;
+        let table = catalog::open(self.catalog, self.session(), "entities").await?;
         let units = &self.dataset().config().units;
         let bag = bag_keys(&table.schema, "attributes");
         let state = entities_as_of(&table, only, t)?;
         let state = with_bag(state, &table.schema, "attributes")?;
         let per_type = self.counts(state, &["entity_type"], &bag).await?;
-        let edges = match catalog::relationships(self.catalog, self.session()).await {
+        let edges = match catalog::open(self.catalog, self.session(), "relationships").await {
             Ok(r) => self.edges(&r, t).await?,
             Err(_) => Vec::new(),
         };
@@ -213,7 +213,7 @@ impl Describer<'_> {
     }
 
     pub(super) async fn describe_relationships(&self, t: DateTime<Utc>) -> Result<Vec<Record>> {
-        let rels = catalog::relationships(self.catalog, self.session()).await?;
+        let rels = catalog::open(self.catalog, self.session(), "relationships").await?;
         let mut by_relation: BTreeMap<String, Vec<EdgeInfo>> = BTreeMap::new();
         for e in self.edges(&rels, t).await? {
             by_relation.entry(e.relation.clone()).or_default().push(e);
