@@ -8,14 +8,18 @@ use std::sync::{Arc, Mutex};
 use chrono::{DateTime, Utc};
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::catalog::TableProvider;
+use datafusion::datasource::file_format::FileFormat;
 use datafusion::datasource::file_format::parquet::ParquetFormat;
 use datafusion::datasource::listing::{
     ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
 };
+use datafusion::execution::SessionState;
 use datafusion::prelude::SessionContext;
+use futures::FutureExt;
 use serde::Deserialize;
 
-use crate::storage::{Root, RootError, StorageError, StorageOptions};
+use crate::commit::Snapshot;
+use crate::storage::{ListedFile, Root, RootError, StorageError, StorageOptions};
 
 /// Settings read from `ROOT/signalql.toml` (every key optional).
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -33,6 +37,27 @@ pub struct DatasetConfig {
     /// (`"datafusion.execution.parquet.pushdown_filters" = "false"`).
     #[serde(default)]
     pub datafusion: BTreeMap<String, String>,
+    /// Read a table whose folder holds files that cannot be read (empty, a dangling link,
+    /// corrupt) without them, listing them in the answer, instead of failing.
+    #[serde(default)]
+    pub skip_invalid_files: bool,
+    /// The engine's limits for this dataset (DESIGN.md §4), each optional.
+    #[serde(default)]
+    pub limits: LimitsConfig,
+}
+
+/// `[limits]` of `signalql.toml`: any of the engine's limits (DESIGN.md §4).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsConfig {
+    pub max_window_days: Option<u64>,
+    pub max_funnel_steps: Option<u64>,
+    pub max_groups: Option<u64>,
+    pub max_result_rows: Option<u64>,
+    pub max_buckets: Option<u64>,
+    pub max_traverse_depth: Option<u64>,
+    pub memory_bytes: Option<u64>,
+    pub timeout_seconds: Option<u64>,
 }
 
 /// Why a dataset or table could not be used. Each names the path involved.
@@ -46,6 +71,20 @@ pub enum DatasetError {
     Config { path: String, message: String },
     #[error("cannot read the {table} table: {message}")]
     Unreadable { table: String, message: String },
+    /// One file of a table cannot be read (named relative to the root).
+    #[error("cannot read {file} (a file of the {table} table): {message}")]
+    BadFile {
+        table: String,
+        file: String,
+        message: String,
+    },
+    /// The table's files disagree on a column's type in a way no widening reconciles.
+    #[error("cannot read the {table} table: {source}")]
+    Drift {
+        table: String,
+        #[source]
+        source: crate::drift::Irreconcilable,
+    },
     #[error("column {column} of the {table} table has type {found}, expected {expected}")]
     BadColumn {
         table: String,
@@ -67,8 +106,14 @@ pub struct Dataset {
     /// Tables opened before, by name, reused while their file list (locations and sizes) is
     /// unchanged: opening infers the schema from every file's footer, which a repeated query
     /// (WATCH, an agent's follow-ups, an MCP session) need not pay again.
-    opened: Arc<Mutex<HashMap<String, TableInfo>>>,
+    opened: Arc<Mutex<HashMap<String, Opened>>>,
+    /// The schema of each file read before, by (location, size).
+    file_schemas: Arc<Mutex<HashMap<(String, u64), SchemaRef>>>,
 }
+
+/// A table opened before: the readable files listed and the files skipped at listing, then
+/// what was opened over them.
+type Opened = (Vec<(String, u64)>, Vec<SkippedFile>, TableInfo);
 
 /// A registered table: its provider, the arrow schema, and the files behind it.
 #[derive(Debug, Clone)]
@@ -76,8 +121,18 @@ pub struct TableInfo {
     pub name: String,
     pub provider: Arc<dyn TableProvider>,
     pub schema: SchemaRef,
-    /// (location, size) of each file, sorted: see [`Dataset::table_files`].
+    /// (location, size) of each file read, sorted: see [`Dataset::table_files`].
     pub files: Vec<(String, u64)>,
+    /// Files left out because they cannot be read (only with `skip_invalid_files`).
+    pub skipped: Vec<SkippedFile>,
+}
+
+/// A file a table was read without, and why.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SkippedFile {
+    /// Relative to the dataset root.
+    pub file: String,
+    pub reason: String,
 }
 
 impl TableInfo {
@@ -140,6 +195,7 @@ impl Dataset {
             root,
             config,
             opened: Arc::default(),
+            file_schemas: Arc::default(),
         })
     }
 
@@ -165,33 +221,89 @@ impl Dataset {
         }
     }
 
-    /// The Parquet files of a table (recursively, so hive partitions work), sorted, as
-    /// (location, size): the canonical local path or the object key, as a scan names them.
-    /// Hidden files and in-progress temporaries (names starting with `.` or `_`) are skipped.
-    pub fn table_files(&self, table: &str) -> Result<Vec<(String, u64)>, DatasetError> {
-        match self.root.parquet_files(table) {
-            Ok(Some(files)) => Ok(files),
-            Ok(None) => Err(DatasetError::MissingTable {
+    /// The files of a table a reader reads (recursively, so hive partitions work), sorted:
+    /// every Parquet file but the uncommitted files of ingests ([`crate::commit`]); hidden
+    /// names (starting with `.` or `_`) are skipped. Each is (location, size, why it cannot
+    /// be read if it cannot: an empty file, a dangling link). The commit records are read
+    /// before the folder is listed, so an ingest is seen whole or not at all.
+    pub fn listed_files(&self, table: &str) -> Result<Vec<ListedFile>, DatasetError> {
+        let unreadable = |message: String| DatasetError::Unreadable {
+            table: table.to_string(),
+            message,
+        };
+        let snapshot = Snapshot::read(&self.root).map_err(|e| unreadable(e.to_string()))?;
+        let listed = match self.root.parquet_files(table) {
+            Ok(files) => files.unwrap_or_default(),
+            Err(e) => return Err(unreadable(e.to_string())),
+        };
+        let mut files: Vec<ListedFile> = listed
+            .into_iter()
+            .filter(|f| snapshot.visible(&f.location))
+            .collect();
+        for f in &mut files {
+            if f.broken.is_none() && f.size == 0 {
+                f.broken = Some("an empty file (0 bytes), not Parquet".into());
+            }
+        }
+        if files.is_empty() {
+            return Err(DatasetError::MissingTable {
                 root: self.root.display(),
                 table: table.to_string(),
-            }),
-            Err(e) => Err(DatasetError::Unreadable {
+            });
+        }
+        Ok(files)
+    }
+
+    /// The readable files of a table as (location, size), and those left out with
+    /// `skip_invalid_files`; without it, an unreadable file is [`DatasetError::BadFile`].
+    pub fn table_files(
+        &self,
+        table: &str,
+    ) -> Result<(Vec<(String, u64)>, Vec<SkippedFile>), DatasetError> {
+        let mut files = Vec::new();
+        let mut skipped = Vec::new();
+        for f in self.listed_files(table)? {
+            match f.broken {
+                None => files.push((f.location, f.size)),
+                Some(reason) => self.invalid(table, &f.location, reason, &mut skipped)?,
+            }
+        }
+        Ok((files, skipped))
+    }
+
+    /// A file that cannot be read: skipped (with `skip_invalid_files`) or the error.
+    fn invalid(
+        &self,
+        table: &str,
+        location: &str,
+        reason: String,
+        skipped: &mut Vec<SkippedFile>,
+    ) -> Result<(), DatasetError> {
+        let file = self.root.relative(location);
+        if self.config.skip_invalid_files {
+            skipped.push(SkippedFile { file, reason });
+            Ok(())
+        } else {
+            Err(DatasetError::BadFile {
                 table: table.to_string(),
-                message: e.to_string(),
-            }),
+                file,
+                message: reason,
+            })
         }
     }
 
-    /// Build a listing table over `ROOT/<table>/**/*.parquet` with the schema merged from
-    /// every file (struct fields are unioned, so files written by separate ingests with
-    /// different property keys read together; a key missing from a file reads as NULL).
+    /// A listing table over the table's readable files, with their schemas merged by the
+    /// widening rule of [`crate::drift`] (files written by separate ingests with different
+    /// property keys or types read together; a key missing from a file reads as NULL). Each
+    /// file's footer is checked before DataFusion reads it, so a corrupt file is an error
+    /// naming it, not a panic.
     pub async fn table(
         &self,
         ctx: &SessionContext,
         table: &str,
     ) -> Result<TableInfo, DatasetError> {
-        let files = self.table_files(table)?;
-        if let Some(info) = self.opened_before(table, &files) {
+        let (candidates, listing_skipped) = self.table_files(table)?;
+        if let Some(info) = self.opened_before(table, &candidates, &listing_skipped) {
             return Ok(info);
         }
         let unreadable = |message: String| DatasetError::Unreadable {
@@ -201,19 +313,40 @@ impl Dataset {
         self.root
             .register(ctx)
             .map_err(|e| unreadable(e.to_string()))?;
-        let dir = self
-            .root
-            .table_url(table)
-            .map_err(|e| unreadable(e.to_string()))?;
-        let url = ListingTableUrl::parse(&dir).map_err(|e| unreadable(format!("{dir}: {e}")))?;
+        let state = ctx.state();
+        let mut skipped = listing_skipped.clone();
+        let mut files = Vec::new();
+        let mut schemas = Vec::new();
+        let mut urls = Vec::new();
+        for (location, size) in &candidates {
+            let url_text = self.root.location_url(location);
+            let url = ListingTableUrl::parse(&url_text)
+                .map_err(|e| unreadable(format!("{url_text}: {e}")))?;
+            match self.file_schema(&state, &url, location, *size).await {
+                Ok(schema) => {
+                    schemas.push((self.root.relative(location), schema));
+                    files.push((location.clone(), *size));
+                    urls.push(url);
+                }
+                Err(reason) => self.invalid(table, location, reason, &mut skipped)?,
+            }
+        }
+        if urls.is_empty() {
+            return Err(unreadable(format!(
+                "none of its files can be read ({} skipped)",
+                skipped.len()
+            )));
+        }
+        let schema =
+            Arc::new(
+                crate::drift::merge(&schemas).map_err(|source| DatasetError::Drift {
+                    table: table.to_string(),
+                    source,
+                })?,
+            );
         let options =
             ListingOptions::new(Arc::new(ParquetFormat::default())).with_file_extension(".parquet");
-        let state = ctx.state();
-        let schema = options
-            .infer_schema(&state, &url)
-            .await
-            .map_err(|e| unreadable(e.to_string()))?;
-        let config = ListingTableConfig::new(url)
+        let config = ListingTableConfig::new_with_multi_paths(urls)
             .with_listing_options(options)
             .with_schema(Arc::clone(&schema));
         let provider = ListingTable::try_new(config).map_err(|e| unreadable(e.to_string()))?;
@@ -222,18 +355,72 @@ impl Dataset {
             provider: Arc::new(provider),
             schema,
             files,
+            skipped,
         };
         if let Ok(mut opened) = self.opened.lock() {
-            opened.insert(table.to_string(), info.clone());
+            opened.insert(
+                table.to_string(),
+                (candidates, listing_skipped, info.clone()),
+            );
         }
         Ok(info)
     }
 
+    /// The Arrow schema of one file (as DataFusion reads it), after checking its footer; the
+    /// error is why the file cannot be read.
+    async fn file_schema(
+        &self,
+        state: &SessionState,
+        url: &ListingTableUrl,
+        location: &str,
+        size: u64,
+    ) -> Result<SchemaRef, String> {
+        let key = (location.to_string(), size);
+        if let Some(s) = self
+            .file_schemas
+            .lock()
+            .ok()
+            .and_then(|m| m.get(&key).cloned())
+        {
+            return Ok(s);
+        }
+        let store = state
+            .runtime_env()
+            .object_store(url.object_store())
+            .map_err(|e| e.to_string())?;
+        let path = url.prefix().clone();
+        let read = async {
+            use object_store::ObjectStoreExt;
+            let meta = store.head(&path).await.map_err(|e| e.to_string())?;
+            check_footer(store.as_ref(), &meta).await?;
+            ParquetFormat::default()
+                .infer_schema(state, &store, &[meta])
+                .await
+                .map_err(|e| format!("not a readable Parquet file: {}", e.strip_backtrace()))
+        };
+        let schema = std::panic::AssertUnwindSafe(read)
+            .catch_unwind()
+            .await
+            .unwrap_or_else(
+                |_| Err("not a readable Parquet file (its footer is corrupt)".into()),
+            )?;
+        if let Ok(mut m) = self.file_schemas.lock() {
+            m.insert(key, Arc::clone(&schema));
+        }
+        Ok(schema)
+    }
+
     /// The table as opened before, if its files are the same ones (a file is named by its
     /// location and size; signalql never rewrites a file in place, it writes new ones).
-    fn opened_before(&self, table: &str, files: &[(String, u64)]) -> Option<TableInfo> {
+    fn opened_before(
+        &self,
+        table: &str,
+        files: &[(String, u64)],
+        skipped: &[SkippedFile],
+    ) -> Option<TableInfo> {
         let opened = self.opened.lock().ok()?;
-        opened.get(table).filter(|t| t.files == files).cloned()
+        let (listed, listed_skipped, info) = opened.get(table)?;
+        (listed == files && listed_skipped == skipped).then(|| info.clone())
     }
 
     /// Open `table` and check the columns the language relies on (see [`check_schema`]).
@@ -261,6 +448,38 @@ impl Dataset {
     pub async fn events(&self, ctx: &SessionContext) -> Result<TableInfo, DatasetError> {
         self.checked(ctx, "events").await
     }
+}
+
+/// Checks the end of a Parquet file before its footer is decoded: the `PAR1` magic, and a
+/// footer length that fits in the file.
+async fn check_footer(
+    store: &dyn object_store::ObjectStore,
+    meta: &object_store::ObjectMeta,
+) -> Result<(), String> {
+    use object_store::ObjectStoreExt;
+    if meta.size < 12 {
+        return Err(format!(
+            "not a Parquet file: {} bytes is too short",
+            meta.size
+        ));
+    }
+    let tail = store
+        .get_range(&meta.location, meta.size - 8..meta.size)
+        .await
+        .map_err(|e| e.to_string())?;
+    match &tail[4..8] {
+        b"PAR1" => {}
+        b"PARE" => return Err("an encrypted Parquet file, which signalql cannot read".into()),
+        _ => return Err("not a Parquet file (no PAR1 magic at its end)".into()),
+    }
+    let footer = u64::from(u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]));
+    if footer + 12 > meta.size {
+        return Err(format!(
+            "corrupt Parquet footer: its length field says {footer} bytes, but the file has {}",
+            meta.size
+        ));
+    }
+    Ok(())
 }
 
 /// Check the columns the language relies on in `table`: `events`, `entities` and

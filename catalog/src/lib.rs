@@ -1,7 +1,9 @@
 //! Dataset layout and table registration for signalql: dataset roots and `signalql.toml`,
 //! listing tables over Parquet, ingest writers and the deterministic data generator.
 
+pub mod commit;
 pub mod dataset;
+pub mod drift;
 pub mod entity_gen;
 pub mod error;
 pub mod file;
@@ -13,7 +15,8 @@ pub mod storage;
 pub mod write;
 
 pub use dataset::{
-    Dataset, DatasetConfig, DatasetError, PropertiesEncoding, TableInfo, check_schema,
+    Dataset, DatasetConfig, DatasetError, LimitsConfig, PropertiesEncoding, SkippedFile, TableInfo,
+    check_schema,
 };
 pub use error::CatalogError;
-pub use storage::{Root, StorageError, StorageOptions};
+pub use storage::{ListedFile, Root, StorageError, StorageOptions};

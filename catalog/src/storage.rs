@@ -45,6 +45,16 @@ impl From<crate::file::FileError> for StorageError {
     }
 }
 
+/// A file found under a table folder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedFile {
+    /// The canonical local path, or the object key.
+    pub location: String,
+    pub size: u64,
+    /// Why the name cannot be read as a file (a dangling symbolic link), if it cannot.
+    pub broken: Option<String>,
+}
+
 /// S3 settings beyond the environment. The client is configured by the AWS environment
 /// variables (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`, `AWS_ENDPOINT_URL`,
 /// `AWS_ALLOW_HTTP`, …), then by `s3` (an application's own settings), then by `s3_endpoint`.
@@ -210,11 +220,12 @@ impl Root {
         }
     }
 
-    /// The Parquet files under the folder `rel` (recursively, so hive partitions work), as
-    /// (location, size) sorted by location, or None when the folder does not exist or holds
-    /// nothing. Names starting with `.` or `_` (temporaries, markers) are skipped. A location is
-    /// what a scan reports as the file's name: the canonical local path, or the object key.
-    pub fn parquet_files(&self, rel: &str) -> Result<Option<Vec<(String, u64)>>, StorageError> {
+    /// The Parquet files under the folder `rel` (recursively, so hive partitions work), sorted
+    /// by location, or None when the folder does not exist or holds nothing. Names starting
+    /// with `.` or `_` (temporaries, markers) are skipped. A location is what a scan reports as
+    /// the file's name: the canonical local path, or the object key. A name that cannot be
+    /// read as a file (a dangling symbolic link) is listed with why.
+    pub fn parquet_files(&self, rel: &str) -> Result<Option<Vec<ListedFile>>, StorageError> {
         let mut out = match self {
             Root::Local(p) => {
                 let dir = p.join(rel);
@@ -238,13 +249,110 @@ impl Root {
                             });
                             !hidden && m.location.as_ref().ends_with(".parquet")
                         })
-                        .map(|m| (m.location.to_string(), m.size))
+                        .map(|m| ListedFile {
+                            location: m.location.to_string(),
+                            size: m.size,
+                            broken: None,
+                        })
+                        .collect::<Vec<_>>())
+                }
+            })?,
+        };
+        out.sort_by(|a, b| a.location.cmp(&b.location));
+        Ok((!out.is_empty()).then_some(out))
+    }
+
+    /// The names and sizes of the files directly in the folder `rel` (none when it does not
+    /// exist), sorted by name.
+    pub fn list_names(&self, rel: &str) -> Result<Vec<(String, u64)>, StorageError> {
+        let mut out = match self {
+            Root::Local(p) => {
+                let dir = p.join(rel);
+                let entries = match std::fs::read_dir(&dir) {
+                    Ok(e) => e,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+                    Err(e) => return Err(local_error(&dir, e)),
+                };
+                let mut out = Vec::new();
+                for entry in entries {
+                    let entry = entry.map_err(|e| local_error(&dir, e))?;
+                    if let Ok(meta) = entry.metadata()
+                        && meta.is_file()
+                    {
+                        out.push((entry.file_name().to_string_lossy().into_owned(), meta.len()));
+                    }
+                }
+                out
+            }
+            Root::S3(s) => s.block(&s.url(&format!("{rel}/")), {
+                let store = Arc::clone(&s.store);
+                let prefix = s.key(rel);
+                async move {
+                    let listing = store.list_with_delimiter(Some(&prefix)).await?;
+                    Ok(listing
+                        .objects
+                        .into_iter()
+                        .filter_map(|m| Some((m.location.filename()?.to_string(), m.size)))
                         .collect::<Vec<_>>())
                 }
             })?,
         };
         out.sort();
-        Ok((!out.is_empty()).then_some(out))
+        Ok(out)
+    }
+
+    /// Removes the file `rel`; a file that is not there is not an error.
+    pub fn delete(&self, rel: &str) -> Result<(), StorageError> {
+        match self {
+            Root::Local(p) => {
+                let path = p.join(rel);
+                match std::fs::remove_file(&path) {
+                    Ok(()) => Ok(()),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                    Err(e) => Err(local_error(&path, e)),
+                }
+            }
+            Root::S3(s) => s.block(&s.url(rel), {
+                let store = Arc::clone(&s.store);
+                let key = s.key(rel);
+                async move {
+                    match store.delete(&key).await {
+                        Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+                        Err(e) => Err(e),
+                    }
+                }
+            }),
+        }
+    }
+
+    /// A location ([`Root::parquet_files`]) relative to the root, `/`-separated, as errors
+    /// name a file (`events/part-0.parquet`).
+    pub fn relative(&self, location: &str) -> String {
+        let below = match self {
+            Root::Local(p) => std::fs::canonicalize(p).ok().and_then(|root| {
+                Path::new(location)
+                    .strip_prefix(&root)
+                    .ok()
+                    .map(|r| r.to_string_lossy().replace('\\', "/"))
+            }),
+            Root::S3(s) => {
+                let prefix = format!("{}/", s.prefix);
+                if s.prefix.is_empty() {
+                    Some(location.to_string())
+                } else {
+                    location.strip_prefix(&prefix).map(str::to_string)
+                }
+            }
+        };
+        below.unwrap_or_else(|| location.to_string())
+    }
+
+    /// The URL of a location, as DataFusion reads one file (`/abs/path`, `s3://bucket/key`).
+    pub fn location_url(&self, location: &str) -> String {
+        match self {
+            Root::Local(_) => location.to_string(),
+            Root::S3(s) => format!("{}/{location}", s.bucket_url),
+        }
     }
 
     /// The URL DataFusion lists the table folder `rel` at (with a trailing `/`).
@@ -519,7 +627,7 @@ fn local_error(path: &Path, e: std::io::Error) -> StorageError {
     }
 }
 
-fn local_parquet_files(dir: &Path) -> Result<Vec<(String, u64)>, StorageError> {
+fn local_parquet_files(dir: &Path) -> Result<Vec<ListedFile>, StorageError> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
@@ -531,11 +639,30 @@ fn local_parquet_files(dir: &Path) -> Result<Vec<(String, u64)>, StorageError> {
             if name.starts_with('.') || name.starts_with('_') {
                 continue;
             }
-            let Ok(meta) = entry.metadata() else { continue };
-            if meta.is_dir() {
-                stack.push(entry.path());
-            } else if name.ends_with(".parquet") {
-                out.push((entry.path().display().to_string(), meta.len()));
+            let path = entry.path();
+            let location = path.display().to_string();
+            match std::fs::metadata(&path) {
+                Ok(meta) if meta.is_dir() => stack.push(path),
+                Ok(meta) if name.ends_with(".parquet") => out.push(ListedFile {
+                    location,
+                    size: meta.len(),
+                    broken: None,
+                }),
+                Ok(_) => {}
+                Err(e) if name.ends_with(".parquet") => {
+                    let dangling =
+                        std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink());
+                    out.push(ListedFile {
+                        location,
+                        size: 0,
+                        broken: Some(if dangling {
+                            "a symbolic link to a missing file".to_string()
+                        } else {
+                            format!("cannot read it: {e}")
+                        }),
+                    });
+                }
+                Err(_) => {}
             }
         }
     }

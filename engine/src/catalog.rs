@@ -80,6 +80,7 @@ impl Catalog for ApplicationCatalog {
                 schema: provider.schema(),
                 provider,
                 files: Vec::new(),
+                skipped: Vec::new(),
             });
         }
         self.dataset.table(ctx, name).await

@@ -75,19 +75,21 @@ impl Engine {
     ) -> Result<Engine> {
         let dataset = Dataset::open_with(root, &options.storage)?;
         let session = crate::session::from_application(&ctx);
+        let limits = options.limits.with_config(&dataset.config().limits);
         Ok(Engine {
             catalog: Box::new(ApplicationCatalog::new(dataset)),
-            exec: Executor::new(session, options.limits),
+            exec: Executor::new(session, limits),
             now: options.now,
         })
     }
 
     pub fn open_with(root: impl AsRef<std::path::Path>, options: EngineOptions) -> Result<Engine> {
         let dataset = Dataset::open_with(root, &options.storage)?;
-        let session = crate::session::for_dataset(&dataset, &options.limits)?;
+        let limits = options.limits.with_config(&dataset.config().limits);
+        let session = crate::session::for_dataset(&dataset, &limits)?;
         Ok(Engine {
             catalog: Box::new(dataset),
-            exec: Executor::new(session, options.limits),
+            exec: Executor::new(session, limits),
             now: options.now,
         })
     }
@@ -338,7 +340,7 @@ impl Engine {
 
 /// The SQL text DataFusion's unparser gives for a plan.
 pub fn plan_sql(plan: &LogicalPlan) -> Result<String> {
-    plan_to_sql(plan)
+    plan_to_sql(&crate::group_cap::strip(plan))
         .map(|s| s.to_string())
         .map_err(Error::from)
 }

@@ -354,6 +354,18 @@ impl Error {
     /// Our error for a DataFusion error (without the cause; [`From`] adds it).
     fn from_datafusion(e: &datafusion::error::DataFusionError) -> Error {
         use datafusion::error::DataFusionError as D;
+        // A memory-pool error or one of ours may come wrapped (in an Arrow error from a
+        // stream, a shared error from a repartition, a context): what counts is the root.
+        let root = e.find_root();
+        if !std::ptr::eq(root, e) {
+            match root {
+                D::ResourcesExhausted(_) => return Error::from_datafusion(root),
+                D::External(ext) if ext.downcast_ref::<Error>().is_some() => {
+                    return Error::from_datafusion(root);
+                }
+                _ => {}
+            }
+        }
         match e {
             D::ArrowError(a, _)
                 if matches!(**a, datafusion::arrow::error::ArrowError::IoError(..)) =>

@@ -11,6 +11,7 @@ use std::time::Duration;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::datasource::{MemTable, provider_as_source};
 use datafusion::execution::SessionState;
+use datafusion::execution::memory_pool::MemoryConsumer;
 use datafusion::logical_expr::{LogicalPlan, LogicalPlanBuilder};
 use datafusion::physical_plan::{ExecutionPlan, collect};
 use datafusion::prelude::{DataFrame, SessionContext};
@@ -114,6 +115,17 @@ impl Executor {
     /// its materialised result. What was scanned is the aggregate's scans.
     async fn run_staged(&self, staged: &dyn Stage) -> Result<Executed> {
         let aggregate = self.run(staged.aggregate()).await?;
+        staged.check(&aggregate.batches, self.limits.max_groups)?;
+        // The materialised aggregate is held in the session's memory pool while the rest runs.
+        let bytes: usize = aggregate
+            .batches
+            .iter()
+            .map(RecordBatch::get_array_memory_size)
+            .sum();
+        let pool = &self.ctx.runtime_env().memory_pool;
+        let held = MemoryConsumer::new("staged aggregate").register(pool);
+        held.try_grow(bytes)
+            .map_err(|e| self.fill_limits(Error::from(e)))?;
         let table = MemTable::try_new(aggregate.physical.schema(), vec![aggregate.batches])?;
         let scan =
             LogicalPlanBuilder::scan("aggregate", provider_as_source(Arc::new(table)), None)?
@@ -121,6 +133,7 @@ impl Executor {
         let rest = staged.finish(scan)?;
         let mut executed = self.run(&rest.plan).await?;
         executed.scanned = aggregate.scanned;
+        drop(held);
         Ok(executed)
     }
 

@@ -1,6 +1,6 @@
 //! The DataFusion session a query runs in: the runtime (memory pool, caches), the dataset's
 //! `[datafusion]` settings, signalql's functions, and the query planner that knows the
-//! engine's two operators (the bundle packer and the traversal).
+//! engine's operators (the bundle packer, the traversal and the group cap).
 
 use std::sync::Arc;
 
@@ -36,6 +36,7 @@ impl QueryPlanner for EngineQueryPlanner {
         DefaultPhysicalPlanner::with_extension_planners(vec![
             Arc::new(TwoInputPlanner::<BundlePack>::default()),
             Arc::new(TwoInputPlanner::<Traverse>::default()),
+            Arc::new(crate::group_cap::GroupCapPlanner),
         ])
         .create_physical_plan(logical_plan, session)
         .await

@@ -61,7 +61,8 @@ fn the_cli_ingests_queries_and_stores_contexts_on_s3() {
     let env = s3.env();
     let data = "s3://lake/team/ds";
 
-    // Events: two ingests, each one new object under events/, nothing else.
+    // Events: two ingests, each one new object under events/ and its commit record, nothing
+    // else (no pending marker is left).
     let tiny = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/tiny");
     let events = tiny.join("events.jsonl");
     for _ in 0..2 {
@@ -77,11 +78,17 @@ fn the_cli_ingests_queries_and_stores_contexts_on_s3() {
         );
     }
     let keys = s3.keys("lake", "team/ds/");
-    assert_eq!(keys.len(), 2, "{keys:?}");
-    assert!(
-        keys.iter()
-            .all(|k| k.starts_with("team/ds/events/ingest-") && k.ends_with(".parquet"))
-    );
+    assert_eq!(keys.len(), 4, "{keys:?}");
+    let data_keys: Vec<&String> = keys
+        .iter()
+        .filter(|k| k.starts_with("team/ds/events/ingest-") && k.ends_with(".parquet"))
+        .collect();
+    assert_eq!(data_keys.len(), 2, "{keys:?}");
+    for k in data_keys {
+        let id = &k["team/ds/events/ingest-".len()..k.len() - ".parquet".len()];
+        let commit = format!("team/ds/_signalql/commits/{id}.json");
+        assert!(keys.contains(&commit), "{commit} in {keys:?}");
+    }
 
     // Queries read them back: counts per event name, twice each.
     let want = count_by_name(&std::fs::read_to_string(&events).unwrap());

@@ -21,8 +21,8 @@
 //! [`PropertyInference`](props::PropertyInference)). Every file is validated (pass 1) before
 //! anything is written (pass 2, streaming into a hidden temporary file); a bad line aborts the
 //! ingest with [`CatalogError::BadInput`] and leaves `ROOT/events` as it was. The result is
-//! one new file `ROOT/events/ingest-<UTC time>-<content hash>.parquet`; existing files are never
-//! touched. Files written by different ingests may have different `properties` structs: the
+//! one new file `ROOT/events/ingest-<id>.parquet`, visible once the ingest's commit record is
+//! made ([`crate::commit`]); existing files are never touched. Files written by different ingests may have different `properties` structs: the
 //! reader must union struct fields across files (a key missing from a file reads as NULL).
 //! Rows keep their input order (they are not sorted by time).
 //!
@@ -32,13 +32,14 @@
 mod props;
 mod source;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{ArrayRef, StringBuilder, TimestampMicrosecondArray};
 use datafusion::arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
 use datafusion::arrow::record_batch::RecordBatch;
 
+use crate::commit::Ingest;
 use crate::error::{CatalogError, Result};
 use crate::storage::Root;
 use crate::write::AtomicParquetWriter;
@@ -138,8 +139,10 @@ pub fn ingest_events_with_progress(
     let with_props = any_properties && !prop_fields.is_empty();
     let schema = events_schema(with_props.then(|| prop_fields.clone()));
 
-    // Pass 2: write to a hidden temporary file; it is removed if anything fails.
+    // Pass 2: write to a hidden temporary file; it is removed if anything fails. The file is
+    // the ingest's one data file, visible once the ingest commits (crate::commit).
     // An S3 root: the file is staged in a local temporary folder, then uploaded whole.
+    let mut ingest = Ingest::begin(&root)?;
     let (dir, staging) = match root.local() {
         Some(local) => (local.join("events"), None),
         None => {
@@ -147,7 +150,7 @@ pub fn ingest_events_with_progress(
             (t.path().to_path_buf(), Some(t))
         }
     };
-    let mut writer = open_writer(&dir, hash, Arc::clone(&schema))?;
+    let mut writer = AtomicParquetWriter::new(&dir, &ingest.stem(), Arc::clone(&schema))?;
     let mut batch = EventsBuilder::new(with_props.then(|| prop_fields.clone()));
     let mut hash2 = ContentHash::default();
     for f in files {
@@ -171,6 +174,8 @@ pub fn ingest_events_with_progress(
     if staging.is_some() {
         written = crate::write::upload_new(&root, "events", &written)?;
     }
+    ingest.wrote("events");
+    ingest.commit()?;
     Ok(IngestSummary {
         rows,
         files_read: files.len(),
@@ -181,26 +186,6 @@ pub fn ingest_events_with_progress(
             .map(|f| (f.name().clone(), f.data_type().to_string()))
             .collect(),
     })
-}
-
-/// Opens `dir/ingest-<time>-<hash>.parquet` (with a `-N` suffix if that name is taken).
-fn open_writer(dir: &Path, hash: ContentHash, schema: SchemaRef) -> Result<AtomicParquetWriter> {
-    let now = chrono::Utc::now().format("%Y%m%dT%H%M%S%6fZ");
-    let base = format!("ingest-{now}-{:012x}", hash.0 >> 16);
-    for n in 1..1000 {
-        let stem = if n == 1 {
-            base.clone()
-        } else {
-            format!("{base}-{n}")
-        };
-        if !dir.join(format!("{stem}.parquet")).exists() {
-            return AtomicParquetWriter::new(dir, &stem, schema);
-        }
-    }
-    Err(CatalogError::Invalid(format!(
-        "cannot find a free file name for {base} in {}",
-        dir.display()
-    )))
 }
 
 /// Builds `events` batches from validated events.

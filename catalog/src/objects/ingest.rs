@@ -4,9 +4,9 @@
 //! revision with a `text` representation (the content) and a `summary` (the first paragraph).
 //! A file whose content changed since the last ingest gets a new revision; an unchanged file
 //! adds nothing; a file gone from an ingested folder is tombstoned. Every run appends at most
-//! one new Parquet file per table, each written to a temporary name and renamed into place, in
-//! the order representations → links → revisions → objects, so a reader (and a re-run after a
-//! crash) never sees a revision without its content or an object without its revision.
+//! one new Parquet file per table, all of them made visible at once by the run's commit record
+//! ([`crate::commit`]): a reader sees the whole run or none of it, and a run killed before
+//! its commit leaves files that no reader reads and the next ingest removes.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Component, Path, PathBuf};
@@ -25,6 +25,7 @@ use super::{
     KnownObject, LINKS, OBJECTS, ORIGINS, REPRESENTATIONS, REVISIONS, ROLES, TRUST_LEVELS,
     known_objects, links_schema, objects_schema, representations_schema, revisions_schema,
 };
+use crate::commit::Ingest;
 use crate::error::{CatalogError, Result};
 use crate::storage::Root;
 use crate::write::put_parquet_new;
@@ -402,18 +403,16 @@ fn write_rows(
     now: i64,
 ) -> Result<Vec<PathBuf>> {
     let project = opts.project.as_deref();
-    let mut h = Sha256::new();
-    for r in &rows.reps {
-        h.update(r.0.as_bytes());
-        h.update(r.5.as_bytes());
+    if rows.reps.is_empty()
+        && rows.links.is_empty()
+        && rows.revisions.is_empty()
+        && rows.objects.is_empty()
+    {
+        return Ok(Vec::new());
     }
-    for o in &rows.objects {
-        h.update(o.0.as_bytes());
-    }
-    let stamp = DateTime::<Utc>::from_timestamp_micros(now)
-        .unwrap_or_default()
-        .format("%Y%m%dT%H%M%S%6fZ");
-    let stem = format!("ingest-{stamp}-{}", &hex::encode(h.finalize())[..12]);
+    // One ingest: every table's file is visible from its commit on, all or none.
+    let mut ingest = Ingest::begin(root)?;
+    let stem = ingest.stem();
     let ts =
         |v: Vec<i64>| Arc::new(TimestampMicrosecondArray::from(v).with_timezone("UTC")) as ArrayRef;
     let strs = |v: Vec<&str>| Arc::new(StringArray::from(v)) as ArrayRef;
@@ -422,6 +421,7 @@ fn write_rows(
     let mut put = |table: &str, schema: SchemaRef, cols: Vec<ArrayRef>| -> Result<()> {
         let batch = RecordBatch::try_new(schema.clone(), cols)?;
         written.push(put_parquet_new(root, table, &stem, schema, &[batch])?);
+        ingest.wrote(table);
         Ok(())
     };
     if !rows.reps.is_empty() {
@@ -499,5 +499,6 @@ fn write_rows(
             ],
         )?;
     }
+    ingest.commit()?;
     Ok(written)
 }

@@ -133,7 +133,12 @@ pub fn links_schema() -> SchemaRef {
 /// Reads `columns` of every file of `root/table` (none when the table does not exist),
 /// calling `f` with each batch (columns in the order asked).
 fn scan(root: &Root, table: &str, columns: &[&str], mut f: impl FnMut(&RecordBatch)) -> Result<()> {
-    for (location, _) in root.parquet_files(table)?.unwrap_or_default() {
+    let snapshot = crate::commit::Snapshot::read(root)?;
+    for listed in root.parquet_files(table)?.unwrap_or_default() {
+        if !snapshot.visible(&listed.location) {
+            continue;
+        }
+        let location = listed.location;
         match root.local() {
             Some(_) => {
                 let file = File::open(&location).map_err(|e| CatalogError::io(&location, e))?;

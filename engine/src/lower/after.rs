@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, ListArray, TimestampMicrosecondArray};
+use datafusion::arrow::array::{Array, ListArray, RecordBatch, TimestampMicrosecondArray};
 use datafusion::arrow::buffer::OffsetBuffer;
 use datafusion::arrow::datatypes::Field;
 use datafusion::common::{Column, NullEquality, ScalarValue};
@@ -87,6 +87,48 @@ impl Stage for Staged {
     fn finish(&self, aggregate: LogicalPlan) -> Result<Lowered> {
         self.after.finish(aggregate)
     }
+
+    /// A dense series has a row for every bucket and every group seen: that many groups
+    /// count against `max_groups` before the series is built.
+    fn check(&self, aggregate: &[RecordBatch], max_groups: u64) -> Result<()> {
+        let Some(dense) = &self.after.dense else {
+            return Ok(());
+        };
+        let groups = distinct_groups(aggregate, &self.after.dims)?;
+        let rows = groups.saturating_mul(dense.starts.len() as u64);
+        if rows > max_groups {
+            return Err(crate::group_cap::too_many_groups(max_groups, rows));
+        }
+        Ok(())
+    }
+}
+
+/// How many distinct values the `dims` columns have together in `batches`.
+fn distinct_groups(batches: &[RecordBatch], dims: &[String]) -> Result<u64> {
+    use datafusion::arrow::row::{RowConverter, SortField};
+    let Some(first) = batches.first() else {
+        return Ok(0);
+    };
+    let schema = first.schema();
+    let mut indices = Vec::with_capacity(dims.len());
+    for d in dims {
+        indices.push(schema.index_of(d)?);
+    }
+    let converter = RowConverter::new(
+        indices
+            .iter()
+            .map(|i| SortField::new(schema.field(*i).data_type().clone()))
+            .collect(),
+    )?;
+    let mut seen = std::collections::HashSet::new();
+    for b in batches {
+        let cols: Vec<_> = indices.iter().map(|i| Arc::clone(b.column(*i))).collect();
+        let rows = converter.convert_columns(&cols)?;
+        for r in rows.iter() {
+            seen.insert(r.owned());
+        }
+    }
+    Ok(seen.len() as u64)
 }
 
 impl AfterAggregate {

@@ -162,6 +162,15 @@ pub trait Stage: std::fmt::Debug + Send + Sync {
     /// The rest of the query over `aggregate` (a scan of the aggregate's result, whose columns
     /// are referenced by name).
     fn finish(&self, aggregate: LogicalPlan) -> crate::error::Result<Lowered>;
+    /// Checks the aggregate's result before the rest runs over it (a dense series' size
+    /// against `max_groups`).
+    fn check(
+        &self,
+        _aggregate: &[datafusion::arrow::array::RecordBatch],
+        _max_groups: u64,
+    ) -> crate::error::Result<()> {
+        Ok(())
+    }
 }
 
 /// A lowered query: the plan and what the envelope needs to describe its result.

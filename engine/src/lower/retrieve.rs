@@ -188,12 +188,26 @@ fn lower_aggregating(
 
     let agg_exprs: Vec<Expr> = aggs.iter().map(|(_, e, _)| e.clone()).collect();
     let aggregate = b.aggregate(group_exprs, agg_exprs)?.build()?;
+    // Every group counts against max_groups, as the aggregate emits it.
+    let aggregate = if keys.is_empty() {
+        aggregate
+    } else {
+        crate::group_cap::GroupCap::plan(aggregate, input.limits.max_groups)
+    };
 
     let mut dense = None;
     if let Some(unit) = q.bucket
         && let Some(iv) = window.or(input.data_span)
     {
         let buckets = bucket_series(iv, unit, input.limits.max_buckets)?;
+        // Without GROUP BY the series is its buckets, each a group (with it, the executor
+        // checks buckets × groups seen: `Stage::check`).
+        if dims.is_empty() && buckets.len() as u64 > input.limits.max_groups {
+            return Err(crate::group_cap::too_many_groups(
+                input.limits.max_groups,
+                buckets.len() as u64,
+            ));
+        }
         if !buckets.is_empty() {
             dense = Some(Dense {
                 counted: aggs.iter().map(|(n, _, c)| (n.clone(), *c)).collect(),

@@ -1,0 +1,352 @@
+//! The commit log: what makes an ingest visible in one atomic step across every table it
+//! writes, on a local folder and on S3 (docs/ingest.md).
+//!
+//! An ingest has an id, `<UTC time>-<16 hex digits>`. It first creates a pending marker
+//! `_signalql/pending/<id>.json` (who is writing: host, process, start time), then writes each
+//! of its data files as `ROOT/<table>/ingest-<id>.parquet` (each one whole: a hard-linked
+//! temporary file locally, one conditional PUT on S3), then creates the commit record
+//! `_signalql/commits/<id>.json` listing them, with create-new semantics (`PutMode::Create` on
+//! S3). Creating that record is the commit. A reader takes the set of commit records first,
+//! then lists the table folders, and reads a file named `ingest-<id>.parquet` with such an id
+//! only when the id is committed; every other Parquet file (written by other tools, by
+//! `signalql gen`, or by signalql before the commit log) is read as it is. Because the
+//! record is made after every file of the ingest exists, a reader that saw the record sees
+//! all of them, in every table; one that did not sees none.
+//!
+//! A SIGKILL before the record leaves files no reader reads. The next ingest into the root
+//! cleans them up: a pending marker without a commit whose writer is gone (same host, the
+//! process no longer running; on another host or on S3, older than [`STALE_AFTER`]) has its
+//! files removed, then the marker. Each ingest has a new id, so re-running an interrupted
+//! ingest never collides with what the killed run left.
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{CatalogError, Result};
+use crate::storage::{Root, StorageError};
+
+/// Where the commit records are, under the root.
+pub const COMMITS: &str = "_signalql/commits";
+/// Where the pending markers are, under the root.
+pub const PENDING: &str = "_signalql/pending";
+/// A pending marker whose writer cannot be checked (another host, an S3 root) is taken as
+/// abandoned after this long.
+pub const STALE_AFTER: Duration = Duration::from_secs(24 * 3600);
+
+/// Every table folder an ingest may write to.
+pub const TABLES: [&str; 10] = [
+    "events",
+    "users",
+    "signals",
+    "entities",
+    "relationships",
+    "objects",
+    "revisions",
+    "representations",
+    "derivations",
+    "links",
+];
+
+/// The ingest id of a data file name written under the commit log (`ingest-<id>.parquet`
+/// with `<id>` = `YYYYMMDDTHHMMSSffffffZ-` and 16 lower-case hex digits), or None for any
+/// other name, which is read without a commit.
+pub fn ingest_id(file_name: &str) -> Option<&str> {
+    let id = file_name
+        .strip_prefix("ingest-")?
+        .strip_suffix(".parquet")?;
+    let (stamp, hex) = id.split_once('-')?;
+    let b = stamp.as_bytes();
+    let stamp_ok = b.len() == 22
+        && b[8] == b'T'
+        && b[21] == b'Z'
+        && b[..8].iter().chain(&b[9..21]).all(u8::is_ascii_digit);
+    let hex_ok = hex.len() == 16 && hex.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'));
+    (stamp_ok && hex_ok).then_some(id)
+}
+
+/// The committed ingest ids of a root, read before its table folders are listed.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    committed: HashSet<String>,
+}
+
+impl Snapshot {
+    pub fn read(root: &Root) -> std::result::Result<Snapshot, StorageError> {
+        let committed = root
+            .list_names(COMMITS)?
+            .into_iter()
+            .filter_map(|(n, _)| n.strip_suffix(".json").map(str::to_string))
+            .collect();
+        Ok(Snapshot { committed })
+    }
+
+    /// Whether a reader reads the file at `location` (a path or key ending in its name).
+    pub fn visible(&self, location: &str) -> bool {
+        let name = location.rsplit(['/', '\\']).next().unwrap_or(location);
+        ingest_id(name).is_none_or(|id| self.committed.contains(id))
+    }
+}
+
+/// Who is writing an ingest: the pending marker's content.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Marker {
+    host: String,
+    pid: u32,
+    started_at: DateTime<Utc>,
+}
+
+/// The commit record: what the ingest added.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Record {
+    id: String,
+    committed_at: DateTime<Utc>,
+    /// Table → the file names it added there.
+    files: BTreeMap<String, Vec<String>>,
+}
+
+/// An ingest in progress: its id, its marker, the files it wrote. Committed by
+/// [`Ingest::commit`]; dropped uncommitted, it removes what it wrote (a SIGKILL leaves that to
+/// the next ingest's clean-up).
+pub struct Ingest {
+    root: Root,
+    id: String,
+    files: BTreeMap<String, Vec<String>>,
+    done: bool,
+}
+
+impl Ingest {
+    /// Cleans up what interrupted ingests left, then starts a new ingest with a pending marker.
+    pub fn begin(root: &Root) -> Result<Ingest> {
+        cleanup(root)?;
+        let now = Utc::now();
+        let id = format!(
+            "{}-{:016x}",
+            now.format("%Y%m%dT%H%M%S%6fZ"),
+            rand::random::<u64>()
+        );
+        let marker = Marker {
+            host: host(),
+            pid: std::process::id(),
+            started_at: now,
+        };
+        let text = serde_json::to_vec(&marker).map_err(|e| CatalogError::Invalid(e.to_string()))?;
+        if !root.put_new(&format!("{PENDING}/{id}.json"), text)? {
+            return Err(CatalogError::Invalid(format!(
+                "ingest id {id} is already in use; retry"
+            )));
+        }
+        Ok(Ingest {
+            root: root.clone(),
+            id,
+            files: BTreeMap::new(),
+            done: false,
+        })
+    }
+
+    /// The stem of this ingest's data file in every table: `ingest-<id>`.
+    pub fn stem(&self) -> String {
+        format!("ingest-{}", self.id)
+    }
+
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Records that `table/<stem>.parquet` was written.
+    pub fn wrote(&mut self, table: &str) {
+        let name = format!("{}.parquet", self.stem());
+        self.files.entry(table.to_string()).or_default().push(name);
+    }
+
+    /// Makes everything written visible at once: creates the commit record, then removes the
+    /// marker. An ingest that wrote nothing commits nothing.
+    pub fn commit(mut self) -> Result<()> {
+        self.done = true;
+        if !self.files.is_empty() {
+            let record = Record {
+                id: self.id.clone(),
+                committed_at: Utc::now(),
+                files: std::mem::take(&mut self.files),
+            };
+            let text = serde_json::to_vec_pretty(&record)
+                .map_err(|e| CatalogError::Invalid(e.to_string()))?;
+            if !self
+                .root
+                .put_new(&format!("{COMMITS}/{}.json", self.id), text)?
+            {
+                return Err(CatalogError::Invalid(format!(
+                    "the commit record of ingest {} already exists",
+                    self.id
+                )));
+            }
+        }
+        self.root.delete(&format!("{PENDING}/{}.json", self.id))?;
+        Ok(())
+    }
+}
+
+impl Drop for Ingest {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = remove_ingest(&self.root, &self.id);
+        }
+    }
+}
+
+/// Removes an uncommitted ingest's data files, then its marker (in that order: while the
+/// marker is there, a later clean-up still finds the files).
+fn remove_ingest(root: &Root, id: &str) -> std::result::Result<(), StorageError> {
+    for table in TABLES {
+        root.delete(&format!("{table}/ingest-{id}.parquet"))?;
+    }
+    root.delete(&format!("{PENDING}/{id}.json"))
+}
+
+/// Cleans up after interrupted ingests: markers of committed ingests are removed; markers of
+/// uncommitted ones whose writer is gone are removed with their files. Local temporary files
+/// of writers that are gone are removed too.
+pub fn cleanup(root: &Root) -> Result<()> {
+    let committed = Snapshot::read(root)?;
+    let now = Utc::now();
+    for (name, _) in root.list_names(PENDING)? {
+        let Some(id) = name.strip_suffix(".json") else {
+            continue;
+        };
+        if committed.committed.contains(id) {
+            root.delete(&format!("{PENDING}/{name}"))?;
+            continue;
+        }
+        let Some(raw) = root.read(&format!("{PENDING}/{name}"))? else {
+            continue;
+        };
+        let Ok(marker) = serde_json::from_slice::<Marker>(&raw) else {
+            continue;
+        };
+        if abandoned(&marker, root.local().is_some(), now) {
+            remove_ingest(root, id)?;
+        }
+    }
+    if let Some(local) = root.local() {
+        for table in TABLES.iter().copied().chain(["_signalql/commits", PENDING]) {
+            remove_dead_temporaries(&local.join(table));
+        }
+    }
+    Ok(())
+}
+
+/// Whether the writer of `marker` is gone.
+fn abandoned(marker: &Marker, local: bool, now: DateTime<Utc>) -> bool {
+    if local && marker.host == host() && process_table_exists() {
+        return !process_alive(marker.pid);
+    }
+    let age = now.signed_duration_since(marker.started_at);
+    age.to_std().is_ok_and(|a| a > STALE_AFTER)
+}
+
+/// This machine's name (empty when it cannot be read).
+fn host() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+fn process_table_exists() -> bool {
+    std::path::Path::new("/proc/self").exists()
+}
+
+fn process_alive(pid: u32) -> bool {
+    pid == std::process::id() || std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// Removes `.{name}.tmp-<pid>-…` files ([`crate::file::NewFile`]) in `dir` whose process is
+/// gone.
+fn remove_dead_temporaries(dir: &std::path::Path) {
+    if !process_table_exists() {
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some((_, rest)) = name.split_once(".tmp-") else {
+            continue;
+        };
+        let pid = rest.split('-').next().and_then(|p| p.parse::<u32>().ok());
+        if name.starts_with('.')
+            && let Some(pid) = pid
+            && !process_alive(pid)
+        {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_commit_log_names_need_a_commit() {
+        let id = "20260101T000000000000Z-0123456789abcdef";
+        assert_eq!(ingest_id(&format!("ingest-{id}.parquet")), Some(id));
+        for legacy in [
+            "ingest-20260101T000000000000Z-0123456789ab.parquet",
+            "ingest-20260101T000000000000Z-0123456789ab-2.parquet",
+            "part-00000.parquet",
+            "ingest-20260101T000000000000Z-0123456789ABCDEF.parquet",
+        ] {
+            assert_eq!(ingest_id(legacy), None, "{legacy}");
+        }
+    }
+
+    #[test]
+    fn files_appear_at_the_commit_and_leftovers_of_dead_writers_go() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = Root::Local(dir.path().to_path_buf());
+        let mut ingest = Ingest::begin(&root).unwrap();
+        let file = format!("events/{}.parquet", ingest.stem());
+        root.put_new(&file, b"x".to_vec()).unwrap();
+        ingest.wrote("events");
+        assert!(!Snapshot::read(&root).unwrap().visible(&file));
+        ingest.commit().unwrap();
+        assert!(Snapshot::read(&root).unwrap().visible(&file));
+        assert!(root.list_names(PENDING).unwrap().is_empty());
+
+        // A writer that died before its commit (no process has the largest pid).
+        let id = "20260101T000000000000Z-00000000000000aa";
+        let marker = Marker {
+            host: host(),
+            pid: u32::MAX,
+            started_at: Utc::now(),
+        };
+        let left = format!("events/ingest-{id}.parquet");
+        root.put_new(
+            &format!("{PENDING}/{id}.json"),
+            serde_json::to_vec(&marker).unwrap(),
+        )
+        .unwrap();
+        root.put_new(&left, b"half".to_vec()).unwrap();
+        assert!(!Snapshot::read(&root).unwrap().visible(&left));
+        cleanup(&root).unwrap();
+        assert_eq!(root.read(&left).unwrap(), None);
+        assert!(root.list_names(PENDING).unwrap().is_empty());
+        assert_eq!(root.read(&file).unwrap().unwrap(), b"x");
+    }
+
+    #[test]
+    fn a_dropped_ingest_removes_its_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = Root::Local(dir.path().to_path_buf());
+        let ingest = Ingest::begin(&root).unwrap();
+        let file = format!("objects/{}.parquet", ingest.stem());
+        root.put_new(&file, b"x".to_vec()).unwrap();
+        drop(ingest);
+        assert_eq!(root.read(&file).unwrap(), None);
+        assert!(root.list_names(PENDING).unwrap().is_empty());
+    }
+}
