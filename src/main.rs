@@ -252,7 +252,10 @@ fn main() -> ExitCode {
                 ..
             } | Command::Bench { .. }
         );
-    match run(cli) {
+    // A panic is a bug, but it still ends as an error with a code (exit 1), not exit 101.
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(cli)))
+        .unwrap_or_else(|payload| Err(signalql_engine::error::from_panic(payload.as_ref())));
+    match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             if json_errors {

@@ -13,6 +13,7 @@ use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{CallToolResult, ContentBlock, Implementation, ServerCapabilities, ServerConfig};
 use rmcp::{ErrorData, ServerHandler, ServiceExt, schemars, tool, tool_handler, tool_router};
 use serde::{Deserialize, Serialize};
+use signalql_engine::error::catch_panics;
 
 use crate::request::{ContextRequest, DescribeRequest};
 use crate::{Answer, Engine, Error};
@@ -111,7 +112,7 @@ impl SignalqlServer {
         &self,
         Parameters(args): Parameters<QueryArgs>,
     ) -> Result<CallToolResult, ErrorData> {
-        match self.engine.answer(&args.query).await {
+        match catch_panics(self.engine.answer(&args.query)).await {
             Ok(a) => answer(a),
             Err(e) => failed(&e),
         }
@@ -128,7 +129,7 @@ impl SignalqlServer {
         let request = DescribeRequest {
             target: args.target,
         };
-        match request.run(&self.engine).await {
+        match catch_panics(request.run(&self.engine)).await {
             Ok(env) => ok(&env),
             Err(e) => failed(&e),
         }
@@ -142,7 +143,7 @@ impl SignalqlServer {
         &self,
         Parameters(args): Parameters<ContextArgs>,
     ) -> Result<CallToolResult, ErrorData> {
-        match self.context_bundle(&args).await {
+        match catch_panics(self.context_bundle(&args)).await {
             Ok(b) => ok(&b),
             Err(e) => failed(&e),
         }
@@ -153,7 +154,7 @@ impl SignalqlServer {
         &self,
         Parameters(args): Parameters<ExplainArgs>,
     ) -> Result<CallToolResult, ErrorData> {
-        match self.engine.explain_context(&args.address) {
+        match catch_panics(async { self.engine.explain_context(&args.address) }).await {
             Ok(x) => ok(&x),
             Err(e) => failed(&e),
         }
@@ -164,7 +165,7 @@ impl SignalqlServer {
         &self,
         Parameters(args): Parameters<FormatArgs>,
     ) -> Result<CallToolResult, ErrorData> {
-        match crate::parse(&args.query) {
+        match catch_panics(async { crate::parse(&args.query) }).await {
             Ok(s) => ok(&serde_json::json!({ "canonical": s.to_string() })),
             Err(e) => failed(&e),
         }

@@ -54,6 +54,18 @@ pub fn table(env: &Envelope) -> String {
         if m.truncated { ", truncated" } else { "" },
         m.as_of
     ));
+    if !m.skipped_files.is_empty() {
+        out.push_str(&format!(
+            "(over part of the data: {} unreadable file{} skipped: {})\n",
+            m.skipped_files.len(),
+            if m.skipped_files.len() == 1 { "" } else { "s" },
+            m.skipped_files
+                .iter()
+                .map(|f| format!("{} ({})", f.file, f.reason))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
     out
 }
 

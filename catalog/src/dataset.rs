@@ -128,7 +128,7 @@ pub struct TableInfo {
 }
 
 /// A file a table was read without, and why.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, Deserialize)]
 pub struct SkippedFile {
     /// Relative to the dataset root.
     pub file: String,
@@ -482,15 +482,132 @@ async fn check_footer(
     Ok(())
 }
 
-/// Check the columns the language relies on in `table`: `events`, `entities` and
-/// `relationships` have required columns; the other tables are checked where they are read.
+/// Check the columns the language relies on in `table` (any of the ten tables of DESIGN.md
+/// §3; other names are not checked): each required column present, and every column the
+/// engine reads, required or optional, of a type it can read. A missing column is
+/// [`DatasetError::Unreadable`] (`io_error`), a wrong type [`DatasetError::BadColumn`]
+/// (`type_error`), both naming the table, the column and the type expected.
 pub fn check_schema(table: &str, schema: &SchemaRef) -> Result<(), DatasetError> {
-    match table {
-        "events" => check_events_schema(schema),
-        "entities" => check_entities_schema(schema),
-        "relationships" => check_relationships_schema(schema),
-        _ => Ok(()),
+    use Kind::*;
+    let (required, optional): (&[(&str, Kind)], &[(&str, Kind)]) = match table {
+        "events" => (
+            &[("event_name", Text), ("timestamp", Timestamp)],
+            &[("user_id", Text), ("session_id", Text), ("properties", Bag)],
+        ),
+        "users" => (&[("user_id", Text)], &[("traits", Bag)]),
+        "signals" => (
+            &[
+                ("entity_id", Text),
+                ("name", Text),
+                ("value", Text),
+                ("computed_at", Timestamp),
+            ],
+            &[("probability", Number)],
+        ),
+        "entities" => (
+            &[
+                ("entity_type", Text),
+                ("entity_id", Text),
+                ("updated_at", Timestamp),
+            ],
+            &[("attributes", Bag)],
+        ),
+        "relationships" => (
+            &[
+                ("src_type", Text),
+                ("src_id", Text),
+                ("relation", Text),
+                ("dst_type", Text),
+                ("dst_id", Text),
+                ("created_at", Timestamp),
+            ],
+            &[],
+        ),
+        "objects" => (
+            &[
+                ("object_id", Text),
+                ("kind", Text),
+                ("title", Text),
+                ("created_at", Timestamp),
+                ("tombstoned_at", Timestamp),
+                ("recorded_at", Timestamp),
+            ],
+            &[("project", Text), ("source_path", Text)],
+        ),
+        "revisions" => (
+            &[
+                ("object_id", Text),
+                ("revision", Integer),
+                ("created_at", Timestamp),
+                ("origin", Text),
+                ("trust", Text),
+                ("validation", Text),
+                ("roles", TextList),
+                ("state", Text),
+            ],
+            &[],
+        ),
+        "representations" => (
+            &[
+                ("object_id", Text),
+                ("revision", Integer),
+                ("name", Text),
+                ("media_type", Text),
+                ("content", Text),
+                ("content_hash", Text),
+            ],
+            &[
+                ("content_ref", Text),
+                ("tokens", Integer),
+                ("roles", TextList),
+            ],
+        ),
+        "derivations" => (
+            &[
+                ("object_id", Text),
+                ("revision", Integer),
+                ("relation", Text),
+                ("source_object_id", Text),
+                ("source_revision", Integer),
+            ],
+            &[],
+        ),
+        "links" => (
+            &[
+                ("object_id", Text),
+                ("revision", Integer),
+                ("entity_type", Text),
+                ("entity_id", Text),
+                ("relation", Text),
+            ],
+            &[],
+        ),
+        _ => return Ok(()),
+    };
+    for (name, kind) in required {
+        if schema.field_with_name(name).is_err() {
+            return Err(DatasetError::Unreadable {
+                table: table.into(),
+                message: format!(
+                    "the {table} table has no `{name}` column (expected {})",
+                    kind.expected()
+                ),
+            });
+        }
     }
+    for (name, kind) in required.iter().chain(optional) {
+        if let Ok(f) = schema.field_with_name(name)
+            && !kind.accepts(f.data_type())
+        {
+            return Err(DatasetError::BadColumn {
+                table: table.into(),
+                column: name.to_string(),
+                found: f.data_type().to_string(),
+                expected: kind.expected().into(),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// What a column of a table must be.
@@ -498,98 +615,46 @@ pub fn check_schema(table: &str, schema: &SchemaRef) -> Result<(), DatasetError>
 enum Kind {
     Text,
     Timestamp,
+    Integer,
+    Number,
+    /// A list of text (`roles`).
+    TextList,
+    /// A property bag: struct, map or JSON text.
+    Bag,
 }
 
-/// Check that `schema` has the `required` columns of the right kinds, and that the optional
-/// property-bag column `bag`, if present, is a struct, map or JSON text.
-fn check_columns(
-    table: &str,
-    schema: &SchemaRef,
-    required: &[(&str, Kind)],
-    bag: Option<&str>,
-) -> Result<(), DatasetError> {
-    let bad = |column: &str, found: &DataType, expected: &str| DatasetError::BadColumn {
-        table: table.into(),
-        column: column.into(),
-        found: found.to_string(),
-        expected: expected.into(),
-    };
-    for (name, kind) in required {
-        let f = schema
-            .field_with_name(name)
-            .map_err(|_| DatasetError::Unreadable {
-                table: table.into(),
-                message: format!("the {table} table has no `{name}` column"),
-            })?;
-        let dt = f.data_type();
-        match kind {
-            Kind::Text
-                if !matches!(
-                    dt,
-                    DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
-                ) =>
-            {
-                return Err(bad(name, dt, "utf8"));
-            }
-            Kind::Timestamp if !matches!(dt, DataType::Timestamp(_, _)) => {
-                return Err(bad(name, dt, "timestamp"));
-            }
-            _ => {}
+impl Kind {
+    fn accepts(self, dt: &DataType) -> bool {
+        let text = |t: &DataType| {
+            matches!(
+                t,
+                DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View | DataType::Null
+            ) || matches!(t, DataType::Dictionary(_, v) if v.is_string())
+        };
+        match self {
+            Kind::Text => text(dt),
+            Kind::Timestamp => matches!(dt, DataType::Timestamp(_, _) | DataType::Null),
+            Kind::Integer => dt.is_integer() || *dt == DataType::Null,
+            Kind::Number => dt.is_numeric() || *dt == DataType::Null,
+            Kind::TextList => match dt {
+                DataType::List(f) | DataType::LargeList(f) | DataType::ListView(f) => {
+                    text(f.data_type())
+                }
+                DataType::Null => true,
+                _ => false,
+            },
+            Kind::Bag => PropertiesEncoding::of(dt).is_some() || *dt == DataType::Null,
         }
     }
-    if let Some(bag) = bag
-        && let Ok(p) = schema.field_with_name(bag)
-        && PropertiesEncoding::of(p.data_type()).is_none()
-    {
-        return Err(bad(
-            bag,
-            p.data_type(),
-            "struct, map<utf8, utf8> or JSON utf8",
-        ));
+
+    fn expected(self) -> &'static str {
+        match self {
+            Kind::Text => "utf8",
+            Kind::Timestamp => "timestamp",
+            Kind::Integer => "an integer",
+            Kind::Number => "a number",
+            Kind::TextList => "list<utf8>",
+            Kind::Bag => "struct, map<utf8, utf8> or JSON utf8",
+        }
     }
-    Ok(())
-}
-
-/// The `entities` table: `entity_type`, `entity_id` (text), `updated_at` (a timestamp) and,
-/// if present, `attributes` as a struct, a map or JSON text.
-pub fn check_entities_schema(schema: &SchemaRef) -> Result<(), DatasetError> {
-    check_columns(
-        "entities",
-        schema,
-        &[
-            ("entity_type", Kind::Text),
-            ("entity_id", Kind::Text),
-            ("updated_at", Kind::Timestamp),
-        ],
-        Some("attributes"),
-    )
-}
-
-/// The `relationships` table: `src_type`, `src_id`, `relation`, `dst_type`, `dst_id` (text)
-/// and `created_at` (a timestamp).
-pub fn check_relationships_schema(schema: &SchemaRef) -> Result<(), DatasetError> {
-    check_columns(
-        "relationships",
-        schema,
-        &[
-            ("src_type", Kind::Text),
-            ("src_id", Kind::Text),
-            ("relation", Kind::Text),
-            ("dst_type", Kind::Text),
-            ("dst_id", Kind::Text),
-            ("created_at", Kind::Timestamp),
-        ],
-        None,
-    )
-}
-
-/// The `events` table must have `event_name` (text), `timestamp` (a timestamp) and, if
-/// present, `properties` as a struct, a map or JSON text.
-pub fn check_events_schema(schema: &SchemaRef) -> Result<(), DatasetError> {
-    check_columns(
-        "events",
-        schema,
-        &[("event_name", Kind::Text), ("timestamp", Kind::Timestamp)],
-        Some("properties"),
-    )
 }

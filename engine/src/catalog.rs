@@ -3,9 +3,12 @@
 //! application's own `SessionContext` ([`ApplicationCatalog`]: its registered tables first,
 //! the folder for the rest).
 
+use std::cell::RefCell;
+use std::future::Future;
+
 use async_trait::async_trait;
 use datafusion::prelude::SessionContext;
-use signalql_catalog::{Dataset, DatasetError, TableInfo, check_schema};
+use signalql_catalog::{Dataset, DatasetError, SkippedFile, TableInfo, check_schema};
 
 use crate::error::Result;
 
@@ -16,17 +19,46 @@ pub trait Catalog: Send + Sync {
     /// The dataset root: its `signalql.toml`, `metrics.toml` and context store.
     fn dataset(&self) -> &Dataset;
 
-    /// The table `name` (`events`, `signals`, `objects`, …), or
-    /// [`DatasetError::MissingTable`] when there is none.
+    /// The table `name` (`events`, `signals`, `objects`, …), its columns checked
+    /// ([`check_schema`]), or [`DatasetError::MissingTable`] when there is none.
     async fn table(&self, ctx: &SessionContext, name: &str) -> Result<TableInfo, DatasetError>;
 }
 
-/// The table `name`, with the columns the language relies on checked (events, entities and
-/// relationships: [`check_schema`]).
+tokio::task_local! {
+    /// The files the tables opened by the statement running in this task were read without.
+    static SKIPPED: RefCell<Vec<SkippedFile>>;
+}
+
+/// Runs `statement` (in this task), with the files skipped by the tables it opened
+/// (`skip_invalid_files`), so its answer can list them.
+pub async fn noting_skipped<F: Future>(statement: F) -> (F::Output, Vec<SkippedFile>) {
+    SKIPPED
+        .scope(RefCell::new(Vec::new()), async {
+            let out = statement.await;
+            (out, SKIPPED.with(|s| s.take()))
+        })
+        .await
+}
+
+/// Notes the files `table` was read without, for [`noting_skipped`].
+fn note(table: &TableInfo) {
+    if table.skipped.is_empty() {
+        return;
+    }
+    let _ = SKIPPED.try_with(|s| {
+        let mut s = s.borrow_mut();
+        for f in &table.skipped {
+            if !s.contains(f) {
+                s.push(f.clone());
+            }
+        }
+    });
+}
+
+/// The table `name` (every implementation checks the columns the language relies on:
+/// [`check_schema`]).
 pub async fn open(catalog: &dyn Catalog, ctx: &SessionContext, name: &str) -> Result<TableInfo> {
-    let info = catalog.table(ctx, name).await?;
-    check_schema(name, &info.schema)?;
-    Ok(info)
+    Ok(catalog.table(ctx, name).await?)
 }
 
 /// The table `name` when the dataset has it, `None` when it has not.
@@ -49,7 +81,10 @@ impl Catalog for Dataset {
     }
 
     async fn table(&self, ctx: &SessionContext, name: &str) -> Result<TableInfo, DatasetError> {
-        Dataset::table(self, ctx, name).await
+        let t = Dataset::table(self, ctx, name).await?;
+        check_schema(name, &t.schema)?;
+        note(&t);
+        Ok(t)
     }
 }
 
@@ -75,14 +110,19 @@ impl Catalog for ApplicationCatalog {
         if ctx.table_exist(name).unwrap_or(false)
             && let Ok(provider) = ctx.table_provider(name).await
         {
+            let schema = provider.schema();
+            check_schema(name, &schema)?;
             return Ok(TableInfo {
                 name: name.to_string(),
-                schema: provider.schema(),
+                schema,
                 provider,
                 files: Vec::new(),
                 skipped: Vec::new(),
             });
         }
-        self.dataset.table(ctx, name).await
+        let t = self.dataset.table(ctx, name).await?;
+        check_schema(name, &t.schema)?;
+        note(&t);
+        Ok(t)
     }
 }

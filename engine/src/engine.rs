@@ -12,7 +12,7 @@ use datafusion::sql::unparser::plan_to_sql;
 use signalql_catalog::Dataset;
 
 use crate::bind::Binder;
-use crate::catalog::{ApplicationCatalog, Catalog};
+use crate::catalog::{ApplicationCatalog, Catalog, noting_skipped};
 use crate::context::{Bundle, Explanation};
 use crate::describe::Describer;
 use crate::envelope::Envelope;
@@ -55,6 +55,8 @@ pub struct Compiled {
     pub statement: Statement,
     pub lowered: Lowered,
     pub sql: Result<String>,
+    /// Files the tables it reads were opened without (`skip_invalid_files`).
+    pub skipped: Vec<signalql_catalog::SkippedFile>,
 }
 
 impl Engine {
@@ -76,9 +78,10 @@ impl Engine {
         let dataset = Dataset::open_with(root, &options.storage)?;
         let session = crate::session::from_application(&ctx);
         let limits = options.limits.with_config(&dataset.config().limits);
+        let root = dataset.root().clone();
         Ok(Engine {
             catalog: Box::new(ApplicationCatalog::new(dataset)),
-            exec: Executor::new(session, limits),
+            exec: Executor::new(session, limits).with_root(root),
             now: options.now,
         })
     }
@@ -87,9 +90,10 @@ impl Engine {
         let dataset = Dataset::open_with(root, &options.storage)?;
         let limits = options.limits.with_config(&dataset.config().limits);
         let session = crate::session::for_dataset(&dataset, &limits)?;
+        let root = dataset.root().clone();
         Ok(Engine {
             catalog: Box::new(dataset),
-            exec: Executor::new(session, limits),
+            exec: Executor::new(session, limits).with_root(root),
             now: options.now,
         })
     }
@@ -137,12 +141,14 @@ impl Engine {
 
     /// Lower a parsed statement without running it, with the SQL the plan unparses to.
     pub async fn compile_statement(&self, statement: Statement) -> Result<Compiled> {
-        let lowered = self.lower_statement(&statement).await?;
+        let (lowered, skipped) = noting_skipped(self.lower_statement(&statement)).await;
+        let lowered = lowered?;
         let sql = plan_sql(&lowered.plan);
         Ok(Compiled {
             statement,
             lowered,
             sql,
+            skipped,
         })
     }
 
@@ -250,7 +256,12 @@ impl Engine {
     /// Compute the bundle for `CONTEXT FOR "task" …` and keep it in the context store (the first
     /// record for an address wins; the returned bundle is the one computed now).
     pub async fn context(&self, q: &ContextQuery) -> Result<Bundle> {
-        crate::context::build::bundle(self.catalog.as_ref(), &self.exec, q, self.now()?).await
+        let build =
+            crate::context::build::bundle(self.catalog.as_ref(), &self.exec, q, self.now()?);
+        let (bundle, skipped) = noting_skipped(build).await;
+        let mut bundle = bundle?;
+        bundle.metadata.skipped_files = skipped;
+        Ok(bundle)
     }
 
     /// The logical plan behind `CONTEXT FOR` (opening the object tables; nothing is run): one
@@ -271,10 +282,11 @@ impl Engine {
 
     /// The envelope of a DESCRIBE: one row per catalog record (docs/describe.md).
     pub async fn describe_envelope(&self, q: &DescribeQuery) -> Result<Envelope> {
-        self.describer()?
-            .envelope(&q.target)
-            .await
-            .map_err(|e| e.at(q.span))
+        let describer = self.describer()?;
+        let (envelope, skipped) = noting_skipped(describer.envelope(&q.target)).await;
+        let mut envelope = envelope.map_err(|e| e.at(q.span))?;
+        envelope.metadata.skipped_files = skipped;
+        Ok(envelope)
     }
 
     /// Every catalog record of the dataset: events, entities, relationships, signals and
@@ -328,13 +340,15 @@ impl Engine {
     async fn run_with_batches(&self, compiled: &Compiled) -> Result<(Envelope, Vec<RecordBatch>)> {
         let lowered = &compiled.lowered;
         let capped = self.exec.run_lowered(lowered).await?;
-        crate::envelope::analytics(
+        let (mut envelope, batches) = crate::envelope::analytics(
             lowered,
             &capped,
             compiled.sql.as_deref().ok(),
             &self.dataset().config().units,
             self.limits(),
-        )
+        )?;
+        envelope.metadata.skipped_files = compiled.skipped.clone();
+        Ok((envelope, batches))
     }
 }
 

@@ -56,6 +56,10 @@ pub struct Metadata {
     /// The governed metrics used, with their versions and resolved expressions.
     #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub metrics: Vec<crate::metrics::MetricInfo>,
+    /// Files left out of the answer because they cannot be read (`skip_invalid_files`): when
+    /// any is listed, the answer is over part of the data.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub skipped_files: Vec<signalql_catalog::SkippedFile>,
     pub signalql_version: String,
     pub engine_version: String,
     pub limits: Value,
@@ -90,6 +94,7 @@ impl Metadata {
             },
             compiled_sql_digest: None,
             metrics: Vec::new(),
+            skipped_files: Vec::new(),
             signalql_version: SIGNALQL_VERSION.into(),
             engine_version: env!("CARGO_PKG_VERSION").into(),
             limits: limits.to_json(),

@@ -298,6 +298,7 @@ impl From<DatasetError> for Error {
         let message = e.to_string();
         let err = match &e {
             DatasetError::BadColumn { .. } => Error::type_error(message),
+            DatasetError::BadFile { file, .. } => Error::io(message).in_file(file.clone(), None),
             DatasetError::Unsupported(_) => Error::new(
                 ErrorKind::Capability {
                     feature: "dataset root scheme".into(),
@@ -395,5 +396,32 @@ impl Error {
             },
             other => Error::internal(other.to_string()),
         }
+    }
+}
+
+/// The text of a panic's payload.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".into())
+}
+
+/// The `internal_error` for a panic caught at the engine's boundary.
+pub fn from_panic(payload: &(dyn std::any::Any + Send)) -> Error {
+    Error::internal(format!(
+        "the engine panicked (a bug; please report it): {}",
+        panic_message(payload)
+    ))
+}
+
+/// Runs `request` and turns a panic inside it into an `internal_error`, so a server keeps
+/// serving and a CLI exits with an error (the boundary of every request: CLI, MCP).
+pub async fn catch_panics<T>(request: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+    use futures::FutureExt;
+    match std::panic::AssertUnwindSafe(request).catch_unwind().await {
+        Ok(r) => r,
+        Err(payload) => Err(from_panic(payload.as_ref())),
     }
 }

@@ -24,6 +24,8 @@ use crate::lower::{Lowered, Stage};
 pub struct Executor {
     ctx: SessionContext,
     limits: Limits,
+    /// The dataset root, to name a file that fails a scan relative to it.
+    root: Option<signalql_catalog::Root>,
 }
 
 /// An executed plan: its batches, the physical plan that made them, and what its scans read.
@@ -45,7 +47,17 @@ pub struct Capped {
 
 impl Executor {
     pub fn new(ctx: SessionContext, limits: Limits) -> Self {
-        Executor { ctx, limits }
+        Executor {
+            ctx,
+            limits,
+            root: None,
+        }
+    }
+
+    /// Names files relative to `root` in errors.
+    pub fn with_root(mut self, root: signalql_catalog::Root) -> Self {
+        self.root = Some(root);
+        self
     }
 
     pub fn session(&self) -> &SessionContext {
@@ -85,7 +97,11 @@ impl Executor {
         let task = state.task_ctx();
         let run = collect(Arc::clone(&physical), task);
         let batches = match tokio::time::timeout(Duration::from_secs(secs), run).await {
-            Ok(r) => r.map_err(|e| self.fill_limits(Error::from(e)))?,
+            Ok(Ok(b)) => b,
+            Ok(Err(e)) if is_file_data_error(&e) => {
+                return Err(self.name_bad_file(state, physical.as_ref(), e).await);
+            }
+            Ok(Err(e)) => return Err(self.fill_limits(Error::from(e))),
             Err(_) => return Err(timed_out()),
         };
         let scanned = scan_metrics(physical.as_ref());
@@ -147,6 +163,109 @@ impl Executor {
         }
         err
     }
+}
+
+impl Executor {
+    /// A scan failed on a file's data (a corrupt page, a bad encoding): find the file, by
+    /// reading each file the plan scans until one fails the same way, and name it.
+    async fn name_bad_file(
+        &self,
+        state: &SessionState,
+        physical: &dyn ExecutionPlan,
+        e: datafusion::error::DataFusionError,
+    ) -> Error {
+        let mut files = Vec::new();
+        scanned_files(physical, &mut files);
+        for (url, meta) in files {
+            let Ok(store) = state.runtime_env().object_store(&url) else {
+                continue;
+            };
+            let read = std::panic::AssertUnwindSafe(read_whole(store, meta.clone()));
+            let failed = match futures::FutureExt::catch_unwind(read).await {
+                Ok(Ok(())) => continue,
+                Ok(Err(message)) => message,
+                Err(payload) => crate::error::panic_message(payload.as_ref()),
+            };
+            let location = format!("/{}", meta.location);
+            let file = match &self.root {
+                Some(root) if root.local().is_some() => root.relative(&location),
+                Some(root) => root.relative(meta.location.as_ref()),
+                None => location,
+            };
+            return Error::io(format!("cannot read {file}: {failed}"))
+                .in_file(file.clone(), None)
+                .caused_by(e);
+        }
+        Error::io(format!("cannot read the data: {e}")).caused_by(e)
+    }
+}
+
+/// Whether `e` comes from decoding a file's data (Parquet or Arrow decoding).
+fn is_file_data_error(e: &datafusion::error::DataFusionError) -> bool {
+    use datafusion::arrow::error::ArrowError;
+    use datafusion::error::DataFusionError as D;
+    use datafusion::parquet::errors::ParquetError;
+    let mut at: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = at {
+        if err.downcast_ref::<ParquetError>().is_some()
+            || matches!(err.downcast_ref::<D>(), Some(D::ParquetError(_)))
+            || matches!(
+                err.downcast_ref::<ArrowError>(),
+                Some(ArrowError::ParquetError(_))
+            )
+        {
+            return true;
+        }
+        at = err.source();
+    }
+    false
+}
+
+/// The files the scans of `plan` read: (store, object).
+fn scanned_files(
+    plan: &dyn ExecutionPlan,
+    out: &mut Vec<(
+        datafusion::execution::object_store::ObjectStoreUrl,
+        object_store::ObjectMeta,
+    )>,
+) {
+    use datafusion::datasource::physical_plan::FileScanConfig;
+    use datafusion::datasource::source::DataSourceExec;
+    if let Some(exec) = plan.downcast_ref::<DataSourceExec>()
+        && let Some(config) = exec.data_source().downcast_ref::<FileScanConfig>()
+    {
+        for group in &config.file_groups {
+            for f in group.iter() {
+                out.push((config.object_store_url.clone(), f.object_meta.clone()));
+            }
+        }
+    }
+    for child in plan.children() {
+        scanned_files(child.as_ref(), out);
+    }
+}
+
+/// Reads every row of a Parquet file; the error is why it cannot be read. (parquet 59
+/// deprecates `ParquetObjectReader` for hand-written readers; on this error path, reading a
+/// file once, it is still the simplest correct one.)
+#[allow(deprecated)]
+async fn read_whole(
+    store: Arc<dyn object_store::ObjectStore>,
+    meta: object_store::ObjectMeta,
+) -> std::result::Result<(), String> {
+    use datafusion::parquet::arrow::ParquetRecordBatchStreamBuilder;
+    use datafusion::parquet::arrow::async_reader::ParquetObjectReader;
+    use futures::StreamExt;
+    let reader = ParquetObjectReader::new(store, meta.location).with_file_size(meta.size);
+    let mut stream = ParquetRecordBatchStreamBuilder::new(reader)
+        .await
+        .map_err(|e| e.to_string())?
+        .build()
+        .map_err(|e| e.to_string())?;
+    while let Some(batch) = stream.next().await {
+        batch.map_err(|e| e.to_string())?;
+    }
+    Ok(())
 }
 
 /// Rows and bytes read by the scans (the leaves) of an executed plan.

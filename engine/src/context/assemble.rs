@@ -113,6 +113,7 @@ pub fn assemble(
             excluded,
             truncated,
             compression_ratio: None,
+            skipped_files: Vec::new(),
         },
     };
     (bundle, explanation)

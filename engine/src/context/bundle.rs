@@ -78,6 +78,10 @@ pub struct BundleMetadata {
     /// (1.0 when nothing was compressed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compression_ratio: Option<f64>,
+    /// Files the object tables were read without (`skip_invalid_files`): when any is listed,
+    /// the bundle was packed from part of the store.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped_files: Vec<signalql_catalog::SkippedFile>,
 }
 
 /// A context bundle, with the spec's field names.

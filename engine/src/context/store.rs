@@ -81,6 +81,7 @@ mod tests {
             excluded: Default::default(),
             truncated: false,
             compression_ratio: None,
+            skipped_files: Vec::new(),
         };
         let bundle = Bundle {
             id: "context://ctx_0123456789abcdef0123456789abcdef".into(),
