@@ -153,13 +153,22 @@ impl Executor {
         Ok(executed)
     }
 
-    /// A memory-pool error names the configured pool size.
+    /// A memory-pool error names the configured limit and what to narrow; DataFusion's
+    /// account of the pool stays in its cause.
     fn fill_limits(&self, mut err: Error) -> Error {
         if let ErrorKind::LimitExceeded { limit, max, value } = &mut err.kind
             && limit == "query_memory_bytes"
         {
             *max = self.limits.query_memory_bytes;
             *value = max.saturating_add(1);
+            err.message = format!(
+                "the query needs more memory than query_memory_bytes ({} bytes) allows",
+                self.limits.query_memory_bytes
+            );
+            err = err.with_help(
+                "narrow the window, filter with WHERE, group by fewer keys or a coarser \
+                 BUCKET BY, or raise memory_bytes in [limits] of signalql.toml",
+            );
         }
         err
     }
@@ -196,11 +205,13 @@ impl Executor {
                 .in_file(file.clone(), None)
                 .caused_by(e);
         }
-        Error::io(format!("cannot read the data: {e}")).caused_by(e)
+        // No file fails on its own: not a problem of one file's data.
+        self.fill_limits(Error::from(e))
     }
 }
 
-/// Whether `e` comes from decoding a file's data (Parquet or Arrow decoding).
+/// Whether `e` may come from decoding a file's data: a Parquet or Arrow decoding error, or a
+/// panic in a scan's task (the Parquet reader panics on some corrupt metadata).
 fn is_file_data_error(e: &datafusion::error::DataFusionError) -> bool {
     use datafusion::arrow::error::ArrowError;
     use datafusion::error::DataFusionError as D;
@@ -213,6 +224,11 @@ fn is_file_data_error(e: &datafusion::error::DataFusionError) -> bool {
                 err.downcast_ref::<ArrowError>(),
                 Some(ArrowError::ParquetError(_))
             )
+            || matches!(err.downcast_ref::<D>(), Some(D::ExecutionJoin(_)))
+            || err
+                .downcast_ref::<tokio::task::JoinError>()
+                .is_some_and(|j| j.is_panic())
+            || err.to_string().contains("panicked")
         {
             return true;
         }
