@@ -5,6 +5,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod bad_data;
 mod catalog_generators;
 mod catalog_ingest;
 mod catalog_objects;
