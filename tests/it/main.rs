@@ -11,6 +11,7 @@ mod catalog_ingest;
 mod catalog_objects;
 mod cli;
 mod context;
+mod crash;
 mod data_sources;
 mod embed;
 mod envelope;
