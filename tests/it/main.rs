@@ -18,6 +18,7 @@ mod envelope;
 mod execution;
 mod extended;
 mod mcp;
+mod memory;
 mod module_cycles;
 mod s3;
 mod syntax_errors;
