@@ -20,6 +20,7 @@ mod extended;
 mod mcp;
 mod memory;
 mod module_cycles;
+mod query_fuzz;
 mod s3;
 mod syntax_errors;
 mod syntax_roundtrip;

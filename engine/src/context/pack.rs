@@ -65,7 +65,18 @@ impl PackParams {
             prefer: q.prefer.clone(),
             project: q.project.clone(),
             min_created: match &q.max_age {
-                Some(d) => Some(t - crate::lower::time::duration_seconds(d)? * 1_000_000),
+                Some(d) => {
+                    let too_old = || {
+                        let secs =
+                            d.n.saturating_mul(crate::lower::time::unit_seconds(d.unit) as u64);
+                        Error::limit("max_age_seconds", (i64::MAX / 1_000_000) as u64, secs)
+                            .with_help("MAX AGE reaches before year 1; give a shorter age")
+                            .at(q.span)
+                    };
+                    let secs = crate::lower::time::duration_seconds(d).map_err(|_| too_old())?;
+                    let micros = secs.checked_mul(1_000_000).ok_or_else(too_old)?;
+                    Some(t.checked_sub(micros).ok_or_else(too_old)?)
+                }
                 None => None,
             },
             compress: q.compress,

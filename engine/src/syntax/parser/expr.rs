@@ -78,7 +78,16 @@ impl Parser {
         }
         self.advance();
         let mut parts = vec![t.text];
-        while self.eat(&TokenKind::Dot).is_some() {
+        while let Some(dot) = self.eat(&TokenKind::Dot) {
+            if parts.len() == super::MAX_PATH_SEGMENTS {
+                return Err(Error::parse(
+                    format!(
+                        "a field path has at most {} segments",
+                        super::MAX_PATH_SEGMENTS
+                    ),
+                    dot.span,
+                ));
+            }
             parts.push(self.parse_word("a field name after '.'")?.0);
         }
         Ok(FieldRef::Path(parts))
@@ -165,17 +174,20 @@ impl Parser {
 
     /// predicate_expr ::= predicate_term ( "OR" predicate_term )*
     pub(super) fn parse_predicate_expr(&mut self) -> Result<BoolExpr> {
+        self.bool_ops = 0;
         self.parse_bool_or(false)
     }
 
     /// having_expr ::= having_term ( "OR" having_term )*
     pub(super) fn parse_having_expr(&mut self) -> Result<BoolExpr> {
+        self.bool_ops = 0;
         self.parse_bool_or(true)
     }
 
     fn parse_bool_or(&mut self, having: bool) -> Result<BoolExpr> {
         let mut left = self.parse_predicate_term(having)?;
-        while self.eat_kw("or").is_some() {
+        while let Some(op) = self.eat_kw("or") {
+            self.count_bool_op(op.span)?;
             let right = self.parse_predicate_term(having)?;
             left = BoolExpr::Or(Box::new(left), Box::new(right));
         }
@@ -185,7 +197,8 @@ impl Parser {
     /// predicate_term ::= predicate_factor ( "AND" predicate_factor )*
     fn parse_predicate_term(&mut self, having: bool) -> Result<BoolExpr> {
         let mut left = self.parse_predicate_factor(having)?;
-        while self.eat_kw("and").is_some() {
+        while let Some(op) = self.eat_kw("and") {
+            self.count_bool_op(op.span)?;
             let right = self.parse_predicate_factor(having)?;
             left = BoolExpr::And(Box::new(left), Box::new(right));
         }

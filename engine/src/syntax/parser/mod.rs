@@ -19,6 +19,13 @@ use crate::syntax::lexer::{Lexer, StringMode, Token, TokenKind, tokenize};
 
 /// Maximum nesting of parentheses and `NOT` in a boolean expression.
 pub const MAX_DEPTH: usize = 64;
+/// Maximum `AND`/`OR` operators in one boolean expression (WHERE, HAVING, WHEN). Each one is
+/// a level of the expression tree every later pass walks recursively; with [`MAX_DEPTH`] this
+/// keeps the deepest tree within a 2 MiB thread stack in a debug build (tests/it/query_fuzz.rs).
+/// A long list of alternatives is `IN (…)`.
+pub const MAX_BOOL_OPS: usize = 64;
+/// Maximum segments of a field path (`properties.a.b…`).
+pub const MAX_PATH_SEGMENTS: usize = 16;
 
 /// Parses one SignalQL statement (any dialect).
 pub fn parse(text: &str) -> Result<Statement> {
@@ -97,6 +104,8 @@ pub(crate) struct Parser {
     tokens: Vec<Token>,
     pos: usize,
     depth: usize,
+    /// `AND`/`OR` operators of the boolean expression being parsed.
+    bool_ops: usize,
     /// Whether this is a v0.1 query (FUNNEL takes the v0.1 form).
     v01: bool,
 }
@@ -126,6 +135,7 @@ impl Parser {
             tokens,
             pos: 0,
             depth: 0,
+            bool_ops: 0,
             v01,
         }
     }
@@ -280,6 +290,21 @@ impl Parser {
             return Err(Error::parse(
                 format!("expression nests deeper than {MAX_DEPTH} levels"),
                 self.peek().span,
+            ));
+        }
+        Ok(())
+    }
+
+    /// Counts one `AND`/`OR` operator at `span`; errors beyond [`MAX_BOOL_OPS`].
+    fn count_bool_op(&mut self, span: Span) -> Result<()> {
+        self.bool_ops += 1;
+        if self.bool_ops > MAX_BOOL_OPS {
+            return Err(Error::parse(
+                format!(
+                    "expression has more than {MAX_BOOL_OPS} AND/OR operators; \
+                     write a list of alternatives as IN (…)"
+                ),
+                span,
             ));
         }
         Ok(())
