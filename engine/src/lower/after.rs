@@ -310,10 +310,12 @@ fn densify(
         left_keys.push(Column::from_name(format!("__g{i}")));
         right_keys.push(Column::from_name(format!("__rg{i}")));
     }
-    let joined = grid.join_detailed(
-        right,
-        JoinType::Left,
-        (left_keys, right_keys),
+    // The sparse aggregate is the join's build side and the grid (buckets × groups, up to
+    // max_groups rows) streams past it: a hash table over the grid would hold all of it.
+    let joined = LogicalPlanBuilder::from(right).join_detailed(
+        grid.build()?,
+        JoinType::Right,
+        (right_keys, left_keys),
         None,
         NullEquality::NullEqualsNull,
     )?;
