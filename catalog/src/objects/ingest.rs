@@ -215,6 +215,8 @@ pub fn ingest_objects(
     let now = opts.now.timestamp_micros();
     let (inputs, scopes) = walk(paths)?;
     let root: Root = root.into();
+    // What interrupted runs left goes first, even when this run turns out to add nothing.
+    crate::commit::cleanup(&root)?;
     let known = known_objects(&root)?;
     let mut summary = ObjectIngestSummary {
         files_seen: inputs.len(),
