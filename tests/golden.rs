@@ -132,45 +132,8 @@ fn build(name: &str, root: &Path) {
         signalql::catalog::ingest::ingest_events(&dir, &[input]).unwrap();
     }
     if src.join("users.jsonl").exists() {
-        write_side_tables(&src, &dir);
+        common::write_tiny_side_tables(&src, &dir);
     }
-}
-
-/// A table of the tiny dataset read from JSONL with a fixed schema and written as Parquet.
-fn write_table(
-    jsonl: &Path,
-    root: &Path,
-    table: &str,
-    schema: datafusion::arrow::datatypes::SchemaRef,
-) {
-    let file = std::io::BufReader::new(std::fs::File::open(jsonl).unwrap());
-    let reader = datafusion::arrow::json::ReaderBuilder::new(schema.clone())
-        .build(file)
-        .unwrap();
-    let batches: Vec<_> = reader.collect::<Result<_, _>>().unwrap();
-    signalql::catalog::write::write_parquet_atomic(&root.join(table), table, schema, &batches)
-        .unwrap();
-}
-
-/// The tiny dataset's `users` (for v0.1 `traits.K`) and `signals` tables.
-fn write_side_tables(src: &Path, root: &Path) {
-    use datafusion::arrow::datatypes::{DataType, Field, Fields, Schema};
-    use std::sync::Arc;
-    let traits = Fields::from(vec![
-        Field::new("company", DataType::Utf8, true),
-        Field::new("plan", DataType::Utf8, true),
-    ]);
-    let users = Arc::new(Schema::new(vec![
-        Field::new("user_id", DataType::Utf8, false),
-        Field::new("traits", DataType::Struct(traits), true),
-    ]));
-    write_table(&src.join("users.jsonl"), root, "users", users);
-    write_table(
-        &src.join("signals.jsonl"),
-        root,
-        "signals",
-        signalql::catalog::generator::signals_schema(),
-    );
 }
 
 /// The engine options of a case: its `now`, and where S3 is.

@@ -3,6 +3,8 @@
 
 pub mod s3;
 
+use std::path::Path;
+
 /// A dataset that links the sample's events and fixes T at 2026-06-13T00:00:00Z, to which a
 /// test adds its own files.
 pub fn sample_events_dataset() -> tempfile::TempDir {
@@ -36,4 +38,42 @@ pub fn ingest_docs(root: &std::path::Path, files: &[(&str, &str)]) {
         &options,
     )
     .unwrap();
+}
+
+/// A table of the tiny dataset read from JSONL with a fixed schema and written as Parquet.
+fn write_table(
+    jsonl: &Path,
+    root: &Path,
+    table: &str,
+    schema: datafusion::arrow::datatypes::SchemaRef,
+) {
+    let file = std::io::BufReader::new(std::fs::File::open(jsonl).unwrap());
+    let reader = datafusion::arrow::json::ReaderBuilder::new(schema.clone())
+        .build(file)
+        .unwrap();
+    let batches: Vec<_> = reader.collect::<Result<_, _>>().unwrap();
+    signalql::catalog::write::write_parquet_atomic(&root.join(table), table, schema, &batches)
+        .unwrap();
+}
+
+/// The tiny dataset's `users` (for v0.1 `traits.K`) and `signals` tables, from
+/// `src/users.jsonl` and `src/signals.jsonl` (golden's `tiny` data and the query fuzz).
+pub fn write_tiny_side_tables(src: &Path, root: &Path) {
+    use datafusion::arrow::datatypes::{DataType, Field, Fields, Schema};
+    use std::sync::Arc;
+    let traits = Fields::from(vec![
+        Field::new("company", DataType::Utf8, true),
+        Field::new("plan", DataType::Utf8, true),
+    ]);
+    let users = Arc::new(Schema::new(vec![
+        Field::new("user_id", DataType::Utf8, false),
+        Field::new("traits", DataType::Struct(traits), true),
+    ]));
+    write_table(&src.join("users.jsonl"), root, "users", users);
+    write_table(
+        &src.join("signals.jsonl"),
+        root,
+        "signals",
+        signalql::catalog::generator::signals_schema(),
+    );
 }

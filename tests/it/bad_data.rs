@@ -41,18 +41,25 @@ fn write_jsonl(dir: &Path, name: &str, lines: &[&str]) -> PathBuf {
 
 /// Three ingests see `properties.x` as an integer, text and a float: all three read as text
 /// (DESIGN: int → float → text), on the files as written.
-#[test]
-fn drifting_property_types_widen_instead_of_bricking_the_dataset() {
-    let tmp = tempfile::tempdir().unwrap();
-    let root = tmp.path().join("ds");
+/// A new dataset `tmp/name` with one ingest per value of `properties.x` (JSON text), an hour
+/// apart from 2026-01-02T00:00:00Z.
+fn ingest_each(tmp: &Path, name: &str, values: &[&str]) -> PathBuf {
+    let root = tmp.join(name);
     std::fs::create_dir(&root).unwrap();
-    for (i, x) in ["1", "\"v1\"", "2.5"].iter().enumerate() {
+    for (i, x) in values.iter().enumerate() {
         let line = format!(
             r#"{{"event_name":"a","timestamp":"2026-01-02T0{i}:00:00Z","properties":{{"x":{x}}}}}"#
         );
-        let f = write_jsonl(tmp.path(), &format!("{i}.jsonl"), &[&line]);
+        let f = write_jsonl(tmp, &format!("{name}-{i}.jsonl"), &[&line]);
         ingest_events(root.as_path(), &[f]).unwrap();
     }
+    root
+}
+
+#[test]
+fn drifting_property_types_widen_instead_of_bricking_the_dataset() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = ingest_each(tmp.path(), "ds", &["1", "\"v1\"", "2.5"]);
     let env = query(
         &root,
         "FROM events DURING LAST 2 d GROUP BY properties.x RETURN properties.x, count",
@@ -75,15 +82,7 @@ fn drifting_property_types_widen_instead_of_bricking_the_dataset() {
     assert_eq!(env.rows[0][0], 1);
 
     // Integer then float: the float column reads the integers exactly.
-    let root2 = tmp.path().join("ds2");
-    std::fs::create_dir(&root2).unwrap();
-    for (i, x) in ["3", "0.5"].iter().enumerate() {
-        let line = format!(
-            r#"{{"event_name":"a","timestamp":"2026-01-02T0{i}:00:00Z","properties":{{"x":{x}}}}}"#
-        );
-        let f = write_jsonl(tmp.path(), &format!("n{i}.jsonl"), &[&line]);
-        ingest_events(root2.as_path(), &[f]).unwrap();
-    }
+    let root2 = ingest_each(tmp.path(), "ds2", &["3", "0.5"]);
     let env = query(
         &root2,
         "FROM events DURING LAST 2 d RETURN sum(properties.x)",

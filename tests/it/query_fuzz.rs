@@ -1090,40 +1090,13 @@ impl Mutator {
 // The dataset: the tiny one (built as tests/golden.rs builds it), with the sample's entities,
 // relationships and metrics and a small object store, so that every statement kind can bind.
 
-fn write_table(
-    jsonl: &Path,
-    root: &Path,
-    table: &str,
-    schema: datafusion::arrow::datatypes::SchemaRef,
-) {
-    let file = std::io::BufReader::new(std::fs::File::open(jsonl).unwrap());
-    let reader = datafusion::arrow::json::ReaderBuilder::new(schema.clone())
-        .build(file)
-        .unwrap();
-    let batches: Vec<_> = reader.collect::<Result<_, _>>().unwrap();
-    signalql::catalog::write::write_parquet_atomic(&root.join(table), table, schema, &batches)
-        .unwrap();
-}
-
 fn fuzz_dataset() -> tempfile::TempDir {
-    use datafusion::arrow::datatypes::{DataType, Field, Fields, Schema};
-    use std::sync::Arc;
     let root = tempfile::tempdir().unwrap();
     let dir = root.path();
     let tiny = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/tiny");
     std::fs::copy(tiny.join("signalql.toml"), dir.join("signalql.toml")).unwrap();
     signalql::catalog::ingest::ingest_events(dir, &[tiny.join("events.jsonl")]).unwrap();
-    let traits = Fields::from(vec![
-        Field::new("company", DataType::Utf8, true),
-        Field::new("plan", DataType::Utf8, true),
-    ]);
-    let users = Arc::new(Schema::new(vec![
-        Field::new("user_id", DataType::Utf8, false),
-        Field::new("traits", DataType::Struct(traits), true),
-    ]));
-    write_table(&tiny.join("users.jsonl"), dir, "users", users);
-    let signals = signalql::catalog::generator::signals_schema();
-    write_table(&tiny.join("signals.jsonl"), dir, "signals", signals);
+    crate::common::write_tiny_side_tables(&tiny, dir);
     let sample = signalql::sample_dataset();
     for table in ["entities", "relationships"] {
         let src = std::fs::canonicalize(sample.join(table)).unwrap();

@@ -215,8 +215,10 @@ pub fn ingest_objects(
     let now = opts.now.timestamp_micros();
     let (inputs, scopes) = walk(paths)?;
     let root: Root = root.into();
-    // What interrupted runs left goes first, even when this run turns out to add nothing.
-    crate::commit::cleanup(&root)?;
+    // One ingest: every table's file is visible from its commit on, all or none. Beginning it
+    // cleans up what interrupted runs left, even when this run turns out to add nothing (its
+    // commit then records nothing).
+    let mut ingest = Ingest::begin(&root)?;
     let known = known_objects(&root)?;
     let mut summary = ObjectIngestSummary {
         files_seen: inputs.len(),
@@ -374,7 +376,8 @@ pub fn ingest_objects(
         ));
     }
 
-    summary.written = write_rows(&root, &rows, opts, now)?;
+    summary.written = write_rows(&root, &mut ingest, &rows, opts, now)?;
+    ingest.commit()?;
     Ok(summary)
 }
 
@@ -397,23 +400,15 @@ fn roles_array(all: impl Iterator<Item = Vec<String>>) -> ArrayRef {
     Arc::new(b.finish())
 }
 
-/// Writes the non-empty tables, representations first and objects last.
+/// Writes the non-empty tables as files of `ingest`, representations first and objects last.
 fn write_rows(
     root: &Root,
+    ingest: &mut Ingest,
     rows: &Rows,
     opts: &ObjectIngestOptions,
     now: i64,
 ) -> Result<Vec<PathBuf>> {
     let project = opts.project.as_deref();
-    if rows.reps.is_empty()
-        && rows.links.is_empty()
-        && rows.revisions.is_empty()
-        && rows.objects.is_empty()
-    {
-        return Ok(Vec::new());
-    }
-    // One ingest: every table's file is visible from its commit on, all or none.
-    let mut ingest = Ingest::begin(root)?;
     let stem = ingest.stem();
     let ts =
         |v: Vec<i64>| Arc::new(TimestampMicrosecondArray::from(v).with_timezone("UTC")) as ArrayRef;
@@ -501,6 +496,5 @@ fn write_rows(
             ],
         )?;
     }
-    ingest.commit()?;
     Ok(written)
 }
