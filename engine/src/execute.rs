@@ -94,6 +94,7 @@ impl Executor {
             return Err(timed_out());
         }
         let physical = state.create_physical_plan(plan).await?;
+        failpoint_execute();
         let task = state.task_ctx();
         let run = collect(Arc::clone(&physical), task);
         let batches = match tokio::time::timeout(Duration::from_secs(secs), run).await {
@@ -299,4 +300,20 @@ fn scan_metrics(plan: &dyn ExecutionPlan) -> (u64, u64) {
         .iter()
         .map(|c| scan_metrics(c.as_ref()))
         .fold((0, 0), |(r, b), (r2, b2)| (r + r2, b + b2))
+}
+
+/// A test hook of debug builds (docs/semantics.md, "Bugs"): with `SIGNALQL_FAILPOINT=execute`
+/// in its environment, the process's first query panics here, after planning. Tests use it to
+/// see a panic inside a query caught at the engine's boundary: the CLI exits 1 with
+/// `internal_error`, the MCP server answers the call with it and serves the next one.
+fn failpoint_execute() {
+    #[cfg(debug_assertions)]
+    {
+        static FIRED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        if std::env::var_os("SIGNALQL_FAILPOINT").is_some_and(|v| v == "execute")
+            && !FIRED.swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            panic!("failpoint execute");
+        }
+    }
 }

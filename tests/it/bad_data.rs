@@ -361,6 +361,52 @@ fn tables_without_the_columns_the_engine_needs_name_table_and_column() {
     let e = r.expect_err("content int64");
     assert_eq!(e.code(), "type_error", "{e}");
     assert!(e.to_string().contains("content"), "{e}");
+
+    // The revisions ingest wrote, less their `roles`: io_error naming the table and column,
+    // for FIND OBJECT as for CONTEXT FOR (both read the roles to keep secrets out).
+    let tmp = tempfile::tempdir().unwrap();
+    crate::common::ingest_docs(tmp.path(), &[("a.md", "# A\n\nsome words about storage\n")]);
+    let dir = tmp.path().join("revisions");
+    let mut batches = Vec::new();
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let path = e.unwrap().path();
+        let file = std::fs::File::open(&path).unwrap();
+        let reader =
+            datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
+                file,
+            )
+            .unwrap()
+            .build()
+            .unwrap();
+        for b in reader {
+            let b = b.unwrap();
+            let keep: Vec<usize> = (0..b.num_columns())
+                .filter(|i| b.schema().field(*i).name() != "roles")
+                .collect();
+            batches.push(b.project(&keep).unwrap());
+        }
+        std::fs::remove_file(path).unwrap();
+    }
+    assert_eq!(batches.len(), 1);
+    let b = &batches[0];
+    let schema = b.schema();
+    let columns = schema
+        .fields()
+        .iter()
+        .zip(b.columns())
+        .map(|(f, c)| (f.name().as_str(), Arc::clone(c)))
+        .collect();
+    write_parquet(&dir.join("extra.parquet"), columns);
+    for q in [r#"CONTEXT FOR "storage""#, r#"FIND OBJECT ABOUT "storage""#] {
+        let r = rt().block_on(async {
+            let engine = Engine::open_with(tmp.path(), options())?;
+            engine.answer(q).await.map(|_| ())
+        });
+        let e = r.expect_err("revisions without roles");
+        assert_eq!(e.code(), "io_error", "{q}: {e}");
+        let m = e.to_string();
+        assert!(m.contains("revisions") && m.contains("roles"), "{q}: {m}");
+    }
 }
 
 /// Mutated bytes anywhere in a small Parquet file (footer, page headers, metadata): each

@@ -103,6 +103,32 @@ fn errors_exit_1_with_a_json_error() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("io_error"));
 }
 
+/// A panic inside a query (the debug builds' failpoint) ends as `internal_error`, exit 1, with
+/// the panic's message, as JSON too: not exit 101 and a backtrace.
+#[cfg(debug_assertions)]
+#[test]
+fn a_panic_inside_a_query_is_internal_error_exit_1() {
+    let o = Command::new(env!("CARGO_BIN_EXE_signalql"))
+        .args([
+            "query",
+            "--error-format",
+            "json",
+            "FROM events RETURN count",
+        ])
+        .env("SIGNALQL_FAILPOINT", "execute")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    let e = json(&o);
+    assert_eq!(e["error"]["code"], "internal_error", "{e}");
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("failpoint execute")),
+        "{e}"
+    );
+}
+
 #[test]
 fn now_fixes_t_and_as_of_wins() {
     let o = signalql(&[

@@ -40,23 +40,61 @@ async fn call(
     (r.is_error == Some(true), body)
 }
 
+/// `signalql mcp` on a child process's stdio, through rmcp's async read/write transport (its
+/// child-process transport would turn on other tokio and libc features and so rebuild
+/// DataFusion for the tests); `failpoint` goes into its environment.
+async fn serve(
+    root: &std::path::Path,
+    failpoint: Option<&str>,
+) -> (RunningService<RoleClient, ()>, tokio::process::Child) {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_signalql"));
+    cmd.arg("mcp")
+        .arg("--data")
+        .arg(root)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true);
+    if let Some(f) = failpoint {
+        cmd.env("SIGNALQL_FAILPOINT", f);
+    }
+    let mut child = cmd.spawn().unwrap();
+    let transport = (child.stdout.take().unwrap(), child.stdin.take().unwrap());
+    (().serve(transport).await.unwrap(), child)
+}
+
+/// A panic inside a query (the debug builds' failpoint fires on the first one) is that call's
+/// `internal_error`; the server goes on serving, and the next query answers.
+#[cfg(debug_assertions)]
+#[tokio::test]
+async fn the_mcp_server_survives_a_panic_inside_a_query() {
+    let root = dataset();
+    let (client, mut child) = serve(root.path(), Some("execute")).await;
+    let q = json!({"query": r#"FROM events WHERE event_name = "page_view" DURING LAST 7 d RETURN count"#});
+    let (err, e) = call(&client, "query", q.clone()).await;
+    assert!(err, "{e}");
+    assert_eq!(e["error"]["code"], "internal_error", "{e}");
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("failpoint execute"),
+        "{e}"
+    );
+    let (err, env) = call(&client, "query", q).await;
+    assert!(!err, "{env}");
+    assert_eq!(env["rows"], json!([[7304]]));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the server is still running"
+    );
+    client.cancel().await.unwrap();
+}
+
 #[tokio::test]
 async fn an_mcp_client_session_uses_every_tool() {
     let root = dataset();
-    // The server on a child process's stdio, through rmcp's async read/write transport (its
-    // child-process transport would turn on other tokio and libc features and so rebuild
-    // DataFusion for the tests).
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_signalql"))
-        .arg("mcp")
-        .arg("--data")
-        .arg(root.path())
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let transport = (child.stdout.take().unwrap(), child.stdin.take().unwrap());
-    let client = ().serve(transport).await.unwrap();
+    let (client, _child) = serve(root.path(), None).await;
 
     let info = client.peer_info().unwrap();
     assert_eq!(info.server_info.as_ref().unwrap().name, "signalql");

@@ -73,7 +73,7 @@ impl PackParams {
                             .with_help("MAX AGE reaches before year 1; give a shorter age")
                             .at(q.span)
                     };
-                    let secs = crate::lower::time::duration_seconds(d).map_err(|_| too_old())?;
+                    let secs = crate::lower::time::duration_seconds(d).ok_or_else(too_old)?;
                     let micros = secs.checked_mul(1_000_000).ok_or_else(too_old)?;
                     Some(t.checked_sub(micros).ok_or_else(too_old)?)
                 }

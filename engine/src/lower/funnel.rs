@@ -55,6 +55,12 @@ fn scan(view: &RetrieveQuery, input: &LowerInput) -> Result<Filtered> {
     )
 }
 
+/// `WITHIN n unit` in seconds. A span too long for an `i64` admits every chain, as the longest
+/// representable one does (docs/semantics.md).
+fn within_seconds(d: &crate::syntax::ast::Duration) -> i64 {
+    duration_seconds(d).unwrap_or(i64::MAX)
+}
+
 /// The per-user aggregate shared by funnels and sequences: scan → filter → `GROUP BY user_id`
 /// with `funnel(...)` as column `f`.
 fn per_user(
@@ -97,7 +103,7 @@ fn per_user(
 /// `FUNNEL "a" -> "b" … [WHERE] [DURING] WITHIN n unit [ORDER …] [EXCLUDING …] [GROUP BY …]`.
 pub fn lower_funnel(q: &FunnelQuery, view: &RetrieveQuery, input: &LowerInput) -> Result<Lowered> {
     check_steps(q.steps.len(), input, q.span)?;
-    let within = duration_seconds(&q.within)?;
+    let within = within_seconds(&q.within);
     let f = scan(view, input)?;
     let (as_of, window) = (f.as_of, f.window);
 
@@ -244,7 +250,7 @@ pub fn lower_sequence(
     input: &LowerInput,
 ) -> Result<Lowered> {
     check_steps(q.steps.len(), input, q.span)?;
-    let within = duration_seconds(&q.within)?;
+    let within = within_seconds(&q.within);
     let f = scan(view, input)?;
     let as_of = f.as_of;
     let users = per_user(

@@ -21,12 +21,17 @@ pub fn unit_seconds(unit: TimeUnit) -> i64 {
     }
 }
 
-/// The length of `n unit` in seconds, or a limit error when it overflows.
-pub fn duration_seconds(d: &Duration) -> Result<i64> {
+/// The length of `n unit` in seconds; `None` when it does not fit an `i64`.
+pub fn duration_seconds(d: &Duration) -> Option<i64> {
     i64::try_from(d.n)
         .ok()
         .and_then(|n| n.checked_mul(unit_seconds(d.unit)))
-        .ok_or_else(|| Error::limit("window_seconds", i64::MAX as u64, d.n))
+}
+
+/// The length of `n unit` in whole days, saturating (for limit messages).
+pub fn duration_days(d: &Duration) -> u64 {
+    let days = u128::from(d.n) * unit_seconds(d.unit) as u128 / 86_400;
+    u64::try_from(days).unwrap_or(u64::MAX)
 }
 
 /// Parse a normalised timestamp literal of the AST.
@@ -71,13 +76,12 @@ pub fn anchor(window: Option<&Window>, default_now: DateTime<Utc>) -> Result<Dat
 pub fn window_interval(window: &Window, t: DateTime<Utc>, max_days: u64) -> Result<Interval> {
     let interval = match &window.range {
         TimeWindow::Last(d) => {
-            let secs = duration_seconds(d)?;
-            if secs > max_days as i64 * 86_400 {
+            let max_secs = i64::try_from(max_days).map_or(i64::MAX, |m| m.saturating_mul(86_400));
+            let Some(secs) = duration_seconds(d).filter(|s| *s <= max_secs) else {
                 return Err(
-                    Error::limit("max_window_days", max_days, (secs / 86_400) as u64)
-                        .at(window.span),
+                    Error::limit("max_window_days", max_days, duration_days(d)).at(window.span)
                 );
-            }
+            };
             Interval {
                 start: t - ChronoDuration::seconds(secs),
                 end: t,
