@@ -13,6 +13,15 @@
 //! record is made after every file of the ingest exists, a reader that saw the record sees
 //! all of them, in every table; one that did not sees none.
 //!
+//! Object ingests also commit in sequence. Each reads what the object tables hold (to know
+//! which files are new revisions and which objects are gone) at a position, the highest
+//! sequence number among the records named `objects-<seq>.json`, and commits by creating
+//! `objects-<position + 1>.json`. Of two object ingests that read the same position, one
+//! creates that record and the other finds it there: a conflict, after which the loser
+//! removes its files, reads the tables again and writes what is still new. So concurrent
+//! object ingests of the same files add each revision once, not once per writer. Event
+//! ingests only append, and commit under their id (`<id>.json`) without a sequence.
+//!
 //! A SIGKILL before the record leaves files no reader reads. The next ingest into the root
 //! cleans them up: a pending marker without a commit whose writer is gone (same host, the
 //! process no longer running; on another host or on S3, older than [`STALE_AFTER`]) has its
@@ -67,20 +76,70 @@ pub fn ingest_id(file_name: &str) -> Option<&str> {
     (stamp_ok && hex_ok).then_some(id)
 }
 
-/// The committed ingest ids of a root, read before its table folders are listed.
+/// The name prefix of sequenced commit records (object ingests).
+const SEQUENCED: &str = "objects-";
+
+fn sequenced_name(seq: u64) -> String {
+    format!("{SEQUENCED}{seq:020}.json")
+}
+
+/// The sequence number of a sequenced record's name (`objects-` and 20 digits).
+fn sequence_of(name: &str) -> Option<u64> {
+    let digits = name.strip_prefix(SEQUENCED)?.strip_suffix(".json")?;
+    (digits.len() == 20 && digits.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| digits.parse().ok())
+        .flatten()
+}
+
+/// The ingest id a sequenced record commits: read from the record, once per process (records
+/// never change once created).
+fn sequenced_id(root: &Root, name: &str) -> std::result::Result<String, StorageError> {
+    static IDS: std::sync::Mutex<BTreeMap<String, String>> = std::sync::Mutex::new(BTreeMap::new());
+    let rel = format!("{COMMITS}/{name}");
+    let key = root.display_of(&rel);
+    if let Some(id) = IDS.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+        return Ok(id.clone());
+    }
+    let bad = |message: String| StorageError {
+        location: key.clone(),
+        message,
+    };
+    let raw = root
+        .read(&rel)?
+        .ok_or_else(|| bad("the commit record was listed but cannot be read".into()))?;
+    let record: Record =
+        serde_json::from_slice(&raw).map_err(|e| bad(format!("not a commit record: {e}")))?;
+    IDS.lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(key, record.id.clone());
+    Ok(record.id)
+}
+
+/// The committed ingest ids of a root, read before its table folders are listed, and the
+/// position of its object tables (the highest sequenced commit; 0 before the first).
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
     committed: HashSet<String>,
+    position: u64,
 }
 
 impl Snapshot {
     pub fn read(root: &Root) -> std::result::Result<Snapshot, StorageError> {
-        let committed = root
-            .list_names(COMMITS)?
-            .into_iter()
-            .filter_map(|(n, _)| n.strip_suffix(".json").map(str::to_string))
-            .collect();
-        Ok(Snapshot { committed })
+        let mut snapshot = Snapshot::default();
+        for (name, _) in root.list_names(COMMITS)? {
+            if let Some(seq) = sequence_of(&name) {
+                snapshot.position = snapshot.position.max(seq);
+                snapshot.committed.insert(sequenced_id(root, &name)?);
+            } else if let Some(id) = name.strip_suffix(".json") {
+                snapshot.committed.insert(id.to_string());
+            }
+        }
+        Ok(snapshot)
+    }
+
+    /// The object tables' position: the sequence number a sequenced commit follows.
+    pub fn position(&self) -> u64 {
+        self.position
     }
 
     /// Whether a reader reads the file at `location` (a path or key ending in its name).
@@ -94,6 +153,10 @@ impl Snapshot {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Marker {
     host: String,
+    /// The kernel boot and process namespace the pid is in ([`machine`]); empty in markers
+    /// written before it was recorded, or where it cannot be read.
+    #[serde(default)]
+    machine: String,
     pid: u32,
     started_at: DateTime<Utc>,
 }
@@ -129,6 +192,7 @@ impl Ingest {
         );
         let marker = Marker {
             host: host(),
+            machine: machine(),
             pid: std::process::id(),
             started_at: now,
         };
@@ -161,28 +225,62 @@ impl Ingest {
         self.files.entry(table.to_string()).or_default().push(name);
     }
 
-    /// Makes everything written visible at once: creates the commit record, then removes the
-    /// marker. An ingest that wrote nothing commits nothing.
+    /// Makes everything written visible at once: creates the commit record `<id>.json`, then
+    /// removes the marker. An ingest that wrote nothing commits nothing.
     pub fn commit(mut self) -> Result<()> {
-        self.done = true;
-        if !self.files.is_empty() {
-            let record = Record {
-                id: self.id.clone(),
-                committed_at: Utc::now(),
-                files: std::mem::take(&mut self.files),
-            };
-            let text = serde_json::to_vec_pretty(&record)
-                .map_err(|e| CatalogError::Invalid(e.to_string()))?;
-            if !self
-                .root
-                .put_new(&format!("{COMMITS}/{}.json", self.id), text)?
-            {
-                return Err(CatalogError::Invalid(format!(
-                    "the commit record of ingest {} already exists",
-                    self.id
-                )));
+        let name = format!("{}.json", self.id);
+        if !self.create_record(&name)? {
+            return Err(CatalogError::Invalid(format!(
+                "the commit record of ingest {} already exists",
+                self.id
+            )));
+        }
+        self.finish()
+    }
+
+    /// Commits in sequence after `position` (the [`Snapshot::position`] the ingest read the
+    /// object tables at): creates `objects-<position + 1>.json`, then removes the marker.
+    /// `Ok(false)` is a conflict: another ingest committed after that position, nothing of
+    /// this one is visible, and its files are still there ([`Ingest::discard`] removes them
+    /// before the tables are read again). An ingest that wrote nothing commits nothing.
+    pub fn commit_after(&mut self, position: u64) -> Result<bool> {
+        if !self.create_record(&sequenced_name(position + 1))? {
+            return Ok(false);
+        }
+        self.finish()?;
+        Ok(true)
+    }
+
+    /// Removes every file this ingest wrote, keeping its id and marker, to write again.
+    pub fn discard(&mut self) -> Result<()> {
+        for (table, names) in std::mem::take(&mut self.files) {
+            for name in names {
+                self.root.delete(&format!("{table}/{name}"))?;
             }
         }
+        Ok(())
+    }
+
+    /// Creates the commit record `name` listing the files written, if any were; false when a
+    /// record of that name exists.
+    fn create_record(&mut self, name: &str) -> Result<bool> {
+        if self.files.is_empty() {
+            return Ok(true);
+        }
+        let record = Record {
+            id: self.id.clone(),
+            committed_at: Utc::now(),
+            files: self.files.clone(),
+        };
+        let text =
+            serde_json::to_vec_pretty(&record).map_err(|e| CatalogError::Invalid(e.to_string()))?;
+        Ok(self.root.put_new(&format!("{COMMITS}/{name}"), text)?)
+    }
+
+    /// After the commit: nothing to remove on drop, and the marker goes.
+    fn finish(&mut self) -> Result<()> {
+        self.done = true;
+        self.files.clear();
         self.root.delete(&format!("{PENDING}/{}.json", self.id))?;
         Ok(())
     }
@@ -237,9 +335,16 @@ pub fn cleanup(root: &Root) -> Result<()> {
     Ok(())
 }
 
-/// Whether the writer of `marker` is gone.
+/// Whether the writer of `marker` is gone. Its process can be looked up when it ran in this
+/// kernel boot and process namespace, wherever the root is (a local folder or S3); a marker
+/// without that record (an older one) is looked up on a local root of the same host name.
 fn abandoned(marker: &Marker, local: bool, now: DateTime<Utc>) -> bool {
-    if local && marker.host == host() && process_table_exists() {
+    let here = if marker.machine.is_empty() {
+        local && marker.host == host()
+    } else {
+        marker.machine == machine()
+    };
+    if here && process_table_exists() {
         return !process_alive(marker.pid);
     }
     let age = now.signed_duration_since(marker.started_at);
@@ -252,6 +357,18 @@ fn host() -> String {
         .or_else(|_| std::fs::read_to_string("/etc/hostname"))
         .map(|s| s.trim().to_string())
         .unwrap_or_default()
+}
+
+/// This kernel boot and process namespace (`<boot id>/<pid namespace>`), in which a pid
+/// names one process; empty when either cannot be read. Host names can repeat across machines
+/// and containers; these do not.
+fn machine() -> String {
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id");
+    let ns = std::fs::read_link("/proc/self/ns/pid");
+    match (boot, ns) {
+        (Ok(b), Ok(n)) => format!("{}/{}", b.trim(), n.display()),
+        _ => String::new(),
+    }
 }
 
 fn process_table_exists() -> bool {
@@ -321,6 +438,7 @@ mod tests {
         let id = "20260101T000000000000Z-00000000000000aa";
         let marker = Marker {
             host: host(),
+            machine: machine(),
             pid: u32::MAX,
             started_at: Utc::now(),
         };
@@ -336,6 +454,44 @@ mod tests {
         assert_eq!(root.read(&left).unwrap(), None);
         assert!(root.list_names(PENDING).unwrap().is_empty());
         assert_eq!(root.read(&file).unwrap().unwrap(), b"x");
+    }
+
+    #[test]
+    fn of_two_sequenced_commits_after_one_position_one_wins() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = Root::Local(dir.path().to_path_buf());
+        let position = Snapshot::read(&root).unwrap().position();
+        assert_eq!(position, 0);
+        let (mut a, mut b) = (Ingest::begin(&root).unwrap(), Ingest::begin(&root).unwrap());
+        for i in [&mut a, &mut b] {
+            root.put_new(&format!("objects/{}.parquet", i.stem()), b"x".to_vec())
+                .unwrap();
+            i.wrote("objects");
+        }
+        let (fa, fb) = (
+            format!("objects/{}.parquet", a.stem()),
+            format!("objects/{}.parquet", b.stem()),
+        );
+        assert!(a.commit_after(position).unwrap());
+        assert!(
+            !b.commit_after(position).unwrap(),
+            "the same position again"
+        );
+        let s = Snapshot::read(&root).unwrap();
+        assert_eq!(s.position(), 1);
+        assert!(s.visible(&fa) && !s.visible(&fb));
+        // The loser writes again after the new position.
+        b.discard().unwrap();
+        assert_eq!(root.read(&fb).unwrap(), None);
+        root.put_new(&fb, b"y".to_vec()).unwrap();
+        b.wrote("objects");
+        assert!(b.commit_after(s.position()).unwrap());
+        let s = Snapshot::read(&root).unwrap();
+        assert_eq!(s.position(), 2);
+        assert!(s.visible(&fa) && s.visible(&fb));
+        drop((a, b));
+        assert!(root.list_names(PENDING).unwrap().is_empty());
+        assert_eq!(root.read(&fb).unwrap().unwrap(), b"y");
     }
 
     #[test]

@@ -25,7 +25,7 @@ use super::{
     KnownObject, LINKS, OBJECTS, ORIGINS, REPRESENTATIONS, REVISIONS, ROLES, TRUST_LEVELS,
     known_objects, links_schema, objects_schema, representations_schema, revisions_schema,
 };
-use crate::commit::Ingest;
+use crate::commit::{Ingest, Snapshot};
 use crate::error::{CatalogError, Result};
 use crate::storage::Root;
 use crate::write::put_parquet_new;
@@ -219,32 +219,22 @@ pub fn ingest_objects(
     // cleans up what interrupted runs left, even when this run turns out to add nothing (its
     // commit then records nothing).
     let mut ingest = Ingest::begin(&root)?;
-    let known = known_objects(&root)?;
-    let mut summary = ObjectIngestSummary {
+    let mut base = ObjectIngestSummary {
         files_seen: inputs.len(),
         ..Default::default()
     };
 
-    // Read and classify every file first.
-    struct Parsed {
-        input: Input,
-        id: String,
-        kind: &'static str,
-        media_type: String,
-        text: String,
-        secret: bool,
-    }
+    // Read every file first.
     let mut parsed = Vec::new();
     for input in inputs {
         let Some(ft) = file_type(&input.path) else {
-            summary
-                .skipped
+            base.skipped
                 .push((input.path, "unsupported file type".into()));
             continue;
         };
         let bytes = std::fs::read(&input.path).map_err(|e| CatalogError::io(&input.path, e))?;
         let Ok(raw) = String::from_utf8(bytes) else {
-            summary.skipped.push((input.path, "not UTF-8 text".into()));
+            base.skipped.push((input.path, "not UTF-8 text".into()));
             continue;
         };
         let secret = opts.detect_secrets && looks_secret(&input.path, &raw);
@@ -262,6 +252,52 @@ pub fn ingest_objects(
             secret,
         });
     }
+
+    // Read the tables, decide what is new, write it, and commit after the position read. A
+    // conflict is another object ingest committed in between: this one's files go, and it
+    // reads the tables again (crate::commit).
+    for _ in 0..MAX_ATTEMPTS {
+        let snapshot = Snapshot::read(&root)?;
+        let known = known_objects(&root, &snapshot)?;
+        let mut summary = base.clone();
+        let rows = classify(&parsed, &known, &scopes, opts, &mut summary);
+        summary.written = write_rows(&root, &mut ingest, &rows, opts, now)?;
+        if ingest.commit_after(snapshot.position())? {
+            return Ok(summary);
+        }
+        ingest.discard()?;
+    }
+    Err(CatalogError::Invalid(format!(
+        "{MAX_ATTEMPTS} other object ingests committed while this one was writing, each time \
+         after it read the tables; nothing of it is visible; run it again"
+    )))
+}
+
+/// How many times an object ingest reads the tables again after a conflicting commit.
+const MAX_ATTEMPTS: usize = 16;
+
+/// A file read and classified: its object id, kind, media type, text, and secret-ness.
+struct Parsed {
+    input: Input,
+    id: String,
+    kind: &'static str,
+    media_type: String,
+    text: String,
+    secret: bool,
+}
+
+/// The rows an ingest of `parsed` adds to the tables as `known` holds them, counted in
+/// `summary`: new objects and revisions, restored objects, tombstones of files gone from the
+/// ingested folders (`scopes`).
+fn classify(
+    parsed: &[Parsed],
+    known: &HashMap<String, KnownObject>,
+    scopes: &[String],
+    opts: &ObjectIngestOptions,
+    summary: &mut ObjectIngestSummary,
+) -> Rows {
+    let project = opts.project.as_deref();
+    let now = opts.now.timestamp_micros();
     let by_source: HashMap<&str, &str> = parsed
         .iter()
         .map(|p| (p.input.source_path.as_str(), p.id.as_str()))
@@ -269,7 +305,7 @@ pub fn ingest_objects(
 
     let mut rows = Rows::default();
     let empty = KnownObject::default();
-    for p in &parsed {
+    for p in parsed {
         let k = known.get(&p.id).unwrap_or(&empty);
         let hash = content_hash(&p.text);
         let file_title = title(&p.input.path, &p.text, &p.media_type);
@@ -351,7 +387,7 @@ pub fn ingest_objects(
     // Tombstones: live objects of this project under an ingested folder whose file is gone.
     let present: HashSet<&str> = parsed.iter().map(|p| p.id.as_str()).collect();
     let mut gone: BTreeMap<&str, (&str, &str, &str, i64)> = BTreeMap::new();
-    for (id, k) in &known {
+    for (id, k) in known {
         let Some(r) = &k.record else { continue };
         let Some(src) = r.source_path.as_deref() else {
             continue;
@@ -376,9 +412,7 @@ pub fn ingest_objects(
         ));
     }
 
-    summary.written = write_rows(&root, &mut ingest, &rows, opts, now)?;
-    ingest.commit()?;
-    Ok(summary)
+    rows
 }
 
 /// The summary representation's text (none for data, config and message files).

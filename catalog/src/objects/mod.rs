@@ -23,6 +23,7 @@ use datafusion::parquet::arrow::ProjectionMask;
 use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use datafusion::parquet::file::reader::ChunkReader;
 
+use crate::commit::Snapshot;
 use crate::error::{CatalogError, Result};
 use crate::storage::Root;
 
@@ -132,8 +133,13 @@ pub fn links_schema() -> SchemaRef {
 
 /// Reads `columns` of every file of `root/table` (none when the table does not exist),
 /// calling `f` with each batch (columns in the order asked).
-fn scan(root: &Root, table: &str, columns: &[&str], mut f: impl FnMut(&RecordBatch)) -> Result<()> {
-    let snapshot = crate::commit::Snapshot::read(root)?;
+fn scan(
+    root: &Root,
+    snapshot: &Snapshot,
+    table: &str,
+    columns: &[&str],
+    mut f: impl FnMut(&RecordBatch),
+) -> Result<()> {
     for listed in root.parquet_files(table)?.unwrap_or_default() {
         if !snapshot.visible(&listed.location) {
             continue;
@@ -215,10 +221,11 @@ pub struct KnownObject {
 }
 
 /// The current state of every object in the store, by object id (for ingest).
-pub fn known_objects(root: &Root) -> Result<HashMap<String, KnownObject>> {
+pub fn known_objects(root: &Root, snapshot: &Snapshot) -> Result<HashMap<String, KnownObject>> {
     let mut known: HashMap<String, KnownObject> = HashMap::new();
     scan(
         root,
+        snapshot,
         OBJECTS,
         &[
             "object_id",
@@ -259,7 +266,7 @@ pub fn known_objects(root: &Root) -> Result<HashMap<String, KnownObject>> {
             }
         },
     )?;
-    scan(root, REVISIONS, &["object_id", "revision"], |b| {
+    scan(root, snapshot, REVISIONS, &["object_id", "revision"], |b| {
         let ids = b.column(0).as_string::<i32>();
         let revs = b.column(1).as_primitive::<Int64Type>();
         for i in 0..b.num_rows() {
@@ -272,6 +279,7 @@ pub fn known_objects(root: &Root) -> Result<HashMap<String, KnownObject>> {
     })?;
     scan(
         root,
+        snapshot,
         REPRESENTATIONS,
         &["object_id", "revision", "name", "content_hash"],
         |b| {
