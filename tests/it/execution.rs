@@ -123,3 +123,52 @@ async fn every_statement_kind_runs_under_the_timeout() {
     let e = Watcher::new(w).poll(&none).await.unwrap_err();
     assert!(is_timeout(&e), "watch: {e}");
 }
+
+/// `max_groups` counts the groups of every grouped statement: a retrieve GROUP BY and a
+/// funnel's GROUP BY (its rows are groups × steps). With the cap at the number of groups each
+/// answers; one below, `limit_exceeded max_groups`. The retrieve's groups are counted by a
+/// second query; the funnel's are the distinct group values of its own uncapped answer (a
+/// funnel's group is its counted chain's first event's, so no plain query counts them).
+#[tokio::test]
+async fn max_groups_caps_retrieve_and_funnel_groups() {
+    let root = dataset();
+    let engine60 = engine(root.path(), 60);
+    let retrieve = "FROM events WHERE properties.path IS NOT NULL GROUP BY properties.path \
+                    RETURN properties.path, count";
+    let env = engine60
+        .query(
+            "FROM events WHERE properties.path IS NOT NULL RETURN count_distinct(properties.path)",
+        )
+        .await
+        .unwrap();
+    let retrieve_groups = env.rows[0][0].as_u64().unwrap();
+    let funnel =
+        r#"FUNNEL "page_view" -> "signup" FROM events WITHIN 1 d GROUP BY properties.path"#;
+    let env = engine60.query(funnel).await.unwrap();
+    let funnel_groups: std::collections::BTreeSet<String> =
+        env.rows.iter().map(|r| r[0].to_string()).collect();
+    assert_eq!(env.rows.len(), 2 * funnel_groups.len());
+    let with_cap = |max_groups: u64| {
+        let options = EngineOptions {
+            limits: Limits {
+                max_groups,
+                ..Limits::default()
+            },
+            ..Default::default()
+        };
+        Engine::open_with(root.path(), options).unwrap()
+    };
+    for (q, n) in [
+        (retrieve, retrieve_groups),
+        (funnel, funnel_groups.len() as u64),
+    ] {
+        assert!(n > 2, "{q}: {n} groups");
+        let ok = with_cap(n).answer(q).await;
+        assert!(ok.is_ok(), "{q}: {:?}", ok.err());
+        let e = with_cap(n - 1).answer(q).await.expect_err(q);
+        assert!(
+            matches!(&e.kind, ErrorKind::LimitExceeded { limit, .. } if limit == "max_groups"),
+            "{q}: {e}"
+        );
+    }
+}

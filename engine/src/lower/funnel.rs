@@ -164,6 +164,15 @@ pub fn lower_funnel(q: &FunnelQuery, view: &RetrieveQuery, input: &LowerInput) -
         aggs.push(percentile(column(&format!("s{k}")), 0.5).alias(format!("m{k}")));
     }
     let grouped = users.aggregate(dims.iter().map(|d| column(d)).collect::<Vec<_>>(), aggs)?;
+    // Each group of GROUP BY counts against max_groups, as for retrieve queries.
+    let grouped = if dims.is_empty() {
+        grouped
+    } else {
+        LogicalPlanBuilder::from(crate::group_cap::GroupCap::plan(
+            grouped.build()?,
+            input.limits.max_groups,
+        ))
+    };
 
     // One row per step: cross with the step numbers and pick each step's columns.
     let steps = project(
