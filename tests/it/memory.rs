@@ -7,15 +7,32 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+/// 200 000 generated events under `dir/ds` (4 618 users, 30 726 sessions).
+fn generated(dir: &Path) -> std::path::PathBuf {
+    let root = dir.join("ds");
+    let o = Command::new(env!("CARGO_BIN_EXE_signalql"))
+        .args(["gen", "events", "--rows", "200000", "--out"])
+        .arg(&root)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    root
+}
+
 const QUERY: &str =
     "FROM events DURING LAST 366 d BUCKET BY h GROUP BY user_id RETURN timestamp, user_id, count";
 
 /// Runs the query's CLI child; its JSON error and the peak RSS (VmHWM) seen while it ran.
 fn run(root: &Path) -> (serde_json::Value, u64) {
+    run_query(root, QUERY)
+}
+
+/// Runs `query` in a CLI child; its JSON answer and the peak RSS (VmHWM) seen while it ran.
+fn run_query(root: &Path, query: &str) -> (serde_json::Value, u64) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_signalql"))
         .args(["query", "--format", "json", "--data"])
         .arg(root)
-        .arg(QUERY)
+        .arg(query)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -50,13 +67,7 @@ fn run(root: &Path) -> (serde_json::Value, u64) {
 #[test]
 fn the_hourly_by_user_query_stays_within_the_pool() {
     let tmp = tempfile::tempdir().unwrap();
-    let root = tmp.path().join("ds");
-    let o = Command::new(env!("CARGO_BIN_EXE_signalql"))
-        .args(["gen", "events", "--rows", "200000", "--out"])
-        .arg(&root)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let root = generated(tmp.path());
 
     // Default limits: buckets × users is far above max_groups, refused before the series is built.
     std::fs::write(
@@ -100,4 +111,122 @@ fn the_hourly_by_user_query_stays_within_the_pool() {
     assert_eq!(json["error"]["code"], "limit_exceeded", "{json}");
     assert_eq!(json["error"]["limit"], "query_memory_bytes", "{json}");
     assert_eq!(json["error"]["max"], 1 << 20);
+}
+
+/// Distinct counts of text and `stats()` per session (30 726 groups) under a 256 MiB limit.
+/// DataFusion's own distinct counter gave every group an 8 KiB buffer the pool did not see
+/// (2.2 GB peak on 500 000 events); signalql's counts pairs in one set. The answer agrees
+/// with plain DataFusion SQL over the same files (`count(DISTINCT …)`, `avg`, `min`, `max`).
+#[test]
+fn distinct_counts_and_stats_by_session_stay_within_the_pool() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = generated(tmp.path());
+    let pool: u64 = 256 << 20;
+    std::fs::write(
+        root.join("signalql.toml"),
+        format!(
+            "now = \"2026-06-13T00:00:00Z\"\n[limits]\nmemory_bytes = {pool}\n\
+             max_result_rows = 100000\n"
+        ),
+    )
+    .unwrap();
+    let (json, rss) = run_query(
+        &root,
+        "FROM events GROUP BY session_id RETURN session_id, count_distinct(event_name), \
+         count_distinct(properties.path), stats(properties.amount)",
+    );
+    eprintln!(
+        "distinct counts by session, 256 MiB pool: {} MiB peak RSS ({:.2} x)",
+        rss >> 20,
+        rss as f64 / pool as f64
+    );
+    assert_eq!(json["metadata"]["truncated"], false, "{json}");
+    assert!(
+        rss > 0 && rss as f64 <= 1.25 * pool as f64,
+        "peak RSS {rss}"
+    );
+
+    // The same by plain DataFusion SQL on the files: per session, both distinct counts and
+    // stats' n, sum, min and max (the sum to 1e-9 relative).
+    type Row = (String, i64, i64, i64, Option<f64>, Option<f64>, Option<f64>);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let expected: Vec<Row> = rt.block_on(async {
+        use datafusion::arrow::array::{Array, AsArray};
+        use datafusion::arrow::datatypes::{Float64Type, Int64Type};
+        let ctx = datafusion::prelude::SessionContext::new();
+        let events = root.join("events");
+        ctx.register_parquet("events", events.to_str().unwrap(), Default::default())
+            .await
+            .unwrap();
+        let df = ctx
+            .sql(
+                "SELECT session_id AS sid, count(DISTINCT event_name), \
+                 count(DISTINCT properties['path']), \
+                 count(properties['amount']), sum(CAST(properties['amount'] AS DOUBLE)), \
+                 min(CAST(properties['amount'] AS DOUBLE)), \
+                 max(CAST(properties['amount'] AS DOUBLE)) \
+                 FROM events GROUP BY session_id ORDER BY sid",
+            )
+            .await
+            .unwrap();
+        let mut rows = Vec::new();
+        for b in df.collect().await.unwrap() {
+            let b = datafusion::arrow::compute::cast(
+                b.column(0),
+                &datafusion::arrow::datatypes::DataType::Utf8,
+            )
+            .map(|ids| (ids, b))
+            .unwrap();
+            let (ids, b) = b;
+            let ids = ids.as_string::<i32>();
+            let int = |c: usize| b.column(c).as_primitive::<Int64Type>().clone();
+            let float = |c: usize| b.column(c).as_primitive::<Float64Type>().clone();
+            let (c1, c2, n) = (int(1), int(2), int(3));
+            let (sum, min, max) = (float(4), float(5), float(6));
+            let opt = |a: &datafusion::arrow::array::Float64Array, i: usize| {
+                a.is_valid(i).then(|| a.value(i))
+            };
+            for i in 0..b.num_rows() {
+                rows.push((
+                    ids.value(i).to_string(),
+                    c1.value(i),
+                    c2.value(i),
+                    n.value(i),
+                    opt(&sum, i),
+                    opt(&min, i),
+                    opt(&max, i),
+                ));
+            }
+        }
+        rows
+    });
+    let got: Vec<Row> = json["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let st = &r[3];
+            (
+                r[0].as_str().unwrap().to_string(),
+                r[1].as_i64().unwrap(),
+                r[2].as_i64().unwrap(),
+                st["n"].as_i64().unwrap(),
+                st["sum"].as_f64(),
+                st["min"].as_f64(),
+                st["max"].as_f64(),
+            )
+        })
+        .collect();
+    assert_eq!(got.len(), 30_726);
+    assert_eq!(got.len(), expected.len());
+    for (g, e) in got.iter().zip(&expected) {
+        assert_eq!(
+            (&g.0, g.1, g.2, g.3, g.5, g.6),
+            (&e.0, e.1, e.2, e.3, e.5, e.6)
+        );
+        match (g.4, e.4) {
+            (Some(a), Some(b)) => assert!((a - b).abs() <= 1e-9 * b.abs().max(1.0), "{g:?} {e:?}"),
+            (a, b) => assert_eq!(a, b, "{g:?}"),
+        }
+    }
 }

@@ -16,6 +16,7 @@ use datafusion::prelude::SessionContext;
 pub fn all_udafs() -> Vec<Arc<AggregateUDF>> {
     vec![
         aggregate::stats::stats_udaf(),
+        aggregate::count_distinct::count_distinct_text_udaf(),
         aggregate::percentile::percentile_udaf(),
         aggregate::funnel::funnel_udaf(),
         aggregate::trend::trend_slope_udaf(),

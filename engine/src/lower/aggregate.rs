@@ -8,6 +8,7 @@ use datafusion::functions_aggregate::expr_fn::{
     avg, count, count_distinct, max, min, stddev, sum, var_sample,
 };
 use datafusion::logical_expr::{Expr, cast, try_cast};
+use signalql_udfs::aggregate::count_distinct::count_distinct_text;
 use signalql_udfs::aggregate::percentile::percentile;
 use signalql_udfs::aggregate::stats::stats;
 
@@ -70,12 +71,17 @@ pub fn lower_aggregate(agg: &Aggregate, schema: &DFSchema, span: Span) -> Result
     Ok(match agg {
         Aggregate::CountAll => counting(count_all()),
         Aggregate::Standard(AggFn::Count, f) => counting(count(resolve(f, schema, span)?.expr)),
-        Aggregate::Standard(AggFn::CountDistinct, f) => counting(count_distinct(scalar_input(
-            f,
-            schema,
-            span,
-            "count_distinct",
-        )?)),
+        Aggregate::Standard(AggFn::CountDistinct, f) => {
+            let input = scalar_input(f, schema, span, "count_distinct")?;
+            // Text has our own distinct counter, whose memory the pool sees (udfs'
+            // count_distinct.rs); DataFusion's serves the other types.
+            let text = is_text(&resolve(f, schema, span)?.data_type);
+            counting(if text {
+                count_distinct_text(input)
+            } else {
+                count_distinct(input)
+            })
+        }
         Aggregate::Standard(AggFn::Sum, f) => other(sum(numeric_input(f, schema, span, "sum")?)),
         Aggregate::Standard(AggFn::Avg, f) => other(avg(numeric_input(f, schema, span, "avg")?)),
         Aggregate::Standard(AggFn::Variance, f) => {

@@ -11,13 +11,16 @@
 
 use std::sync::{Arc, LazyLock};
 
-use datafusion::arrow::array::{Array, ArrayRef, AsArray};
+use datafusion::arrow::array::{
+    Array, ArrayRef, AsArray, BooleanArray, Float64Array, Int64Array, StructArray,
+};
 use datafusion::arrow::datatypes::{DataType, Field, Fields, Float64Type, Int64Type};
 use datafusion::common::{Result, ScalarValue, exec_err};
 use datafusion::logical_expr::function::{AccumulatorArgs, StateFieldsArgs};
 use datafusion::logical_expr::utils::format_state_name;
 use datafusion::logical_expr::{
-    Accumulator, AggregateUDF, AggregateUDFImpl, Expr, Signature, Volatility,
+    Accumulator, AggregateUDF, AggregateUDFImpl, EmitTo, Expr, GroupsAccumulator, Signature,
+    Volatility,
 };
 use datafusion::scalar::ScalarValue as Sv;
 
@@ -102,6 +105,20 @@ impl AggregateUDFImpl for Stats {
         }
         Ok(Box::<StatsAccumulator>::default())
     }
+
+    fn groups_accumulator_supported(&self, args: AccumulatorArgs) -> bool {
+        !args.is_distinct
+    }
+
+    /// One vector of running statistics for all groups: a GROUP BY of 300 000 sessions holds
+    /// 300 000 × 56 bytes, accounted in the memory pool, instead of a boxed accumulator per
+    /// group and a one-row struct array per group at the end.
+    fn create_groups_accumulator(
+        &self,
+        _args: AccumulatorArgs,
+    ) -> Result<Box<dyn GroupsAccumulator>> {
+        Ok(Box::<StatsGroups>::default())
+    }
 }
 
 /// Running sufficient statistics of one group.
@@ -153,6 +170,160 @@ impl StatsAccumulator {
     }
 }
 
+/// The eight result columns of `stats` for `groups`, as one struct array.
+fn evaluate_all(groups: &[StatsAccumulator]) -> Result<ArrayRef> {
+    let n = Int64Array::from_iter_values(groups.iter().map(|g| g.n));
+    let col = |f: &dyn Fn(&StatsAccumulator) -> Option<f64>| -> ArrayRef {
+        Arc::new(groups.iter().map(f).collect::<Float64Array>())
+    };
+    let some = |g: &StatsAccumulator, v: f64| (g.n > 0).then_some(v);
+    let variance = |g: &StatsAccumulator| (g.n > 1).then(|| g.m2 / (g.n - 1) as f64);
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(n),
+        col(&|g| some(g, g.sum)),
+        col(&|g| some(g, g.sum_sq)),
+        col(&|g| some(g, g.mean)),
+        col(&variance),
+        col(&|g| variance(g).map(f64::sqrt)),
+        col(&|g| some(g, g.min)),
+        col(&|g| some(g, g.max)),
+    ];
+    Ok(Arc::new(StructArray::try_new(
+        stats_fields(),
+        columns,
+        None,
+    )?))
+}
+
+/// The seven state columns of `groups` (see [`AggregateUDFImpl::state_fields`]).
+fn state_all(groups: &[StatsAccumulator]) -> Vec<ArrayRef> {
+    let col = |f: &dyn Fn(&StatsAccumulator) -> f64| -> ArrayRef {
+        Arc::new(Float64Array::from_iter_values(groups.iter().map(f)))
+    };
+    vec![
+        Arc::new(Int64Array::from_iter_values(groups.iter().map(|g| g.n))),
+        col(&|g| g.sum),
+        col(&|g| g.sum_sq),
+        col(&|g| g.mean),
+        col(&|g| g.m2),
+        col(&|g| g.min),
+        col(&|g| g.max),
+    ]
+}
+
+/// The state rows of a merge input, one accumulator each (`n` NULL or 0: nothing).
+fn read_states(states: &[ArrayRef]) -> Result<Vec<StatsAccumulator>> {
+    if states.len() != 7 {
+        return exec_err!("stats state has {} columns, expected 7", states.len());
+    }
+    let n = states[0].as_primitive::<Int64Type>();
+    let col = |i: usize| states[i].as_primitive::<Float64Type>();
+    let (sum, sum_sq, mean, m2, min, max) = (col(1), col(2), col(3), col(4), col(5), col(6));
+    Ok((0..n.len())
+        .map(|i| {
+            if n.is_null(i) || n.value(i) == 0 {
+                return StatsAccumulator::default();
+            }
+            StatsAccumulator {
+                n: n.value(i),
+                sum: sum.value(i),
+                sum_sq: sum_sq.value(i),
+                mean: mean.value(i),
+                m2: m2.value(i),
+                min: min.value(i),
+                max: max.value(i),
+            }
+        })
+        .collect())
+}
+
+/// Whether row `i` passes the aggregate's FILTER (none: every row).
+fn passes(filter: Option<&BooleanArray>, i: usize) -> bool {
+    filter.is_none_or(|f| f.is_valid(i) && f.value(i))
+}
+
+/// `stats` for all groups of a grouped aggregate.
+#[derive(Debug, Default)]
+struct StatsGroups {
+    groups: Vec<StatsAccumulator>,
+}
+
+impl GroupsAccumulator for StatsGroups {
+    fn update_batch(
+        &mut self,
+        values: &[ArrayRef],
+        group_indices: &[usize],
+        opt_filter: Option<&BooleanArray>,
+        total_num_groups: usize,
+    ) -> Result<()> {
+        let Some(arr) = values
+            .first()
+            .and_then(|a| a.as_primitive_opt::<Float64Type>())
+        else {
+            return exec_err!("stats expects one Float64 input");
+        };
+        self.groups
+            .resize(total_num_groups, StatsAccumulator::default());
+        for (i, &g) in group_indices.iter().enumerate() {
+            if arr.is_valid(i) && passes(opt_filter, i) {
+                self.groups[g].push(arr.value(i));
+            }
+        }
+        Ok(())
+    }
+
+    fn evaluate(&mut self, emit_to: EmitTo) -> Result<ArrayRef> {
+        evaluate_all(&emit_to.take_needed(&mut self.groups))
+    }
+
+    fn state(&mut self, emit_to: EmitTo) -> Result<Vec<ArrayRef>> {
+        Ok(state_all(&emit_to.take_needed(&mut self.groups)))
+    }
+
+    fn merge_batch(
+        &mut self,
+        values: &[ArrayRef],
+        group_indices: &[usize],
+        total_num_groups: usize,
+    ) -> Result<()> {
+        let states = read_states(values)?;
+        self.groups
+            .resize(total_num_groups, StatsAccumulator::default());
+        for (&g, state) in group_indices.iter().zip(&states) {
+            self.groups[g].merge(state);
+        }
+        Ok(())
+    }
+
+    /// Each row as the state of a group of its one value (`n` 0 when NULL or filtered out).
+    fn convert_to_state(
+        &self,
+        values: &[ArrayRef],
+        opt_filter: Option<&BooleanArray>,
+    ) -> Result<Vec<ArrayRef>> {
+        let Some(arr) = values
+            .first()
+            .and_then(|a| a.as_primitive_opt::<Float64Type>())
+        else {
+            return exec_err!("stats expects one Float64 input");
+        };
+        let rows: Vec<StatsAccumulator> = (0..arr.len())
+            .map(|i| {
+                let mut one = StatsAccumulator::default();
+                if arr.is_valid(i) && passes(opt_filter, i) {
+                    one.push(arr.value(i));
+                }
+                one
+            })
+            .collect();
+        Ok(state_all(&rows))
+    }
+
+    fn size(&self) -> usize {
+        self.groups.capacity() * size_of::<StatsAccumulator>() + size_of_val(self)
+    }
+}
+
 impl Accumulator for StatsAccumulator {
     fn update_batch(&mut self, values: &[ArrayRef]) -> Result<()> {
         let Some(arr) = values.first() else {
@@ -170,25 +341,8 @@ impl Accumulator for StatsAccumulator {
     }
 
     fn merge_batch(&mut self, states: &[ArrayRef]) -> Result<()> {
-        if states.len() != 7 {
-            return exec_err!("stats state has {} columns, expected 7", states.len());
-        }
-        let n = states[0].as_primitive::<Int64Type>();
-        let col = |i: usize| states[i].as_primitive::<Float64Type>();
-        let (sum, sum_sq, mean, m2, min, max) = (col(1), col(2), col(3), col(4), col(5), col(6));
-        for i in 0..n.len() {
-            if n.is_null(i) || n.value(i) == 0 {
-                continue;
-            }
-            self.merge(&StatsAccumulator {
-                n: n.value(i),
-                sum: sum.value(i),
-                sum_sq: sum_sq.value(i),
-                mean: mean.value(i),
-                m2: m2.value(i),
-                min: min.value(i),
-                max: max.value(i),
-            });
+        for s in read_states(states)? {
+            self.merge(&s);
         }
         Ok(())
     }
@@ -206,28 +360,8 @@ impl Accumulator for StatsAccumulator {
     }
 
     fn evaluate(&mut self) -> Result<ScalarValue> {
-        let some = |v: f64| if self.n > 0 { Some(v) } else { None };
-        let variance = if self.n > 1 {
-            Some(self.m2 / (self.n - 1) as f64)
-        } else {
-            None
-        };
-        let values: Vec<ScalarValue> = vec![
-            Sv::Int64(Some(self.n)),
-            Sv::Float64(some(self.sum)),
-            Sv::Float64(some(self.sum_sq)),
-            Sv::Float64(some(self.mean)),
-            Sv::Float64(variance),
-            Sv::Float64(variance.map(f64::sqrt)),
-            Sv::Float64(some(self.min)),
-            Sv::Float64(some(self.max)),
-        ];
-        let arrays = values
-            .iter()
-            .map(|v| v.to_array())
-            .collect::<Result<Vec<_>>>()?;
-        let st = datafusion::arrow::array::StructArray::try_new(stats_fields(), arrays, None)?;
-        Ok(ScalarValue::Struct(Arc::new(st)))
+        let st = evaluate_all(std::slice::from_ref(self))?;
+        Ok(ScalarValue::Struct(Arc::new(st.as_struct().clone())))
     }
 
     fn size(&self) -> usize {
@@ -305,6 +439,54 @@ mod tests {
         let (a, b) = (eval(&mut one), eval(&mut left));
         for (x, y) in a.iter().zip(&b) {
             assert!((x.unwrap() - y.unwrap()).abs() < 1e-9, "{x:?} vs {y:?}");
+        }
+    }
+
+    /// The grouped form gives each group what the one-group form gives its rows, through
+    /// partial states merged in another accumulator, and emits the first groups on request.
+    #[test]
+    fn groups_agree_with_the_row_accumulator() {
+        let values: Vec<Option<f64>> = (0..200)
+            .map(|i| (i % 7 != 0).then_some((i * 13 % 29) as f64 - 3.5))
+            .collect();
+        let groups: Vec<usize> = (0..200).map(|i| (i * 7) % 5).collect();
+        let arr: ArrayRef = Arc::new(Float64Array::from(values.clone()));
+        let (a, b) = (arr.slice(0, 120), arr.slice(120, 80));
+        let mut left = StatsGroups::default();
+        let mut right = StatsGroups::default();
+        left.update_batch(&[a], &groups[..120], None, 5).unwrap();
+        right.update_batch(&[b], &groups[120..], None, 5).unwrap();
+        let mut merged = StatsGroups::default();
+        merged
+            .merge_batch(&left.state(EmitTo::All).unwrap(), &[0, 1, 2, 3, 4], 5)
+            .unwrap();
+        merged
+            .merge_batch(&right.state(EmitTo::All).unwrap(), &[0, 1, 2, 3, 4], 5)
+            .unwrap();
+        let first = merged.evaluate(EmitTo::First(2)).unwrap();
+        let rest = merged.evaluate(EmitTo::All).unwrap();
+        assert_eq!((first.len(), rest.len()), (2, 3));
+        for g in 0..5 {
+            let mut one = StatsAccumulator::default();
+            let mine: Vec<Option<f64>> = (0..200)
+                .filter(|i| groups[*i] == g)
+                .map(|i| values[i])
+                .collect();
+            one.update_batch(&[Arc::new(Float64Array::from(mine)) as ArrayRef])
+                .unwrap();
+            let want = eval(&mut one);
+            let (arr, row) = if g < 2 { (&first, g) } else { (&rest, g - 2) };
+            let s = arr.as_struct();
+            let n = s.column(0).as_primitive::<Int64Type>().value(row) as f64;
+            assert_eq!(Some(n), want[0], "group {g}");
+            for (c, w) in want.iter().enumerate().skip(1) {
+                let col = s.column(c).as_primitive::<Float64Type>();
+                let got = col.is_valid(row).then(|| col.value(row));
+                match (got, w) {
+                    (Some(x), Some(y)) => assert!((x - y).abs() < 1e-9, "group {g} col {c}"),
+                    _ => assert_eq!(got, *w, "group {g} col {c}"),
+                }
+            }
         }
     }
 
