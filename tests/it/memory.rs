@@ -230,3 +230,40 @@ fn distinct_counts_and_stats_by_session_stay_within_the_pool() {
         }
     }
 }
+
+/// An answer is built in the process: with `max_result_rows` raised, 200 000 rows of four
+/// columns do not fit a 128 MiB limit, although the plan does, and the query says so
+/// instead of building them; under 256 MiB they are returned.
+#[test]
+fn an_answer_too_large_for_the_pool_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = generated(tmp.path());
+    let q = "FROM events RETURN user_id, session_id, event_name, timestamp";
+    let config = |memory: u64| {
+        format!(
+            "now = \"2026-06-13T00:00:00Z\"\n[limits]\nmemory_bytes = {memory}\n\
+             max_result_rows = 1000000\n"
+        )
+    };
+    std::fs::write(root.join("signalql.toml"), config(128 << 20)).unwrap();
+    let (json, _) = run_query(&root, q);
+    assert_eq!(json["error"]["code"], "limit_exceeded", "{json}");
+    assert_eq!(json["error"]["limit"], "query_memory_bytes", "{json}");
+    assert!(
+        json["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("200000 rows"),
+        "{json}"
+    );
+    let pool: u64 = 256 << 20;
+    std::fs::write(root.join("signalql.toml"), config(pool)).unwrap();
+    let (json, rss) = run_query(&root, q);
+    assert_eq!(json["metadata"]["row_count"], 200_000, "{json}");
+    eprintln!(
+        "200 000 rows under 256 MiB: {} MiB peak RSS ({:.2} x)",
+        rss >> 20,
+        rss as f64 / pool as f64
+    );
+    assert!(rss as f64 <= 1.25 * pool as f64, "peak RSS {rss}");
+}
