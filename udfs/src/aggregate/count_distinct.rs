@@ -25,6 +25,7 @@ use datafusion::logical_expr::{
     Volatility,
 };
 
+use super::passes;
 use crate::strings::{StringColumn, is_string};
 
 /// The name the function is registered under.
@@ -163,7 +164,7 @@ impl DistinctPairs {
         filter: Option<&BooleanArray>,
     ) {
         for (i, &g) in group_indices.iter().enumerate() {
-            if filter.is_none_or(|f| f.is_valid(i) && f.value(i))
+            if passes(filter, i)
                 && let Some(v) = values.get(i)
             {
                 self.insert(g, v);
@@ -275,11 +276,7 @@ impl GroupsAccumulator for DistinctPairs {
         };
         let column = StringColumn::try_new(values.as_ref())?;
         let kept: Vec<Option<&str>> = (0..column.len())
-            .map(|i| {
-                column
-                    .get(i)
-                    .filter(|_| opt_filter.is_none_or(|f| f.is_valid(i) && f.value(i)))
-            })
+            .map(|i| column.get(i).filter(|_| passes(opt_filter, i)))
             .collect();
         let offsets = OffsetBuffer::from_lengths(kept.iter().map(|v| usize::from(v.is_some())));
         let items = LargeStringArray::from_iter_values(kept.iter().flatten().collect::<Vec<_>>());

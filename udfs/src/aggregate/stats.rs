@@ -24,6 +24,8 @@ use datafusion::logical_expr::{
 };
 use datafusion::scalar::ScalarValue as Sv;
 
+use super::passes;
+
 /// The name the function is registered under.
 pub const NAME: &str = "stats";
 
@@ -235,11 +237,6 @@ fn read_states(states: &[ArrayRef]) -> Result<Vec<StatsAccumulator>> {
             }
         })
         .collect())
-}
-
-/// Whether row `i` passes the aggregate's FILTER (none: every row).
-fn passes(filter: Option<&BooleanArray>, i: usize) -> bool {
-    filter.is_none_or(|f| f.is_valid(i) && f.value(i))
 }
 
 /// `stats` for all groups of a grouped aggregate.
