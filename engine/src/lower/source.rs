@@ -5,7 +5,8 @@ use chrono::{DateTime, Utc};
 use datafusion::common::Column;
 use datafusion::datasource::provider_as_source;
 use datafusion::functions::core::expr_fn::{file_row_index, input_file_name};
-use datafusion::functions_aggregate::expr_fn::last_value;
+use datafusion::functions_window::expr_fn::row_number;
+use datafusion::logical_expr::ExprFunctionExt;
 use datafusion::logical_expr::{Expr, JoinType, LogicalPlanBuilder, cast, lit};
 use signalql_catalog::TableInfo;
 use signalql_udfs::scalar::file_rank::{file_rank, rank_shift};
@@ -79,39 +80,40 @@ pub fn entities_as_of(
     if let Some(ty) = of_type {
         filter = column("entity_type").eq(lit(ty)).and(filter);
     }
-    let latest = |c: &str| {
-        last_value(
-            column(c),
-            vec![
-                updated.clone().sort(true, true),
-                column("__ord").sort(true, true),
-            ],
-        )
-        .alias(format!("__latest_{c}"))
-    };
+    // The latest row per entity by a window: rows sorted by entity, newest first, the first
+    // kept. The sort is the memory pool's (and spills); `last_value` per column held each
+    // group's values outside it, about 5 KB an entity with a struct of attributes.
     let keys = ["entity_type", "entity_id"];
-    let others: Vec<&str> = table
+    let newest = row_number()
+        .partition_by(keys.iter().map(|k| column(k)).collect())
+        .order_by(vec![
+            updated.sort(false, false),
+            column("__ord").sort(false, false),
+        ])
+        .build()?
+        .alias("__rn");
+    // The kept columns pass through internal names: DataFusion 55's leaf-projection push-down
+    // otherwise meets the alias's qualified names and the window's unqualified ones together.
+    let names: Vec<&str> = table
         .schema
         .fields()
         .iter()
         .map(|f| f.name().as_str())
-        .filter(|n| !keys.contains(n))
         .collect();
-    // The latest values get internal names first: an aggregate output named like an input
-    // column trips DataFusion's projection push-down.
-    let mut out: Vec<Expr> = keys.iter().map(|k| column(k)).collect();
-    out.extend(
-        others
-            .iter()
-            .map(|c| column(&format!("__latest_{c}")).alias(*c)),
-    );
+    let inner: Vec<Expr> = names
+        .iter()
+        .map(|n| column(n).alias(format!("__e_{n}")))
+        .collect();
+    let out: Vec<Expr> = names
+        .iter()
+        .map(|n| column(&format!("__e_{n}")).alias(*n))
+        .collect();
     Ok(scan
         .project(cols)?
         .filter(filter)?
-        .aggregate(
-            keys.iter().map(|k| column(k)).collect::<Vec<_>>(),
-            others.iter().map(|c| latest(c)).collect::<Vec<_>>(),
-        )?
+        .window(vec![newest])?
+        .filter(column("__rn").eq(lit(1u64)))?
+        .project(inner)?
         .project(out)?
         .alias("entities")?)
 }
