@@ -43,12 +43,22 @@ impl QueryPlanner for EngineQueryPlanner {
     }
 }
 
-/// The share of `query_memory_bytes` given to DataFusion's memory pool. The rest is headroom
-/// for what the pool does not account (the process itself, decoded pages and batches in
-/// flight, allocator slack), so that the process's peak RSS stays within 1.25 × the limit
-/// (DESIGN.md §4; measured: the hourly-by-user dense series under a 256 MiB limit peaks at
-/// 281 MiB RSS, under 512 MiB at 482 MiB; docs/semantics.md).
+/// The share of `query_memory_bytes` given to DataFusion's memory pool, less
+/// [`PROCESS_BYTES`]. The rest is headroom for what the pool does not account: the process
+/// itself (about 80 MiB of a debug build before a query starts), decoded pages and batches in
+/// flight, allocator slack. So the process's peak RSS stays within 1.25 × the limit
+/// (DESIGN.md §4; docs/semantics.md, "Memory", has the measurements).
 pub const POOL_SHARE: f64 = 0.8;
+
+/// The part of the process no query can give back, taken from the pool before it is shared.
+pub const PROCESS_BYTES: u64 = 64 << 20;
+
+/// DataFusion's pool for a `query_memory_bytes` limit: 80 % of it less 64 MiB, and never
+/// less than half of it.
+pub fn pool_bytes(limit: u64) -> usize {
+    let shared = (limit as f64 * POOL_SHARE) as u64;
+    shared.saturating_sub(PROCESS_BYTES).max(limit / 2) as usize
+}
 
 /// A new session for `dataset`: the query memory pool of `limits`, the dataset's
 /// `[datafusion]` settings over DataFusion's defaults, signalql's functions and planner.
@@ -57,10 +67,7 @@ pub fn for_dataset(dataset: &Dataset, limits: &Limits) -> Result<SessionContext>
     // the runtime by default, so a long-lived engine (MCP server, WATCH) would never see
     // a file ingested after its first scan. The dataset lists each table per query anyway.
     let runtime = RuntimeEnvBuilder::new()
-        .with_memory_limit(
-            (limits.query_memory_bytes as f64 * POOL_SHARE) as usize,
-            1.0,
-        )
+        .with_memory_limit(pool_bytes(limits.query_memory_bytes), 1.0)
         .with_cache_manager(CacheManagerConfig::default().with_list_files_cache_limit(0))
         .build_arc()?;
     // DataFusion's defaults, then the dataset's `[datafusion]` settings. (Parquet filter
