@@ -11,6 +11,7 @@ mod engine;
 pub mod envelope;
 pub mod error;
 pub(crate) mod execute;
+pub(crate) mod funnel_phase;
 pub(crate) mod group_cap;
 mod limits;
 pub(crate) mod lower;

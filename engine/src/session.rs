@@ -82,11 +82,14 @@ pub fn for_dataset(dataset: &Dataset, limits: &Limits) -> Result<SessionContext>
             ))
         })?;
     }
+    let mut rules = datafusion::physical_optimizer::optimizer::PhysicalOptimizer::new().rules;
+    rules.push(Arc::new(crate::funnel_phase::FunnelSinglePhase));
     let state = SessionStateBuilder::new()
         .with_config(config)
         .with_runtime_env(runtime)
         .with_default_features()
         .with_query_planner(Arc::new(EngineQueryPlanner))
+        .with_physical_optimizer_rules(rules)
         .build();
     let ctx = SessionContext::new_with_state(state);
     signalql_udfs::register_all(&ctx);

@@ -234,6 +234,25 @@ fn compile_prints_ast_plan_and_sql() {
     }
 }
 
+/// The per-user funnel aggregate is planned in one phase (engine/src/funnel_phase.rs): its
+/// Partial phase would keep every event; the golden funnel cases check the answers.
+#[test]
+fn the_funnel_aggregate_runs_in_one_phase() {
+    let o = signalql(&[
+        "compile",
+        r#"FUNNEL "page_view" -> "signup" FROM events WITHIN 1 d GROUP BY properties.path"#,
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    let text = stdout(&o);
+    let physical = &text[text.find("-- physical plan").expect("a physical plan")..];
+    let funnel_lines: Vec<&str> = physical.lines().filter(|l| l.contains("funnel(")).collect();
+    assert_eq!(funnel_lines.len(), 1, "{physical}");
+    assert!(
+        funnel_lines[0].contains("mode=SinglePartitioned"),
+        "{physical}"
+    );
+}
+
 fn events_files(root: &Path) -> Vec<String> {
     match std::fs::read_dir(root.join("events")) {
         Ok(rd) => rd
