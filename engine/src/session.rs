@@ -11,6 +11,7 @@ use datafusion::execution::cache::cache_manager::CacheManagerConfig;
 use datafusion::execution::context::QueryPlanner;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::logical_expr::LogicalPlan;
+use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_planner::{DefaultPhysicalPlanner, PhysicalPlanner};
 use datafusion::prelude::{SessionConfig, SessionContext};
@@ -82,14 +83,13 @@ pub fn for_dataset(dataset: &Dataset, limits: &Limits) -> Result<SessionContext>
             ))
         })?;
     }
-    let mut rules = datafusion::physical_optimizer::optimizer::PhysicalOptimizer::new().rules;
-    rules.push(Arc::new(crate::funnel_phase::FunnelSinglePhase));
+    let defaults = datafusion::physical_optimizer::optimizer::PhysicalOptimizer::new().rules;
     let state = SessionStateBuilder::new()
         .with_config(config)
         .with_runtime_env(runtime)
         .with_default_features()
         .with_query_planner(Arc::new(EngineQueryPlanner))
-        .with_physical_optimizer_rules(rules)
+        .with_physical_optimizer_rules(with_engine_rules(defaults))
         .build();
     let ctx = SessionContext::new_with_state(state);
     signalql_udfs::register_all(&ctx);
@@ -101,8 +101,19 @@ pub fn for_dataset(dataset: &Dataset, limits: &Limits) -> Result<SessionContext>
 /// application's own SQL can call them.
 pub fn from_application(ctx: &SessionContext) -> SessionContext {
     signalql_udfs::register_all(ctx);
-    let state = SessionStateBuilder::new_from_existing(ctx.state())
+    let existing = ctx.state();
+    let rules = with_engine_rules(existing.physical_optimizers().to_vec());
+    let state = SessionStateBuilder::new_from_existing(existing)
         .with_query_planner(Arc::new(EngineQueryPlanner))
+        .with_physical_optimizer_rules(rules)
         .build();
     SessionContext::new_with_state(state)
+}
+
+/// `rules`, then the engine's own physical rules (the one-phase funnel aggregate).
+fn with_engine_rules(
+    mut rules: Vec<Arc<dyn PhysicalOptimizerRule + Send + Sync>>,
+) -> Vec<Arc<dyn PhysicalOptimizerRule + Send + Sync>> {
+    rules.push(Arc::new(crate::funnel_phase::FunnelSinglePhase));
+    rules
 }

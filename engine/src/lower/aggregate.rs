@@ -12,7 +12,7 @@ use signalql_udfs::aggregate::count_distinct::count_distinct_text;
 use signalql_udfs::aggregate::percentile::percentile;
 use signalql_udfs::aggregate::stats::stats;
 
-use super::fields::{is_numeric, is_text, resolve};
+use super::fields::{Resolved, is_numeric, is_text, resolve};
 use crate::error::{Error, Result};
 use crate::syntax::ast::{AggFn, Aggregate, FieldRef, Span};
 
@@ -45,7 +45,7 @@ fn numeric_input(field: &FieldRef, schema: &DFSchema, span: Span, func: &str) ->
 }
 
 /// A field an aggregate can compare or hash: anything but a struct, map or list.
-fn scalar_input(field: &FieldRef, schema: &DFSchema, span: Span, func: &str) -> Result<Expr> {
+fn scalar_input(field: &FieldRef, schema: &DFSchema, span: Span, func: &str) -> Result<Resolved> {
     let r = resolve(field, schema, span)?;
     if matches!(
         r.data_type,
@@ -58,7 +58,7 @@ fn scalar_input(field: &FieldRef, schema: &DFSchema, span: Span, func: &str) -> 
         ))
         .at(span));
     }
-    Ok(r.expr)
+    Ok(r)
 }
 
 /// Lower one aggregate over rows of `schema`.
@@ -75,11 +75,10 @@ pub fn lower_aggregate(agg: &Aggregate, schema: &DFSchema, span: Span) -> Result
             let input = scalar_input(f, schema, span, "count_distinct")?;
             // Text has our own distinct counter, whose memory the pool sees (udfs'
             // count_distinct.rs); DataFusion's serves the other types.
-            let text = is_text(&resolve(f, schema, span)?.data_type);
-            counting(if text {
-                count_distinct_text(input)
+            counting(if is_text(&input.data_type) {
+                count_distinct_text(input.expr)
             } else {
-                count_distinct(input)
+                count_distinct(input.expr)
             })
         }
         Aggregate::Standard(AggFn::Sum, f) => other(sum(numeric_input(f, schema, span, "sum")?)),
@@ -90,8 +89,12 @@ pub fn lower_aggregate(agg: &Aggregate, schema: &DFSchema, span: Span) -> Result
         Aggregate::Standard(AggFn::Stddev, f) => {
             other(stddev(numeric_input(f, schema, span, "stddev")?))
         }
-        Aggregate::Standard(AggFn::Min, f) => other(min(scalar_input(f, schema, span, "min")?)),
-        Aggregate::Standard(AggFn::Max, f) => other(max(scalar_input(f, schema, span, "max")?)),
+        Aggregate::Standard(AggFn::Min, f) => {
+            other(min(scalar_input(f, schema, span, "min")?.expr))
+        }
+        Aggregate::Standard(AggFn::Max, f) => {
+            other(max(scalar_input(f, schema, span, "max")?.expr))
+        }
         Aggregate::Percentile(f, p) => {
             let input = numeric_input(f, schema, span, "percentile")?;
             other(percentile(input, *p))

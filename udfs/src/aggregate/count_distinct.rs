@@ -57,14 +57,33 @@ pub fn count_distinct_text(expr: Expr) -> Expr {
     count_distinct_text_udaf().call(vec![expr])
 }
 
+/// The item field of the state's lists.
+fn item_field() -> FieldRef {
+    Arc::new(Field::new_list_field(DataType::LargeUtf8, true))
+}
+
 /// The state: each group's distinct values, as a list.
 fn state_field(name: &str) -> FieldRef {
-    let item = Arc::new(Field::new_list_field(DataType::LargeUtf8, true));
     Arc::new(Field::new(
         format_state_name(name, "values"),
-        DataType::List(item),
+        DataType::List(item_field()),
         true,
     ))
+}
+
+/// The state column: one list per group, of `lengths` values each, taken from `values` in
+/// order.
+fn state_lists<'a>(
+    lengths: impl Iterator<Item = usize>,
+    values: impl Iterator<Item = &'a str>,
+) -> Result<ListArray> {
+    let items = LargeStringArray::from_iter_values(values.collect::<Vec<_>>());
+    Ok(ListArray::try_new(
+        item_field(),
+        OffsetBuffer::from_lengths(lengths),
+        Arc::new(items),
+        None,
+    )?)
 }
 
 impl AggregateUDFImpl for CountDistinctText {
@@ -228,11 +247,10 @@ impl GroupsAccumulator for DistinctPairs {
 
     fn state(&mut self, emit_to: EmitTo) -> Result<Vec<ArrayRef>> {
         let (_, values) = self.take(emit_to, true);
-        let offsets = OffsetBuffer::from_lengths(values.iter().map(Vec::len));
-        let flat: Vec<&str> = values.iter().flatten().map(|k| value_of(k)).collect();
-        let items = LargeStringArray::from_iter_values(flat);
-        let item = Arc::new(Field::new_list_field(DataType::LargeUtf8, true));
-        let list = ListArray::try_new(item, offsets, Arc::new(items), None)?;
+        let list = state_lists(
+            values.iter().map(Vec::len),
+            values.iter().flatten().map(|k| value_of(k)),
+        )?;
         Ok(vec![Arc::new(list)])
     }
 
@@ -278,10 +296,10 @@ impl GroupsAccumulator for DistinctPairs {
         let kept: Vec<Option<&str>> = (0..column.len())
             .map(|i| column.get(i).filter(|_| passes(opt_filter, i)))
             .collect();
-        let offsets = OffsetBuffer::from_lengths(kept.iter().map(|v| usize::from(v.is_some())));
-        let items = LargeStringArray::from_iter_values(kept.iter().flatten().collect::<Vec<_>>());
-        let item = Arc::new(Field::new_list_field(DataType::LargeUtf8, true));
-        let list = ListArray::try_new(item, offsets, Arc::new(items), None)?;
+        let list = state_lists(
+            kept.iter().map(|v| usize::from(v.is_some())),
+            kept.iter().flatten().copied(),
+        )?;
         Ok(vec![Arc::new(list)])
     }
 
@@ -314,15 +332,9 @@ impl Accumulator for OneGroup {
     }
 
     fn state(&mut self) -> Result<Vec<ScalarValue>> {
-        self.pairs.counts.resize(1, 0);
-        let keys: Vec<&str> = self.pairs.set.iter().map(|k| value_of(k)).collect();
-        let items = LargeStringArray::from_iter_values(keys);
-        let item = Arc::new(Field::new_list_field(DataType::LargeUtf8, true));
-        let list = ListArray::try_new(
-            item,
-            OffsetBuffer::from_lengths([items.len()]),
-            Arc::new(items),
-            None,
+        let list = state_lists(
+            std::iter::once(self.pairs.set.len()),
+            self.pairs.set.iter().map(|k| value_of(k)),
         )?;
         Ok(vec![ScalarValue::List(Arc::new(list))])
     }

@@ -239,6 +239,17 @@ fn read_states(states: &[ArrayRef]) -> Result<Vec<StatsAccumulator>> {
         .collect())
 }
 
+/// The one Float64 input of `stats`.
+fn input(values: &[ArrayRef]) -> Result<&Float64Array> {
+    let Some(arr) = values.first() else {
+        return exec_err!("stats takes one argument");
+    };
+    match arr.as_primitive_opt::<Float64Type>() {
+        Some(a) => Ok(a),
+        None => exec_err!("stats expects a Float64 input, got {}", arr.data_type()),
+    }
+}
+
 /// `stats` for all groups of a grouped aggregate.
 #[derive(Debug, Default)]
 struct StatsGroups {
@@ -253,12 +264,7 @@ impl GroupsAccumulator for StatsGroups {
         opt_filter: Option<&BooleanArray>,
         total_num_groups: usize,
     ) -> Result<()> {
-        let Some(arr) = values
-            .first()
-            .and_then(|a| a.as_primitive_opt::<Float64Type>())
-        else {
-            return exec_err!("stats expects one Float64 input");
-        };
+        let arr = input(values)?;
         self.groups
             .resize(total_num_groups, StatsAccumulator::default());
         for (i, &g) in group_indices.iter().enumerate() {
@@ -298,12 +304,7 @@ impl GroupsAccumulator for StatsGroups {
         values: &[ArrayRef],
         opt_filter: Option<&BooleanArray>,
     ) -> Result<Vec<ArrayRef>> {
-        let Some(arr) = values
-            .first()
-            .and_then(|a| a.as_primitive_opt::<Float64Type>())
-        else {
-            return exec_err!("stats expects one Float64 input");
-        };
+        let arr = input(values)?;
         let rows: Vec<StatsAccumulator> = (0..arr.len())
             .map(|i| {
                 let mut one = StatsAccumulator::default();
@@ -323,12 +324,7 @@ impl GroupsAccumulator for StatsGroups {
 
 impl Accumulator for StatsAccumulator {
     fn update_batch(&mut self, values: &[ArrayRef]) -> Result<()> {
-        let Some(arr) = values.first() else {
-            return exec_err!("stats takes one argument");
-        };
-        let Some(arr) = arr.as_primitive_opt::<Float64Type>() else {
-            return exec_err!("stats expects a Float64 input, got {}", arr.data_type());
-        };
+        let arr = input(values)?;
         if arr.null_count() == 0 {
             arr.values().iter().for_each(|v| self.push(*v));
         } else {
