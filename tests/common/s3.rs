@@ -14,6 +14,19 @@ use std::time::{Duration, Instant};
 pub const ACCESS_KEY: &str = "signalql-test";
 pub const SECRET_KEY: &str = "signalql-secret";
 
+/// The `signalql` binary with exactly the AWS variables in `env` (none inherited from the
+/// test's own environment).
+pub fn signalql_command(env: &[(&str, String)]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_signalql"));
+    for (k, _) in std::env::vars() {
+        if k.starts_with("AWS_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.envs(env.iter().map(|(k, v)| (*k, v.as_str())));
+    cmd
+}
+
 /// moto does not check signatures, but it wants a signed-looking request to treat it as S3
 /// from a known account (an anonymous GET is refused).
 const AUTHORIZATION: &str = "AWS4-HMAC-SHA256 Credential=signalql-test/20260101/us-east-1/s3/\

@@ -145,13 +145,7 @@ fn copy_dir(from: &Path, to: &Path) {
 
 /// `signalql ingest objects DIR --project P --data TARGET` as a child.
 fn ingest_project(dir: &Path, project: &str, target: &Target) -> Child {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_signalql"));
-    for (k, _) in std::env::vars() {
-        if k.starts_with("AWS_") {
-            cmd.env_remove(k);
-        }
-    }
-    cmd.envs(target.env.iter().map(|(k, v)| (*k, v.as_str())))
+    crate::common::s3::signalql_command(&target.env)
         .args(["ingest", "objects"])
         .arg(dir)
         .args([

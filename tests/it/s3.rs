@@ -8,7 +8,7 @@ use crate::common;
 
 use std::collections::BTreeMap;
 use std::net::TcpListener;
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::{Duration, Instant};
 
 use common::s3::S3Server;
@@ -17,13 +17,7 @@ use signalql::catalog::Root;
 
 /// `signalql ARGS` with exactly the AWS variables given (none inherited).
 fn signalql(env: &[(&str, String)], args: &[&str]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_signalql"));
-    for (k, _) in std::env::vars() {
-        if k.starts_with("AWS_") {
-            cmd.env_remove(k);
-        }
-    }
-    cmd.envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+    common::s3::signalql_command(env)
         .args(args)
         .output()
         .unwrap()
