@@ -242,7 +242,23 @@ enum GenWhat {
     },
 }
 
+/// Makes glibc's malloc give large freed blocks back to the system. By default it raises its
+/// mmap threshold after each large free (up to 32 MiB), so a query's big buffers come from
+/// arenas that keep their pages after the query frees them. Under a 256 MiB limit one query
+/// peaked at 1.31× the limit with at most 0.6× of it live on the heap; with a fixed 1 MiB
+/// threshold, 0.83× (docs/semantics.md, "Memory").
+#[allow(unsafe_code)]
+fn return_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets a malloc parameter; it is called before any other thread
+    // exists.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
+    }
+}
+
 fn main() -> ExitCode {
+    return_freed_memory();
     let cli = Cli::parse();
     let json_errors = cli.error_format == ErrorFormat::Json
         || matches!(

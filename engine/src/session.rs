@@ -52,9 +52,9 @@ impl QueryPlanner for EngineQueryPlanner {
 pub const POOL_SHARE: f64 = 0.8;
 
 /// The part of the process no query can give back, taken from the pool before it is shared.
-pub const PROCESS_BYTES: u64 = 64 << 20;
+pub const PROCESS_BYTES: u64 = 80 << 20;
 
-/// DataFusion's pool for a `query_memory_bytes` limit: 80 % of it less 64 MiB, and never
+/// DataFusion's pool for a `query_memory_bytes` limit: 80 % of it less 80 MiB, and never
 /// less than half of it.
 pub fn pool_bytes(limit: u64) -> usize {
     let shared = (limit as f64 * POOL_SHARE) as u64;
