@@ -1,6 +1,7 @@
 //! Golden tests: every `tests/golden/**/*.case` file is a query in and an expected result out.
 //!
-//! A case file has a header of `key: value` lines (`data: sample|tiny|funnel`, `now: RFC3339`), then
+//! A case file has a header of `key: value` lines (`data: sample|tiny|funnel|docs|segment|texttime|objects`,
+//! `now: RFC3339`), then
 //! sections introduced by `--- name` lines:
 //! - `--- query`: the SignalQL text (required);
 //! - `--- oracle`: optional DuckDB SQL over a view `events` that computes the expectation
@@ -88,11 +89,15 @@ fn close(a: &Value, b: &Value) -> bool {
 /// The hand-made datasets under `tests/data/`, each built in a temporary folder.
 const BUILT: &[&str] = &["tiny", "funnel", "docs"];
 
+/// The datasets other tools wrote (tests/data/foreign/make.py, pyarrow), each copied as it is
+/// into a temporary folder.
+const FOREIGN: &[&str] = &["segment", "texttime", "objects"];
+
 /// The datasets cases can name: the bundled sample, and the built ones (by name, in `built`).
 fn dataset(name: &str, built: &Path) -> PathBuf {
     match name {
         "sample" => signalql::sample_dataset(),
-        other if BUILT.contains(&other) => built.join(other),
+        other if BUILT.contains(&other) || FOREIGN.contains(&other) => built.join(other),
         other => panic!("unknown dataset {other}"),
     }
 }
@@ -101,6 +106,11 @@ fn dataset(name: &str, built: &Path) -> PathBuf {
 /// one ingest (so one Parquet file) each, and the `users`/`signals` tables where present.
 fn build(name: &str, root: &Path) {
     let dir = root.join(name);
+    if FOREIGN.contains(&name) {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/foreign");
+        copy_dir(&src.join(name), &dir);
+        return;
+    }
     std::fs::create_dir_all(&dir).unwrap();
     let src = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/data")
@@ -133,6 +143,19 @@ fn build(name: &str, root: &Path) {
     }
     if src.join("users.jsonl").exists() {
         common::write_tiny_side_tables(&src, &dir);
+    }
+}
+
+fn copy_dir(src: &Path, dst: &Path) {
+    std::fs::create_dir_all(dst).unwrap();
+    for e in std::fs::read_dir(src).unwrap() {
+        let e = e.unwrap();
+        let to = dst.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &to);
+        } else {
+            std::fs::copy(e.path(), to).unwrap();
+        }
     }
 }
 
@@ -357,7 +380,7 @@ fn main() {
         files.len()
     );
     let tiny = tempfile::tempdir().unwrap();
-    for name in BUILT {
+    for name in BUILT.iter().chain(FOREIGN) {
         build(name, tiny.path());
     }
     let tiny_path = tiny.path().to_path_buf();
@@ -366,7 +389,7 @@ fn main() {
     let s3 = std::sync::Arc::new(S3Server::start());
     s3.create_bucket(S3_BUCKET);
     s3.upload_dir(&signalql::sample_dataset(), S3_BUCKET, "sample");
-    for name in BUILT {
+    for name in BUILT.iter().chain(FOREIGN) {
         s3.upload_dir(&tiny_path.join(name), S3_BUCKET, name);
     }
     let mut trials = Vec::new();

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, Utc};
-use datafusion::arrow::datatypes::{DataType, SchemaRef};
+use datafusion::arrow::datatypes::{Schema, SchemaRef};
 use datafusion::catalog::TableProvider;
 use datafusion::datasource::file_format::FileFormat;
 use datafusion::datasource::file_format::parquet::ParquetFormat;
@@ -18,8 +18,11 @@ use datafusion::prelude::SessionContext;
 use futures::FutureExt;
 use serde::Deserialize;
 
+pub use crate::columns::{PropertiesEncoding, check_schema};
 use crate::commit::Snapshot;
-use crate::storage::{ListedFile, Root, RootError, StorageError, StorageOptions};
+pub use crate::error::DatasetError;
+use crate::mapping::{TableConfig, TableView};
+use crate::storage::{ListedFile, Root, RootError, StorageOptions};
 
 /// Settings read from `ROOT/signalql.toml` (every key optional).
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -44,6 +47,9 @@ pub struct DatasetConfig {
     /// The engine's limits for this dataset (DESIGN.md §4), each optional.
     #[serde(default)]
     pub limits: LimitsConfig,
+    /// Where each table lives and how its columns map (`[tables.events.columns]`).
+    #[serde(default)]
+    pub tables: BTreeMap<String, TableConfig>,
 }
 
 /// `[limits]` of `signalql.toml`: any of the engine's limits (DESIGN.md §4).
@@ -58,44 +64,6 @@ pub struct LimitsConfig {
     pub max_traverse_depth: Option<u64>,
     pub memory_bytes: Option<u64>,
     pub timeout_seconds: Option<u64>,
-}
-
-/// Why a dataset or table could not be used. Each names the path involved.
-#[derive(Debug, thiserror::Error)]
-pub enum DatasetError {
-    #[error("dataset root {0} does not exist or is not a folder")]
-    MissingRoot(String),
-    #[error("dataset {root} has no {table} table (expected Parquet files under {root}/{table}/)")]
-    MissingTable { root: String, table: String },
-    #[error("cannot read {path}: {message}")]
-    Config { path: String, message: String },
-    #[error("cannot read the {table} table: {message}")]
-    Unreadable { table: String, message: String },
-    /// One file of a table cannot be read (named relative to the root).
-    #[error("cannot read {file} (a file of the {table} table): {message}")]
-    BadFile {
-        table: String,
-        file: String,
-        message: String,
-    },
-    /// The table's files disagree on a column's type in a way no widening reconciles.
-    #[error("cannot read the {table} table: {source}")]
-    Drift {
-        table: String,
-        #[source]
-        source: crate::drift::Irreconcilable,
-    },
-    #[error("column {column} of the {table} table has type {found}, expected {expected}")]
-    BadColumn {
-        table: String,
-        column: String,
-        found: String,
-        expected: String,
-    },
-    #[error("{0}")]
-    Unsupported(String),
-    #[error("cannot read {0}")]
-    Storage(#[from] StorageError),
 }
 
 /// A dataset: its root (a local folder or an S3 prefix) and its `signalql.toml`.
@@ -119,8 +87,13 @@ type Opened = (Vec<(String, u64)>, Vec<SkippedFile>, TableInfo);
 #[derive(Debug, Clone)]
 pub struct TableInfo {
     pub name: String,
+    /// The scan of the table's files, in their own schema.
     pub provider: Arc<dyn TableProvider>,
+    /// The table as SignalQL reads it: the view's schema when there is one, else the files'.
     pub schema: SchemaRef,
+    /// How the files' columns are read as the table's ([`crate::mapping`]); `None` when
+    /// they are read as they are.
+    pub view: Option<Arc<TableView>>,
     /// (location, size) of each file read, sorted: see [`Dataset::table_files`].
     pub files: Vec<(String, u64)>,
     /// Files left out because they cannot be read (only with `skip_invalid_files`).
@@ -138,26 +111,6 @@ pub struct SkippedFile {
 impl TableInfo {
     pub fn total_bytes(&self) -> u64 {
         self.files.iter().map(|(_, s)| s).sum()
-    }
-}
-
-/// How the `properties` (or `traits`, `attributes`) column encodes its keys.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PropertiesEncoding {
-    Struct,
-    Map,
-    JsonText,
-}
-
-impl PropertiesEncoding {
-    /// The encoding of a column of type `dt`, or None if it is none of the three.
-    pub fn of(dt: &DataType) -> Option<Self> {
-        match dt {
-            DataType::Struct(_) => Some(Self::Struct),
-            DataType::Map(_, _) => Some(Self::Map),
-            DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => Some(Self::JsonText),
-            _ => None,
-        }
     }
 }
 
@@ -232,7 +185,8 @@ impl Dataset {
             message,
         };
         let snapshot = Snapshot::read(&self.root).map_err(|e| unreadable(e.to_string()))?;
-        let listed = match self.root.parquet_files(table) {
+        let folder = self.folder(table)?;
+        let listed = match self.root.parquet_files(&folder) {
             Ok(files) => files.unwrap_or_default(),
             Err(e) => return Err(unreadable(e.to_string())),
         };
@@ -252,6 +206,63 @@ impl Dataset {
             });
         }
         Ok(files)
+    }
+
+    /// The folder of `table` under the root: `[tables.T] path`, or the table's name.
+    pub fn folder(&self, table: &str) -> Result<String, DatasetError> {
+        let Some(config) = self.config.tables.get(table) else {
+            return Ok(table.to_string());
+        };
+        let bad = |message: String| DatasetError::Config {
+            path: self.root.display_of("signalql.toml"),
+            message: format!("[tables.{table}]: {message}"),
+        };
+        match config.format.as_deref() {
+            None | Some("parquet") => {}
+            Some("delta") => {
+                return Err(DatasetError::NotYet {
+                    feature: "Delta Lake tables",
+                    message: format!(
+                        "the {table} table is configured as a Delta table, which signalql \
+                         cannot read yet"
+                    ),
+                });
+            }
+            Some(other) => {
+                return Err(bad(format!(
+                    "`format = {other:?}`: expected \"parquet\" or \"delta\""
+                )));
+            }
+        }
+        let Some(path) = config.path.as_deref() else {
+            return Ok(table.to_string());
+        };
+        let path = path.trim_matches('/');
+        if path.contains("://") {
+            return Err(DatasetError::NotYet {
+                feature: "tables outside the dataset root",
+                message: format!(
+                    "[tables.{table}] path = {path:?}: a table outside the dataset root is \
+                     not supported yet; give a path under the root"
+                ),
+            });
+        }
+        if path.is_empty() || path.split('/').any(|p| p == ".." || p == "." || p.is_empty()) {
+            return Err(bad(format!(
+                "`path = {path:?}`: give a folder under the dataset root (no `..`)"
+            )));
+        }
+        Ok(path.to_string())
+    }
+
+    /// How the files of `table` (merged schema `files`) are read as the SignalQL table.
+    pub fn view(&self, table: &str, files: &Schema) -> Result<Option<TableView>, DatasetError> {
+        crate::mapping::view(
+            table,
+            files,
+            self.config.tables.get(table),
+            &self.root.display_of("signalql.toml"),
+        )
     }
 
     /// The readable files of a table as (location, size), and those left out with
@@ -344,6 +355,7 @@ impl Dataset {
                     source,
                 })?,
             );
+        let view = self.view(table, &schema)?.map(Arc::new);
         let options =
             ListingOptions::new(Arc::new(ParquetFormat::default())).with_file_extension(".parquet");
         let config = ListingTableConfig::new_with_multi_paths(urls)
@@ -353,7 +365,11 @@ impl Dataset {
         let info = TableInfo {
             name: table.to_string(),
             provider: Arc::new(provider),
-            schema,
+            schema: match &view {
+                Some(v) => Arc::new(v.schema()),
+                None => schema,
+            },
+            view,
             files,
             skipped,
         };
@@ -480,181 +496,4 @@ async fn check_footer(
         ));
     }
     Ok(())
-}
-
-/// Check the columns the language relies on in `table` (any of the ten tables of DESIGN.md
-/// §3; other names are not checked): each required column present, and every column the
-/// engine reads, required or optional, of a type it can read. A missing column is
-/// [`DatasetError::Unreadable`] (`io_error`), a wrong type [`DatasetError::BadColumn`]
-/// (`type_error`), both naming the table, the column and the type expected.
-pub fn check_schema(table: &str, schema: &SchemaRef) -> Result<(), DatasetError> {
-    use Kind::*;
-    let (required, optional): (&[(&str, Kind)], &[(&str, Kind)]) = match table {
-        "events" => (
-            &[("event_name", Text), ("timestamp", Timestamp)],
-            &[("user_id", Text), ("session_id", Text), ("properties", Bag)],
-        ),
-        "users" => (&[("user_id", Text)], &[("traits", Bag)]),
-        "signals" => (
-            &[
-                ("entity_id", Text),
-                ("name", Text),
-                ("value", Text),
-                ("computed_at", Timestamp),
-            ],
-            &[("probability", Number)],
-        ),
-        "entities" => (
-            &[
-                ("entity_type", Text),
-                ("entity_id", Text),
-                ("updated_at", Timestamp),
-            ],
-            &[("attributes", Bag)],
-        ),
-        "relationships" => (
-            &[
-                ("src_type", Text),
-                ("src_id", Text),
-                ("relation", Text),
-                ("dst_type", Text),
-                ("dst_id", Text),
-                ("created_at", Timestamp),
-            ],
-            &[],
-        ),
-        "objects" => (
-            &[
-                ("object_id", Text),
-                ("kind", Text),
-                ("title", Text),
-                ("created_at", Timestamp),
-                ("tombstoned_at", Timestamp),
-                ("recorded_at", Timestamp),
-            ],
-            &[("project", Text), ("source_path", Text)],
-        ),
-        "revisions" => (
-            &[
-                ("object_id", Text),
-                ("revision", Integer),
-                ("created_at", Timestamp),
-                ("origin", Text),
-                ("trust", Text),
-                ("validation", Text),
-                ("roles", TextList),
-                ("state", Text),
-            ],
-            &[],
-        ),
-        "representations" => (
-            &[
-                ("object_id", Text),
-                ("revision", Integer),
-                ("name", Text),
-                ("media_type", Text),
-                ("content", Text),
-                ("content_hash", Text),
-            ],
-            &[
-                ("content_ref", Text),
-                ("tokens", Integer),
-                ("roles", TextList),
-            ],
-        ),
-        "derivations" => (
-            &[
-                ("object_id", Text),
-                ("revision", Integer),
-                ("relation", Text),
-                ("source_object_id", Text),
-                ("source_revision", Integer),
-            ],
-            &[],
-        ),
-        "links" => (
-            &[
-                ("object_id", Text),
-                ("revision", Integer),
-                ("entity_type", Text),
-                ("entity_id", Text),
-                ("relation", Text),
-            ],
-            &[],
-        ),
-        _ => return Ok(()),
-    };
-    for (name, kind) in required {
-        if schema.field_with_name(name).is_err() {
-            return Err(DatasetError::Unreadable {
-                table: table.into(),
-                message: format!(
-                    "the {table} table has no `{name}` column (expected {})",
-                    kind.expected()
-                ),
-            });
-        }
-    }
-    for (name, kind) in required.iter().chain(optional) {
-        if let Ok(f) = schema.field_with_name(name)
-            && !kind.accepts(f.data_type())
-        {
-            return Err(DatasetError::BadColumn {
-                table: table.into(),
-                column: name.to_string(),
-                found: f.data_type().to_string(),
-                expected: kind.expected().into(),
-            });
-        }
-    }
-    Ok(())
-}
-
-/// What a column of a table must be.
-#[derive(Debug, Clone, Copy)]
-enum Kind {
-    Text,
-    Timestamp,
-    Integer,
-    Number,
-    /// A list of text (`roles`).
-    TextList,
-    /// A property bag: struct, map or JSON text.
-    Bag,
-}
-
-impl Kind {
-    fn accepts(self, dt: &DataType) -> bool {
-        let text = |t: &DataType| {
-            matches!(
-                t,
-                DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View | DataType::Null
-            ) || matches!(t, DataType::Dictionary(_, v) if v.is_string())
-        };
-        match self {
-            Kind::Text => text(dt),
-            Kind::Timestamp => matches!(dt, DataType::Timestamp(_, _) | DataType::Null),
-            Kind::Integer => dt.is_integer() || *dt == DataType::Null,
-            Kind::Number => dt.is_numeric() || *dt == DataType::Null,
-            Kind::TextList => match dt {
-                DataType::List(f) | DataType::LargeList(f) | DataType::ListView(f) => {
-                    text(f.data_type())
-                }
-                DataType::Null => true,
-                _ => false,
-            },
-            Kind::Bag => PropertiesEncoding::of(dt).is_some() || *dt == DataType::Null,
-        }
-    }
-
-    fn expected(self) -> &'static str {
-        match self {
-            Kind::Text => "utf8",
-            Kind::Timestamp => "timestamp",
-            Kind::Integer => "an integer",
-            Kind::Number => "a number",
-            Kind::TextList => "list<utf8>",
-            Kind::Bag => "struct, map<utf8, utf8> or JSON utf8",
-        }
-    }
 }

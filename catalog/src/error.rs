@@ -4,6 +4,8 @@ use datafusion::arrow::error::ArrowError;
 use datafusion::error::DataFusionError;
 use datafusion::parquet::errors::ParquetError;
 
+use crate::storage::StorageError;
+
 /// Everything that can go wrong while reading, writing or generating a dataset.
 #[derive(thiserror::Error, Debug)]
 pub enum CatalogError {
@@ -55,3 +57,47 @@ impl CatalogError {
 
 /// The catalog's result type.
 pub type Result<T> = std::result::Result<T, CatalogError>;
+
+/// Why a dataset or table could not be used. Each names the path involved.
+#[derive(Debug, thiserror::Error)]
+pub enum DatasetError {
+    #[error("dataset root {0} does not exist or is not a folder")]
+    MissingRoot(String),
+    #[error("dataset {root} has no {table} table (expected Parquet files under {root}/{table}/)")]
+    MissingTable { root: String, table: String },
+    #[error("cannot read {path}: {message}")]
+    Config { path: String, message: String },
+    #[error("cannot read the {table} table: {message}")]
+    Unreadable { table: String, message: String },
+    /// One file of a table cannot be read (named relative to the root).
+    #[error("cannot read {file} (a file of the {table} table): {message}")]
+    BadFile {
+        table: String,
+        file: String,
+        message: String,
+    },
+    /// The table's files disagree on a column's type in a way no widening reconciles.
+    #[error("cannot read the {table} table: {source}")]
+    Drift {
+        table: String,
+        #[source]
+        source: crate::drift::Irreconcilable,
+    },
+    #[error("column {column} of the {table} table has type {found}, expected {expected}")]
+    BadColumn {
+        table: String,
+        column: String,
+        found: String,
+        expected: String,
+    },
+    #[error("{0}")]
+    Unsupported(String),
+    /// A dataset layout signalql does not read yet (`capability_error` naming `feature`).
+    #[error("{message}")]
+    NotYet {
+        feature: &'static str,
+        message: String,
+    },
+    #[error("cannot read {0}")]
+    Storage(#[from] StorageError),
+}

@@ -1,6 +1,7 @@
 //! Dataset layout and table registration for signalql: dataset roots and `signalql.toml`,
 //! listing tables over Parquet, ingest writers and the deterministic data generator.
 
+pub mod columns;
 pub mod commit;
 pub mod dataset;
 pub mod drift;
@@ -9,6 +10,7 @@ pub mod error;
 pub mod file;
 pub mod generator;
 pub mod ingest;
+pub mod mapping;
 pub mod metrics;
 pub mod objects;
 pub mod storage;

@@ -7,8 +7,15 @@ use std::cell::RefCell;
 use std::future::Future;
 
 use async_trait::async_trait;
+use datafusion::arrow::datatypes::{DataType, TimeUnit};
+use datafusion::common::{Column, ScalarValue};
+use datafusion::datasource::provider_as_source;
+use datafusion::functions::core::expr_fn::named_struct;
+use datafusion::logical_expr::{Expr, LogicalPlanBuilder, cast, lit};
 use datafusion::prelude::SessionContext;
+use signalql_catalog::mapping::{Read, TimeEncoding, ViewColumn, utc_micros};
 use signalql_catalog::{Dataset, DatasetError, SkippedFile, TableInfo, check_schema};
+use signalql_udfs::scalar::text_time::text_time;
 
 use crate::error::Result;
 
@@ -116,6 +123,7 @@ impl Catalog for ApplicationCatalog {
                 name: name.to_string(),
                 schema,
                 provider,
+                view: None,
                 files: Vec::new(),
                 skipped: Vec::new(),
             });
@@ -124,5 +132,82 @@ impl Catalog for ApplicationCatalog {
         check_schema(name, &t.schema)?;
         note(&t);
         Ok(t)
+    }
+}
+
+/// A scan of `table` under `alias` as SignalQL reads it: through its view when it has one
+/// (mapped columns under their SignalQL names, times as UTC microseconds; see
+/// signalql_catalog::mapping), with `extra` computed in the same projection. File-dependent
+/// functions (`input_file_name()`, `file_row_index()`) in `extra` are evaluated inside the
+/// Parquet scan, which DataFusion does only for a projection directly on it.
+pub fn scan(table: &TableInfo, alias: &str, extra: Vec<Expr>) -> Result<LogicalPlanBuilder> {
+    let b = LogicalPlanBuilder::scan(alias, provider_as_source(table.provider.clone()), None)?;
+    let Some(view) = &table.view else {
+        if extra.is_empty() {
+            return Ok(b);
+        }
+        let mut cols: Vec<Expr> = b.schema().columns().into_iter().map(Expr::Column).collect();
+        cols.extend(extra);
+        return Ok(b.project(cols)?);
+    };
+    // Two projections under a subquery alias: the view's expressions (and `extra`) under
+    // internal names directly over the scan, then the SignalQL names. DataFusion 55's
+    // leaf-projection push-down fails on one projection whose output names meet the scan's
+    // ("… qualified field name events.event_name and unqualified field name event_name").
+    let internal = |name: &str| format!("__view_{name}");
+    let mut inner: Vec<Expr> = view
+        .columns
+        .iter()
+        .map(|c| view_expr(c, alias, &table.name).alias(internal(&c.name)))
+        .collect();
+    let mut outer: Vec<Expr> = view
+        .columns
+        .iter()
+        .map(|c| crate::lower::fields::column(&internal(&c.name)).alias(&c.name))
+        .collect();
+    for e in extra {
+        let name = e.schema_name().to_string();
+        inner.push(e);
+        outer.push(crate::lower::fields::column(&name));
+    }
+    Ok(b.project(inner)?.project(outer)?.alias(alias)?)
+}
+
+/// The expression reading one view column from the files' columns.
+fn view_expr(c: &ViewColumn, alias: &str, table: &str) -> Expr {
+    let file_column = |name: &str| Expr::Column(Column::new(Some(alias), name));
+    match &c.read {
+        Read::Column(name) => file_column(name),
+        Read::Time { column, encoding } => {
+            let v = file_column(column);
+            match encoding {
+                TimeEncoding::Cast => cast(v, utc_micros()),
+                TimeEncoding::Epoch(TimeUnit::Microsecond) => {
+                    cast(cast(v, DataType::Int64), utc_micros())
+                }
+                TimeEncoding::Epoch(unit) => cast(
+                    cast(
+                        cast(v, DataType::Int64),
+                        DataType::Timestamp(*unit, Some("UTC".into())),
+                    ),
+                    utc_micros(),
+                ),
+                TimeEncoding::Text => {
+                    let label = if *column == c.name {
+                        format!("{} of the {table} table", c.name)
+                    } else {
+                        format!("{} of the {table} table (file column {column})", c.name)
+                    };
+                    text_time(v, &label)
+                }
+            }
+        }
+        Read::Wide(columns) => named_struct(
+            columns
+                .iter()
+                .flat_map(|name| [lit(name.as_str()), file_column(name)])
+                .collect(),
+        ),
+        Read::Null => lit(ScalarValue::try_from(&c.data_type).unwrap_or(ScalarValue::Null)),
     }
 }

@@ -306,6 +306,13 @@ impl From<DatasetError> for Error {
                 },
                 message,
             ),
+            DatasetError::NotYet { feature, .. } => Error::new(
+                ErrorKind::Capability {
+                    feature: feature.to_string(),
+                    tier: "engine".into(),
+                },
+                message,
+            ),
             _ => Error::io(message),
         };
         err.caused_by(e)

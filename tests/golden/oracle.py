@@ -87,6 +87,13 @@ def connect(data):
             "CREATE VIEW events AS SELECT *, row_number() OVER (ORDER BY file_no, row_no) AS ord "
             f"FROM ({' UNION ALL '.join(parts)})"
         )
+    elif data == "segment":
+        # The raw export as Segment writes it: times are epoch milliseconds.
+        path = ROOT / "tests" / "data" / "foreign" / "segment" / "raw" / "tracks" / "*.parquet"
+        con.execute(f"CREATE VIEW tracks AS SELECT * FROM read_parquet('{path}', union_by_name = true)")
+    elif data == "texttime":
+        path = ROOT / "tests" / "data" / "foreign" / "texttime" / "events" / "*.parquet"
+        con.execute(f"CREATE VIEW events AS SELECT * FROM read_parquet('{path}', union_by_name = true)")
     else:
         raise SystemExit(f"unknown dataset {data}")
     return con

@@ -21,8 +21,7 @@ use std::collections::BTreeSet;
 use chrono::{DateTime, Utc};
 use datafusion::arrow::array::{Array, AsArray};
 use datafusion::arrow::datatypes::TimestampMicrosecondType;
-use datafusion::datasource::provider_as_source;
-use datafusion::logical_expr::{Expr, LogicalPlanBuilder};
+use datafusion::logical_expr::Expr;
 use datafusion::prelude::SessionContext;
 use signalql_catalog::TableInfo;
 use signalql_udfs::strings::StringColumn;
@@ -350,13 +349,12 @@ impl Binder<'_> {
 
 /// The distinct `entity_type`s of the entities table, sorted.
 pub(crate) async fn entity_types(exec: &Executor, table: &TableInfo) -> Result<Vec<String>> {
-    let plan =
-        LogicalPlanBuilder::scan("entities", provider_as_source(table.provider.clone()), None)?
-            .aggregate(
-                vec![crate::lower::fields::column("entity_type")],
-                Vec::<Expr>::new(),
-            )?
-            .build()?;
+    let plan = crate::catalog::scan(table, "entities", vec![])?
+        .aggregate(
+            vec![crate::lower::fields::column("entity_type")],
+            Vec::<Expr>::new(),
+        )?
+        .build()?;
     let mut out = Vec::new();
     for b in &exec.run(&plan).await?.batches {
         let c = StringColumn::try_new(b.column(0).as_ref())?;

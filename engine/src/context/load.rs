@@ -45,7 +45,13 @@ pub(crate) async fn table(
     name: &str,
 ) -> Result<DataFrame> {
     let t = catalog.table(ctx, name).await?;
-    Ok(ctx.read_table(t.provider)?)
+    read(ctx, &t)
+}
+
+/// `t` as a data frame of `ctx`, read through its view.
+fn read(ctx: &SessionContext, t: &signalql_catalog::TableInfo) -> Result<DataFrame> {
+    let plan = crate::catalog::scan(t, &t.name, vec![])?.build()?;
+    Ok(DataFrame::new(ctx.state(), plan))
 }
 
 /// The table `name` as a data frame of `ctx`, `None` when the dataset has none.
@@ -55,7 +61,7 @@ pub(crate) async fn optional(
     name: &str,
 ) -> Result<Option<DataFrame>> {
     match optional_table(catalog, ctx, name).await? {
-        Some(t) => Ok(Some(ctx.read_table(t.provider)?)),
+        Some(t) => Ok(Some(read(ctx, &t)?)),
         None => Ok(None),
     }
 }

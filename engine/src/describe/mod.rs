@@ -7,7 +7,6 @@ mod targets;
 
 use chrono::{DateTime, Utc};
 use datafusion::arrow::datatypes::{DataType, Field, SchemaRef};
-use datafusion::datasource::provider_as_source;
 use datafusion::functions::core::expr_fn::get_field;
 use datafusion::functions_aggregate::expr_fn::count;
 use datafusion::logical_expr::{Expr, LogicalPlan, LogicalPlanBuilder, lit};
@@ -146,11 +145,7 @@ impl Describer<'_> {
 }
 
 fn scan(table: &TableInfo, name: &str) -> Result<LogicalPlanBuilder> {
-    Ok(LogicalPlanBuilder::scan(
-        name,
-        provider_as_source(table.provider.clone()),
-        None,
-    )?)
+    crate::catalog::scan(table, name, vec![])
 }
 
 /// `b` with its property bag `bag` (if a struct) also as the column `__bag`.

@@ -3,7 +3,6 @@
 //! joins a query needs is decided by the walks of [`crate::syntax::walk`].
 
 use datafusion::common::Column;
-use datafusion::datasource::provider_as_source;
 use datafusion::logical_expr::{Expr, JoinType, LogicalPlan, LogicalPlanBuilder, lit};
 use signalql_catalog::TableInfo;
 
@@ -17,13 +16,12 @@ use crate::error::{Error, Result};
 pub fn join_traits(events: LogicalPlanBuilder, users: &TableInfo) -> Result<LogicalPlanBuilder> {
     use datafusion::functions_aggregate::expr_fn::first_value;
     require_columns(users, &["user_id", "traits"], "traits.*")?;
-    let users =
-        LogicalPlanBuilder::scan("users", provider_as_source(users.provider.clone()), None)?
-            .aggregate(
-                vec![column("user_id").alias("__traits_user_id")],
-                vec![first_value(column("traits"), vec![]).alias("traits")],
-            )?
-            .build()?;
+    let users = crate::catalog::scan(users, "users", vec![])?
+        .aggregate(
+            vec![column("user_id").alias("__traits_user_id")],
+            vec![first_value(column("traits"), vec![]).alias("traits")],
+        )?
+        .build()?;
     attach(
         events,
         users,
@@ -62,11 +60,7 @@ pub fn join_signal(
         )
     };
     let key = format!("__signal_entity_{i}");
-    let sub = LogicalPlanBuilder::scan(
-        format!("signals_{i}"),
-        provider_as_source(signals.provider.clone()),
-        None,
-    )?
+    let sub = crate::catalog::scan(signals, &format!("signals_{i}"), vec![])?
     .filter(
         column("name")
             .eq(lit(name))

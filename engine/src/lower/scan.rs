@@ -3,7 +3,6 @@
 //! and WHERE, and TRAVERSE from the entities that pass them.
 
 use datafusion::common::DFSchemaRef;
-use datafusion::datasource::provider_as_source;
 use datafusion::logical_expr::utils::conjunction;
 use datafusion::logical_expr::{Expr, LogicalPlan, LogicalPlanBuilder};
 
@@ -56,14 +55,8 @@ pub fn scan_filtered_in(
             ..
         } => source::entities_as_of(entities, Some(entity_type), as_of)?,
         SourceTables::Events { events, users } => {
-            let source = provider_as_source(events.provider.clone());
-            let mut b = LogicalPlanBuilder::scan("events", source, None)?;
-            if let Some((expr, name)) = extra {
-                let mut cols: Vec<Expr> =
-                    b.schema().columns().into_iter().map(Expr::Column).collect();
-                cols.push(expr.alias(name));
-                b = b.project(cols)?;
-            }
+            let extra = extra.map(|(expr, name)| expr.alias(name)).into_iter().collect();
+            let mut b = crate::catalog::scan(events, "events", extra)?;
             if let Some(users) = users {
                 b = join_traits(b, users)?;
             }

@@ -3,7 +3,6 @@
 
 use chrono::{DateTime, Utc};
 use datafusion::common::Column;
-use datafusion::datasource::provider_as_source;
 use datafusion::functions::core::expr_fn::{file_row_index, input_file_name};
 use datafusion::functions_window::expr_fn::row_number;
 use datafusion::logical_expr::ExprFunctionExt;
@@ -66,15 +65,7 @@ pub fn entities_as_of(
     of_type: Option<&str>,
     t: DateTime<Utc>,
 ) -> Result<LogicalPlanBuilder> {
-    let source = provider_as_source(table.provider.clone());
-    let scan = LogicalPlanBuilder::scan("entities_raw", source, None)?;
-    let mut cols: Vec<Expr> = scan
-        .schema()
-        .columns()
-        .into_iter()
-        .map(Expr::Column)
-        .collect();
-    cols.push(file_order(table).alias("__ord"));
+    let scan = crate::catalog::scan(table, "entities_raw", vec![file_order(table).alias("__ord")])?;
     let updated = cast(column("updated_at"), ts_type());
     let mut filter = updated.clone().lt_eq(ts_lit(micros(t)));
     if let Some(ty) = of_type {
@@ -109,7 +100,6 @@ pub fn entities_as_of(
         .map(|n| column(&format!("__e_{n}")).alias(*n))
         .collect();
     Ok(scan
-        .project(cols)?
         .filter(filter)?
         .window(vec![newest])?
         .filter(column("__rn").eq(lit(1u64)))?
@@ -132,11 +122,7 @@ pub fn traverse(
     let start = start
         .project(vec![column("entity_type"), column("entity_id")])?
         .build()?;
-    let edges = LogicalPlanBuilder::scan(
-        "relationships",
-        provider_as_source(relationships.provider.clone()),
-        None,
-    )?
+    let edges = crate::catalog::scan(relationships, "relationships", vec![])?
     .filter(
         column("relation")
             .eq(lit(clause.relation.as_str()))

@@ -3,4 +3,5 @@
 pub mod file_rank;
 pub mod json_get;
 pub mod lexical;
+pub mod text_time;
 pub mod token_estimate;
