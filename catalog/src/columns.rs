@@ -127,7 +127,10 @@ pub fn table_columns(table: &str) -> Option<Columns> {
 }
 
 /// A table's (required, optional) columns and their kinds.
-pub type Columns = (&'static [(&'static str, Kind)], &'static [(&'static str, Kind)]);
+pub type Columns = (
+    &'static [(&'static str, Kind)],
+    &'static [(&'static str, Kind)],
+);
 
 /// Check the columns the language relies on in `table` (any of the ten tables of DESIGN.md
 /// §3; other names are not checked): each required column present, and every column the

@@ -247,7 +247,11 @@ impl Dataset {
                 ),
             });
         }
-        if path.is_empty() || path.split('/').any(|p| p == ".." || p == "." || p.is_empty()) {
+        if path.is_empty()
+            || path
+                .split('/')
+                .any(|p| p == ".." || p == "." || p.is_empty())
+        {
             return Err(bad(format!(
                 "`path = {path:?}`: give a folder under the dataset root (no `..`)"
             )));

@@ -71,7 +71,10 @@ pub enum Read {
     /// A file column, as it is.
     Column(String),
     /// A file column holding a time, read as a UTC instant in microseconds.
-    Time { column: String, encoding: TimeEncoding },
+    Time {
+        column: String,
+        encoding: TimeEncoding,
+    },
     /// The struct of these file columns (`properties = "*"`).
     Wide(Vec<String>),
     /// NULL: a column the files lack that has a default (the object tables of DESIGN.md §3).
@@ -439,7 +442,14 @@ mod tests {
         // The file's own `timestamp` (text) is not the event time: it is a property.
         assert_eq!(
             names,
-            ["event_name", "timestamp", "user_id", "properties", "plan", "amount"]
+            [
+                "event_name",
+                "timestamp",
+                "user_id",
+                "properties",
+                "plan",
+                "amount"
+            ]
         );
         assert_eq!(
             v.columns[1].read,
@@ -470,7 +480,10 @@ mod tests {
         assert!(err("[columns]\nevnt = \"event\"").contains("not a column of the events table"));
         assert!(err("[columns]\nuser_id = \"*\"").contains("only a property bag"));
         let e = err("[columns]\nevent_name = \"event\"\ntimestamp = \"ts\"");
-        assert!(e.contains("epoch_unit") && e.contains("timestamp (file column ts)"), "{e}");
+        assert!(
+            e.contains("epoch_unit") && e.contains("timestamp (file column ts)"),
+            "{e}"
+        );
         assert!(err("[time]\nepoch_unit = \"days\"").contains("epoch_unit"));
     }
 
@@ -486,9 +499,7 @@ mod tests {
                 DataType::Timestamp(TimeUnit::Nanosecond, None),
             ),
         ]);
-        let v = view("objects", &s, None, "signalql.toml")
-            .unwrap()
-            .unwrap();
+        let v = view("objects", &s, None, "signalql.toml").unwrap().unwrap();
         let get = |n: &str| v.columns.iter().find(|c| c.name == n).unwrap().clone();
         assert_eq!(get("tombstoned_at").read, Read::Null);
         assert_eq!(get("source_path").read, Read::Null);

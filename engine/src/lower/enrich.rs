@@ -61,19 +61,19 @@ pub fn join_signal(
     };
     let key = format!("__signal_entity_{i}");
     let sub = crate::catalog::scan(signals, &format!("signals_{i}"), vec![])?
-    .filter(
-        column("name")
-            .eq(lit(name))
-            .and(computed.clone().lt_eq(ts_lit(micros(as_of)))),
-    )?
-    .aggregate(
-        vec![column("entity_id").alias(key.clone())],
-        vec![
-            latest("value").alias(format!("signal({name})")),
-            latest("probability").alias(format!("probability({name})")),
-        ],
-    )?
-    .build()?;
+        .filter(
+            column("name")
+                .eq(lit(name))
+                .and(computed.clone().lt_eq(ts_lit(micros(as_of)))),
+        )?
+        .aggregate(
+            vec![column("entity_id").alias(key.clone())],
+            vec![
+                latest("value").alias(format!("signal({name})")),
+                latest("probability").alias(format!("probability({name})")),
+            ],
+        )?
+        .build()?;
     attach(
         rows,
         sub,

@@ -55,7 +55,10 @@ pub fn scan_filtered_in(
             ..
         } => source::entities_as_of(entities, Some(entity_type), as_of)?,
         SourceTables::Events { events, users } => {
-            let extra = extra.map(|(expr, name)| expr.alias(name)).into_iter().collect();
+            let extra = extra
+                .map(|(expr, name)| expr.alias(name))
+                .into_iter()
+                .collect();
             let mut b = crate::catalog::scan(events, "events", extra)?;
             if let Some(users) = users {
                 b = join_traits(b, users)?;

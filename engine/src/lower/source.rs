@@ -65,7 +65,11 @@ pub fn entities_as_of(
     of_type: Option<&str>,
     t: DateTime<Utc>,
 ) -> Result<LogicalPlanBuilder> {
-    let scan = crate::catalog::scan(table, "entities_raw", vec![file_order(table).alias("__ord")])?;
+    let scan = crate::catalog::scan(
+        table,
+        "entities_raw",
+        vec![file_order(table).alias("__ord")],
+    )?;
     let updated = cast(column("updated_at"), ts_type());
     let mut filter = updated.clone().lt_eq(ts_lit(micros(t)));
     if let Some(ty) = of_type {
@@ -123,18 +127,18 @@ pub fn traverse(
         .project(vec![column("entity_type"), column("entity_id")])?
         .build()?;
     let edges = crate::catalog::scan(relationships, "relationships", vec![])?
-    .filter(
-        column("relation")
-            .eq(lit(clause.relation.as_str()))
-            .and(cast(column("created_at"), ts_type()).lt_eq(ts_lit(micros(t)))),
-    )?
-    .project(vec![
-        column("src_type"),
-        column("src_id"),
-        column("dst_type"),
-        column("dst_id"),
-    ])?
-    .build()?;
+        .filter(
+            column("relation")
+                .eq(lit(clause.relation.as_str()))
+                .and(cast(column("created_at"), ts_type()).lt_eq(ts_lit(micros(t)))),
+        )?
+        .project(vec![
+            column("src_type"),
+            column("src_id"),
+            column("dst_type"),
+            column("dst_id"),
+        ])?
+        .build()?;
     let reached = TwoInputNode::new(
         start,
         edges,

@@ -135,7 +135,10 @@ mod tests {
         assert_eq!(parse_micros("2026-06-01T12:00:00Z"), Some(base));
         assert_eq!(parse_micros("2026-06-01T14:00:00+02:00"), Some(base));
         assert_eq!(parse_micros("2026-06-01 12:00:00"), Some(base));
-        assert_eq!(parse_micros("2026-06-01T12:00:00.25Z"), Some(base + 250_000));
+        assert_eq!(
+            parse_micros("2026-06-01T12:00:00.25Z"),
+            Some(base + 250_000)
+        );
         assert_eq!(parse_micros("2026-06-01"), Some(base - 12 * 3_600_000_000));
         assert_eq!(parse_micros("yesterday"), None);
         assert_eq!(parse_micros(""), None);

@@ -163,7 +163,9 @@ impl Parser {
         })
     }
 
-    /// time_window ::= "LAST" integer time_unit | "BETWEEN" ts "AND" ts (start < end).
+    /// time_window ::= "LAST" integer time_unit | "BETWEEN" ts "AND" ts (start <= end:
+    /// `BETWEEN a AND a` is the empty window `[a, a)`, as in the v0.1 reference; an end
+    /// before the start is an error, docs/semantics.md).
     /// Also returns the instants of a BETWEEN window.
     pub(super) fn parse_time_window(
         &mut self,
@@ -178,9 +180,9 @@ impl Parser {
             let (start, a, _) = self.parse_timestamp(date_only)?;
             self.expect_kw("and")?;
             let (end, b, span) = self.parse_timestamp(date_only)?;
-            if a >= b {
+            if a > b {
                 return Err(Error::parse(
-                    "expected the end of the window to be after its start",
+                    "expected the end of the window not to be before its start",
                     span,
                 ));
             }
