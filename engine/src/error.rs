@@ -371,10 +371,13 @@ impl Error {
                 D::External(ext) if ext.downcast_ref::<Error>().is_some() => {
                     return Error::from_datafusion(root);
                 }
+                D::Execution(m) if unreadable_value(m) => return Error::from_datafusion(root),
                 _ => {}
             }
         }
         match e {
+            // A value in the data the view cannot read (docs/mapping.md): the data's problem.
+            D::Execution(m) if unreadable_value(m) => Error::io(m.clone()),
             D::ArrowError(a, _)
                 if matches!(**a, datafusion::arrow::error::ArrowError::IoError(..)) =>
             {
@@ -404,6 +407,11 @@ impl Error {
             other => Error::internal(other.to_string()),
         }
     }
+}
+
+/// Whether an execution error is a value of a mapped table that cannot be read.
+fn unreadable_value(message: &str) -> bool {
+    message.starts_with(signalql_udfs::scalar::text_time::ERROR_PREFIX)
 }
 
 /// The text of a panic's payload.

@@ -17,6 +17,7 @@ mod embed;
 mod envelope;
 mod execution;
 mod extended;
+mod foreign;
 mod mcp;
 mod memory;
 mod module_cycles;

@@ -106,7 +106,7 @@ fn timestamp_errors() {
         "FROM events DURING BETWEEN \"2026-01-02T00:00:00Z\" AND \"2026-01-01T00:00:00Z\" RETURN count",
         1,
         55,
-        "after its start",
+        "not to be before its start",
     );
     check(
         "FROM events AS OF \"2026-01-01T00:00:00Z\" RETURN count",

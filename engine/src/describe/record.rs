@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use datafusion::arrow::datatypes::{DataType, Field, SchemaRef};
 use serde::Serialize;
 use serde_json::{Value, json};
-use signalql_catalog::PropertiesEncoding;
+use signalql_catalog::mapping::Read;
+use signalql_catalog::{PropertiesEncoding, TableInfo};
 
 use crate::envelope::{ColumnInfo, type_name};
 use crate::lower::fields::PROPERTY_BAGS;
@@ -19,6 +20,10 @@ pub struct FieldInfo {
     pub data_type: String,
     pub unit: Option<String>,
     pub nullable: bool,
+    /// The file column it is read from, when that is not the field itself (a table mapped in
+    /// `signalql.toml`: `anonymous_id`, `received_at (epoch ms)`; docs/mapping.md).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
 }
 
 /// An edge kind of the relationships table, with its number of edges as of T.
@@ -99,10 +104,32 @@ impl Record {
 
 /// The fields of a table: its columns, with a struct property bag's keys flattened
 /// (`properties.plan`); units from `signalql.toml`.
-pub(super) fn schema_fields(
-    schema: &SchemaRef,
-    units: &BTreeMap<String, String>,
-) -> Vec<FieldInfo> {
+pub(super) fn schema_fields(table: &TableInfo, units: &BTreeMap<String, String>) -> Vec<FieldInfo> {
+    let mut out = fields_of(&table.schema, units);
+    let Some(view) = &table.view else {
+        return out;
+    };
+    let mapping = view.mapping();
+    let wide: Vec<&str> = view
+        .columns
+        .iter()
+        .filter(|c| matches!(c.read, Read::Wide(_)))
+        .map(|c| c.name.as_str())
+        .collect();
+    for f in &mut out {
+        f.source = match mapping.iter().find(|(n, _)| *n == f.name) {
+            Some((_, from)) => Some(from.clone()),
+            None => f
+                .name
+                .split_once('.')
+                .filter(|(bag, _)| wide.contains(bag))
+                .map(|(_, key)| key.to_string()),
+        };
+    }
+    out
+}
+
+fn fields_of(schema: &SchemaRef, units: &BTreeMap<String, String>) -> Vec<FieldInfo> {
     let mut out = Vec::new();
     for f in schema.fields() {
         let bag = PROPERTY_BAGS.contains(&f.name().as_str());
@@ -123,6 +150,7 @@ pub(super) fn schema_fields(
                     data_type: "json".into(),
                     unit: None,
                     nullable: f.is_nullable(),
+                    source: None,
                 });
             }
             _ => out.push(field_info(f.name(), f, f.is_nullable(), units)),
@@ -142,6 +170,7 @@ pub(super) fn field_info(
         data_type: type_name(f.data_type()),
         unit: units.get(name).cloned(),
         nullable,
+        source: None,
     }
 }
 

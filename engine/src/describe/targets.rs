@@ -34,7 +34,7 @@ impl Describer<'_> {
             identifier: "events".into(),
             kind: "table",
             description: self.dataset().config().description.clone(),
-            fields: schema_fields(&table.schema, units),
+            fields: schema_fields(&table, units),
             signals: signals.clone(),
             row_count: Some(total),
             ..Default::default()
@@ -53,6 +53,7 @@ impl Describer<'_> {
                         unit: units.get(&name).cloned(),
                         name,
                         nullable: *c < n,
+                        source: None,
                     }
                 })
                 .collect();
@@ -106,7 +107,7 @@ impl Describer<'_> {
             Err(_) => Vec::new(),
         };
         let signals = self.entity_signals(&table, only, t).await?;
-        let base: Vec<FieldInfo> = schema_fields(&table.schema, units)
+        let base: Vec<FieldInfo> = schema_fields(&table, units)
             .into_iter()
             .filter(|f| !f.name.starts_with("attributes."))
             .collect();
@@ -123,6 +124,7 @@ impl Describer<'_> {
                     unit: units.get(&name).cloned(),
                     name,
                     nullable: *c < n,
+                    source: None,
                 }
             }));
             records.push(Record {
@@ -247,7 +249,7 @@ impl Describer<'_> {
             ])?
             .build()?;
         let mut records: Vec<Record> = Vec::new();
-        let fields = schema_fields(&signals.schema, &self.dataset().config().units)
+        let fields = schema_fields(&signals, &self.dataset().config().units)
             .into_iter()
             .filter(|f| matches!(f.name.as_str(), "value" | "probability"))
             .collect::<Vec<_>>();
