@@ -108,7 +108,7 @@ fn build(name: &str, root: &Path) {
     let dir = root.join(name);
     if FOREIGN.contains(&name) {
         let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/foreign");
-        copy_dir(&src.join(name), &dir);
+        common::copy_dir(&src.join(name), &dir);
         return;
     }
     std::fs::create_dir_all(&dir).unwrap();
@@ -143,19 +143,6 @@ fn build(name: &str, root: &Path) {
     }
     if src.join("users.jsonl").exists() {
         common::write_tiny_side_tables(&src, &dir);
-    }
-}
-
-fn copy_dir(src: &Path, dst: &Path) {
-    std::fs::create_dir_all(dst).unwrap();
-    for e in std::fs::read_dir(src).unwrap() {
-        let e = e.unwrap();
-        let to = dst.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &to);
-        } else {
-            std::fs::copy(e.path(), to).unwrap();
-        }
     }
 }
 

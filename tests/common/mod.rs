@@ -77,3 +77,17 @@ pub fn write_tiny_side_tables(src: &Path, root: &Path) {
         signalql::catalog::generator::signals_schema(),
     );
 }
+
+/// Copies the folder `from` and everything under it to `to`.
+pub fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let target = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), &target).unwrap();
+        }
+    }
+}

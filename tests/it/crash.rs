@@ -56,7 +56,7 @@ impl<'a> Target<'a> {
                 let (bucket, prefix) = self.url["s3://".len()..].split_once('/').unwrap();
                 server.upload_dir(from, bucket, prefix);
             }
-            None => copy_dir(from, Path::new(&self.url)),
+            None => crate::common::copy_dir(from, Path::new(&self.url)),
         }
     }
 }
@@ -127,19 +127,6 @@ fn state(target: &Target) -> State {
         tables: visible(target),
         found,
         bundle,
-    }
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let target = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &target);
-        } else {
-            std::fs::copy(e.path(), &target).unwrap();
-        }
     }
 }
 

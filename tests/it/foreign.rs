@@ -18,25 +18,12 @@ fn rt() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-fn copy_dir(src: &Path, dst: &Path) {
-    std::fs::create_dir_all(dst).unwrap();
-    for e in std::fs::read_dir(src).unwrap() {
-        let e = e.unwrap();
-        let to = dst.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &to);
-        } else {
-            std::fs::copy(e.path(), to).unwrap();
-        }
-    }
-}
-
 fn foreign(name: &str) -> tempfile::TempDir {
     let tmp = tempfile::tempdir().unwrap();
     let src = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/data/foreign")
         .join(name);
-    copy_dir(&src, tmp.path());
+    crate::common::copy_dir(&src, tmp.path());
     tmp
 }
 
