@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, Utc};
-use datafusion::arrow::datatypes::{Schema, SchemaRef};
+use datafusion::arrow::datatypes::{DataType, Schema, SchemaRef};
 use datafusion::catalog::TableProvider;
 use datafusion::datasource::file_format::FileFormat;
 use datafusion::datasource::file_format::parquet::ParquetFormat;
@@ -50,6 +50,18 @@ pub struct DatasetConfig {
     /// Where each table lives and how its columns map (`[tables.events.columns]`).
     #[serde(default)]
     pub tables: BTreeMap<String, TableConfig>,
+    /// `[context]`: where bundles are kept.
+    #[serde(default)]
+    pub context: ContextConfig,
+}
+
+/// `[context]` of `signalql.toml`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ContextConfig {
+    /// The context store: a folder or `s3://bucket/prefix` (default: the dataset root, whose
+    /// `contexts/` folder holds the bundles). For a root signalql may only read.
+    pub store: Option<String>,
 }
 
 /// `[limits]` of `signalql.toml`: any of the engine's limits (DESIGN.md §4).
@@ -71,6 +83,8 @@ pub struct LimitsConfig {
 pub struct Dataset {
     root: Root,
     config: DatasetConfig,
+    /// The context store's root: `[context] store`, or the dataset root.
+    store: Root,
     /// Tables opened before, by name, reused while their file list (locations and sizes) is
     /// unchanged: opening infers the schema from every file's footer, which a repeated query
     /// (WATCH, an agent's follow-ups, an MCP session) need not pay again.
@@ -94,6 +108,9 @@ pub struct TableInfo {
     /// How the files' columns are read as the table's ([`crate::mapping`]); `None` when
     /// they are read as they are.
     pub view: Option<Arc<TableView>>,
+    /// The hive partition column a DURING window prunes (`[tables.T.time] partition`): a
+    /// date, or text starting with an ISO date.
+    pub time_partition: Option<(String, DataType)>,
     /// (location, size) of each file read, sorted: see [`Dataset::table_files`].
     pub files: Vec<(String, u64)>,
     /// Files left out because they cannot be read (only with `skip_invalid_files`).
@@ -144,9 +161,23 @@ impl Dataset {
                 toml::from_str(&raw).map_err(|e| bad(e.to_string()))?
             }
         };
+        let store = match &config.context.store {
+            None => root.clone(),
+            Some(text) => Root::parse(text, options).map_err(|e| {
+                let message = match e {
+                    RootError::Unsupported(m) => m,
+                    RootError::Storage(e) => e.to_string(),
+                };
+                DatasetError::Config {
+                    path: root.display_of("signalql.toml"),
+                    message: format!("[context] store = {text:?}: {message}"),
+                }
+            })?,
+        };
         Ok(Dataset {
             root,
             config,
+            store,
             opened: Arc::default(),
             file_schemas: Arc::default(),
         })
@@ -155,6 +186,11 @@ impl Dataset {
     /// Where the dataset lives.
     pub fn root(&self) -> &Root {
         &self.root
+    }
+
+    /// The root of the context store (its `contexts/` folder holds the bundles).
+    pub fn context_store(&self) -> &Root {
+        &self.store
     }
 
     pub fn config(&self) -> &DatasetConfig {
@@ -217,22 +253,13 @@ impl Dataset {
             path: self.root.display_of("signalql.toml"),
             message: format!("[tables.{table}]: {message}"),
         };
-        match config.format.as_deref() {
-            None | Some("parquet") => {}
-            Some("delta") => {
-                return Err(DatasetError::NotYet {
-                    feature: "Delta Lake tables",
-                    message: format!(
-                        "the {table} table is configured as a Delta table, which signalql \
-                         cannot read yet"
-                    ),
-                });
-            }
-            Some(other) => {
-                return Err(bad(format!(
-                    "`format = {other:?}`: expected \"parquet\" or \"delta\""
-                )));
-            }
+        if let Some(f) = config.format.as_deref()
+            && f != "parquet"
+            && f != "delta"
+        {
+            return Err(bad(format!(
+                "`format = {f:?}`: expected \"parquet\" or \"delta\""
+            )));
         }
         let Some(path) = config.path.as_deref() else {
             return Ok(table.to_string());
@@ -257,6 +284,146 @@ impl Dataset {
             )));
         }
         Ok(path.to_string())
+    }
+
+    /// Whether `table` (in `folder`) is a Delta table: `[tables.T] format`, or by default a
+    /// folder holding `_delta_log/`.
+    fn is_delta(&self, table: &str, folder: &str) -> Result<bool, DatasetError> {
+        let found = crate::delta::is_delta(&self.root, folder)?;
+        match self
+            .config
+            .tables
+            .get(table)
+            .and_then(|c| c.format.as_deref())
+        {
+            Some("parquet") => Ok(false),
+            Some(_) if !found => Err(DatasetError::Unreadable {
+                table: table.to_string(),
+                message: format!(
+                    "the {table} table is configured as a Delta table, but {} has no \
+                     _delta_log/",
+                    self.root.display_of(folder)
+                ),
+            }),
+            _ => Ok(found),
+        }
+    }
+
+    /// The current snapshot of a Delta table, read through its view.
+    async fn delta_table(
+        &self,
+        ctx: &SessionContext,
+        table: &str,
+        folder: &str,
+    ) -> Result<TableInfo, DatasetError> {
+        let (provider, _files) = crate::delta::open(ctx, &self.root, table, folder).await?;
+        let schema = provider.schema();
+        let view = self.view(table, &schema)?.map(Arc::new);
+        Ok(TableInfo {
+            name: table.to_string(),
+            provider,
+            schema: match &view {
+                Some(v) => Arc::new(v.schema()),
+                None => schema,
+            },
+            view,
+            time_partition: None,
+            // Its rows are ordered by time only (no file order: docs/mapping.md).
+            files: Vec::new(),
+            skipped: Vec::new(),
+        })
+    }
+
+    /// The hive partition columns of `table` (name, type), from the `key=value` folders of its
+    /// files below `folder`, in the order first seen; typed by `[tables.T.partitions]`
+    /// (default: text). None when no file is in such a folder.
+    fn partitions(
+        &self,
+        table: &str,
+        folder: &str,
+        files: &[(String, u64)],
+        file_schema: &Schema,
+    ) -> Result<Vec<(String, DataType)>, DatasetError> {
+        let prefix = format!("{folder}/");
+        let mut keys: Vec<String> = Vec::new();
+        for (location, _) in files {
+            let rel = self.root.relative(location);
+            for (k, _) in crate::hive::partitions_of(rel.strip_prefix(&prefix).unwrap_or(&rel)) {
+                if !keys.contains(&k) {
+                    keys.push(k);
+                }
+            }
+        }
+        let config = self.config.tables.get(table);
+        let bad = |message: String| DatasetError::Config {
+            path: self.root.display_of("signalql.toml"),
+            message: format!("[tables.{table}.partitions]: {message}"),
+        };
+        if let Some(c) = config {
+            for k in c.partitions.keys() {
+                if !keys.contains(k) {
+                    return Err(bad(format!(
+                        "`{k}`: no folder of the {table} table is named {k}=…"
+                    )));
+                }
+            }
+        }
+        keys.into_iter()
+            .map(|k| {
+                if file_schema.field_with_name(&k).is_ok() {
+                    return Err(DatasetError::Unreadable {
+                        table: table.to_string(),
+                        message: format!(
+                            "the partition folders {k}=… name a column the files also have"
+                        ),
+                    });
+                }
+                let dt = match config.and_then(|c| c.partitions.get(&k)) {
+                    None => DataType::Utf8,
+                    Some(name) => crate::hive::partition_type(name).ok_or_else(|| {
+                        bad(format!(
+                            "`{k} = {name:?}`: expected string, date, int64, int32, float64 \
+                             or boolean"
+                        ))
+                    })?,
+                };
+                Ok((k, dt))
+            })
+            .collect()
+    }
+
+    /// `[tables.T.time] partition`: the partition column a DURING window prunes, and its type.
+    fn time_partition(
+        &self,
+        table: &str,
+        partitions: &[(String, DataType)],
+    ) -> Result<Option<(String, DataType)>, DatasetError> {
+        let Some(key) = self
+            .config
+            .tables
+            .get(table)
+            .and_then(|c| c.time.partition.as_deref())
+        else {
+            return Ok(None);
+        };
+        match partitions.iter().find(|(k, _)| k == key) {
+            Some((k, dt)) if matches!(dt, DataType::Utf8 | DataType::Date32) => {
+                Ok(Some((k.clone(), dt.clone())))
+            }
+            Some((_, dt)) => Err(DatasetError::Config {
+                path: self.root.display_of("signalql.toml"),
+                message: format!(
+                    "[tables.{table}.time] partition = {key:?}: a time partition is a date or \
+                     ISO date text (YYYY-MM-DD…), not {dt}"
+                ),
+            }),
+            None => Err(DatasetError::Config {
+                path: self.root.display_of("signalql.toml"),
+                message: format!(
+                    "[tables.{table}.time] partition = {key:?}: the table has no {key}=… folders"
+                ),
+            }),
+        }
     }
 
     /// How the files of `table` (merged schema `files`) are read as the SignalQL table.
@@ -317,6 +484,10 @@ impl Dataset {
         ctx: &SessionContext,
         table: &str,
     ) -> Result<TableInfo, DatasetError> {
+        let folder = self.folder(table)?;
+        if self.is_delta(table, &folder)? {
+            return self.delta_table(ctx, table, &folder).await;
+        }
         let (candidates, listing_skipped) = self.table_files(table)?;
         if let Some(info) = self.opened_before(table, &candidates, &listing_skipped) {
             return Ok(info);
@@ -359,21 +530,56 @@ impl Dataset {
                     source,
                 })?,
             );
+        let partitions = self.partitions(table, &folder, &files, &schema)?;
+        let provider: Arc<dyn TableProvider> = if partitions.is_empty() {
+            let options = ListingOptions::new(Arc::new(ParquetFormat::default()))
+                .with_file_extension(".parquet");
+            let config = ListingTableConfig::new_with_multi_paths(urls)
+                .with_listing_options(options)
+                .with_schema(Arc::clone(&schema));
+            Arc::new(ListingTable::try_new(config).map_err(|e| unreadable(e.to_string()))?)
+        } else {
+            let prefix = format!("{folder}/");
+            let hive_files = files
+                .iter()
+                .map(|(location, size)| {
+                    let rel = self.root.relative(location);
+                    let found =
+                        crate::hive::partitions_of(rel.strip_prefix(&prefix).unwrap_or(&rel));
+                    crate::hive::HiveFile {
+                        path: location.clone(),
+                        size: *size,
+                        values: partitions
+                            .iter()
+                            .map(|(k, _)| {
+                                found.iter().find(|(fk, _)| fk == k).map(|(_, v)| v.clone())
+                            })
+                            .collect(),
+                    }
+                })
+                .collect();
+            Arc::new(
+                crate::hive::HiveTable::try_new(
+                    Arc::clone(&schema),
+                    partitions.clone(),
+                    urls[0].object_store(),
+                    hive_files,
+                )
+                .map_err(unreadable)?,
+            )
+        };
+        let schema = provider.schema();
         let view = self.view(table, &schema)?.map(Arc::new);
-        let options =
-            ListingOptions::new(Arc::new(ParquetFormat::default())).with_file_extension(".parquet");
-        let config = ListingTableConfig::new_with_multi_paths(urls)
-            .with_listing_options(options)
-            .with_schema(Arc::clone(&schema));
-        let provider = ListingTable::try_new(config).map_err(|e| unreadable(e.to_string()))?;
+        let time_partition = self.time_partition(table, &partitions)?;
         let info = TableInfo {
             name: table.to_string(),
-            provider: Arc::new(provider),
+            provider,
             schema: match &view {
                 Some(v) => Arc::new(v.schema()),
                 None => schema,
             },
             view,
+            time_partition,
             files,
             skipped,
         };

@@ -4,11 +4,13 @@
 pub mod columns;
 pub mod commit;
 pub mod dataset;
+pub mod delta;
 pub mod drift;
 pub mod entity_gen;
 pub mod error;
 pub mod file;
 pub mod generator;
+pub mod hive;
 pub mod ingest;
 pub mod mapping;
 pub mod metrics;

@@ -188,7 +188,15 @@ impl Root {
                 let path = p.join(rel);
                 match std::fs::read(&path) {
                     Ok(b) => Ok(Some(b)),
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                    // A folder on the way is a file: nothing is stored under it either.
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+                        ) =>
+                    {
+                        Ok(None)
+                    }
                     Err(e) => Err(local_error(&path, e)),
                 }
             }
@@ -364,6 +372,22 @@ impl Root {
                 Ok(format!("{}/", dir.display()))
             }
             Root::S3(s) => Ok(s.url(&format!("{rel}/"))),
+        }
+    }
+
+    /// The URL of the folder `rel` for a reader that opens it itself (Delta), and the object
+    /// store it is read through on S3 (rooted at the bucket).
+    pub fn folder_location(
+        &self,
+        rel: &str,
+    ) -> Result<(String, Option<Arc<dyn ObjectStore>>), StorageError> {
+        match self {
+            Root::Local(p) => {
+                let dir = p.join(rel);
+                let dir = std::fs::canonicalize(&dir).map_err(|e| local_error(&dir, e))?;
+                Ok((format!("file://{}/", dir.display()), None))
+            }
+            Root::S3(s) => Ok((s.url(&format!("{rel}/")), Some(Arc::clone(&s.store)))),
         }
     }
 

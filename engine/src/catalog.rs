@@ -124,6 +124,7 @@ impl Catalog for ApplicationCatalog {
                 schema,
                 provider,
                 view: None,
+                time_partition: None,
                 files: Vec::new(),
                 skipped: Vec::new(),
             });

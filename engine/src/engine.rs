@@ -277,7 +277,7 @@ impl Engine {
 
     /// `EXPLAIN CONTEXT context://…` from the context store; `unknown_context` when absent.
     pub fn explain_context(&self, address: &str) -> Result<Explanation> {
-        Ok(crate::context::store::get(self.dataset().root(), address)?.explanation)
+        Ok(crate::context::store::get(self.dataset().context_store(), address)?.explanation)
     }
 
     /// The envelope of a DESCRIBE: one row per catalog record (docs/describe.md).

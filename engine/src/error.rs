@@ -218,7 +218,11 @@ impl Error {
             ErrorKind::UnknownContext,
             format!("no bundle {address} in this dataset's context store"),
         )
-        .with_help("run the CONTEXT FOR query again to compute and store it")
+        .with_help(
+            "run the CONTEXT FOR query again to compute and store it; a bundle computed where \
+             the context store cannot be written is not stored (its metadata.not_stored says \
+             why; [context] store in signalql.toml names a writable one)",
+        )
     }
 
     pub fn io(message: impl Into<String>) -> Self {

@@ -94,6 +94,18 @@ def connect(data):
     elif data == "texttime":
         path = ROOT / "tests" / "data" / "foreign" / "texttime" / "events" / "*.parquet"
         con.execute(f"CREATE VIEW events AS SELECT * FROM read_parquet('{path}', union_by_name = true)")
+    elif data == "hive":
+        path = ROOT / "tests" / "data" / "foreign" / "hive" / "events" / "**" / "*.parquet"
+        con.execute(
+            f"CREATE VIEW events AS SELECT * FROM read_parquet('{path}', hive_partitioning = true, "
+            "hive_types = {'dt': DATE, 'platform': VARCHAR})"
+        )
+    elif data == "delta":
+        # The table's current snapshot, as the `deltalake` package reads it.
+        from deltalake import DeltaTable
+
+        path = ROOT / "tests" / "data" / "foreign" / "delta" / "events"
+        con.register("events", DeltaTable(str(path)).to_pyarrow_table())
     else:
         raise SystemExit(f"unknown dataset {data}")
     return con

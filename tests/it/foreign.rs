@@ -120,3 +120,97 @@ fn an_unreadable_text_time_is_an_io_error_naming_the_column() {
         "{m}"
     );
 }
+
+/// CONTEXT FOR on a root whose context store cannot be written (here `contexts` is a file, as
+/// good as a read-only lake: the tests run as root, so permissions would not stop them): the
+/// bundle is returned and says it was not stored; EXPLAIN CONTEXT of it is unknown_context.
+/// With `[context] store` naming a writable folder, it is stored there.
+#[test]
+fn an_unwritable_root_still_answers_context_and_a_configured_store_keeps_bundles() {
+    let tmp = foreign("objects");
+    std::fs::write(tmp.path().join("contexts"), "not a folder").unwrap();
+    let run = |root: &Path| {
+        rt().block_on(async {
+            let engine = Engine::open_with(root, EngineOptions::default())?;
+            let bundle = match engine.answer(r#"CONTEXT FOR "parquet storage""#).await? {
+                signalql::Answer::Bundle(b) => *b,
+                _ => panic!("CONTEXT FOR gives a bundle"),
+            };
+            let explained = engine.explain_context(&bundle.id);
+            Ok::<_, signalql::Error>((bundle, explained))
+        })
+    };
+    let (bundle, explained) = run(tmp.path()).unwrap();
+    assert_eq!(bundle.items[0].object, "object://doc-a@1");
+    assert_eq!(bundle.metadata.stored_in, None);
+    assert!(bundle.metadata.not_stored.is_some());
+    assert_eq!(explained.unwrap_err().code(), "unknown_context");
+
+    let store = tempfile::tempdir().unwrap();
+    let config = tmp.path().join("signalql.toml");
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str(&format!(
+        "[context]\nstore = {:?}\n",
+        store.path().display().to_string()
+    ));
+    std::fs::write(&config, text).unwrap();
+    let (again, explained) = run(tmp.path()).unwrap();
+    assert_eq!(
+        again.id, bundle.id,
+        "the address does not depend on where it is stored"
+    );
+    assert!(again.metadata.stored_in.is_some() && again.metadata.not_stored.is_none());
+    assert!(explained.is_ok());
+    let stored = store.path().join("contexts").join(format!(
+        "{}.json",
+        bundle.id.trim_start_matches("context://")
+    ));
+    assert!(stored.exists(), "{}", stored.display());
+}
+
+/// Rows in the Parquet files under `dir` (their footers), recursively.
+fn footer_rows(dir: &Path) -> i64 {
+    use datafusion::parquet::file::reader::{FileReader, SerializedFileReader};
+    let mut n = 0;
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            n += footer_rows(&p);
+        } else if p.extension().is_some_and(|x| x == "parquet") {
+            let r = SerializedFileReader::new(std::fs::File::open(&p).unwrap()).unwrap();
+            n += r.metadata().file_metadata().num_rows();
+        }
+    }
+    n
+}
+
+/// A DURING window over a table whose time partition is `dt` reads only the folders of the
+/// days it touches: the scan counts of the envelope are the rows of those files.
+#[test]
+fn a_window_prunes_the_date_partitions_it_does_not_touch() {
+    let tmp = foreign("hive");
+    let events = tmp.path().join("events");
+    let day = footer_rows(&events.join("dt=2026-06-03"));
+    let all = footer_rows(&events);
+    assert!(day > 0 && day < all, "{day} of {all}");
+    let run = |q: &str| {
+        rt().block_on(async {
+            let engine = Engine::open_with(tmp.path(), EngineOptions::default())?;
+            engine.query(q).await
+        })
+        .unwrap()
+    };
+    let one = run(
+        r#"FROM events DURING BETWEEN "2026-06-03T00:00:00Z" AND "2026-06-04T00:00:00Z" RETURN count"#,
+    );
+    let json = serde_json::to_value(&one).unwrap();
+    assert_eq!(
+        json["rows"][0][0], day,
+        "every event of the day is in its folder"
+    );
+    assert_eq!(json["metadata"]["cost_estimate"]["scanned_rows"], day);
+    let every = run("FROM events RETURN count");
+    let json = serde_json::to_value(&every).unwrap();
+    assert_eq!(json["rows"][0][0], all);
+    assert_eq!(json["metadata"]["cost_estimate"]["scanned_rows"], all);
+}

@@ -114,6 +114,8 @@ pub fn assemble(
             truncated,
             compression_ratio: None,
             skipped_files: Vec::new(),
+            stored_in: None,
+            not_stored: None,
         },
     };
     (bundle, explanation)

@@ -66,12 +66,22 @@ pub async fn bundle(
     if q.compress {
         bundle.metadata.compression_ratio = Some(compression_ratio(&bundle));
     }
-    let record = Record {
+    let store = catalog.dataset().context_store();
+    bundle.metadata.stored_in = Some(store.display_of("contexts/"));
+    let mut record = Record {
         spec_version: "0.5".into(),
         bundle,
         explanation,
     };
-    store::put(catalog.dataset().root(), &record)?;
+    // A store signalql cannot write (a read-only root or lake) still answers: the bundle is
+    // returned, and says it was not stored.
+    if let Err(e) = store::put(store, &record) {
+        record.bundle.metadata.stored_in = None;
+        record.bundle.metadata.not_stored = Some(format!(
+            "{e}; set [context] store in signalql.toml to a writable folder or S3 prefix \
+             to keep bundles for EXPLAIN CONTEXT"
+        ));
+    }
     free_in_background(record.explanation);
     Ok(record.bundle)
 }

@@ -82,6 +82,13 @@ pub struct BundleMetadata {
     /// the bundle was packed from part of the store.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped_files: Vec<signalql_catalog::SkippedFile>,
+    /// The context store the bundle is kept in for `EXPLAIN CONTEXT` (`ROOT/contexts/`, or
+    /// `[context] store`); null when it could not be written there (a root signalql may only
+    /// read, without a writable store configured), with `not_stored` saying why.
+    #[serde(default)]
+    pub stored_in: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_stored: Option<String>,
 }
 
 /// A context bundle, with the spec's field names.

@@ -82,6 +82,8 @@ mod tests {
             truncated: false,
             compression_ratio: None,
             skipped_files: Vec::new(),
+            stored_in: None,
+            not_stored: None,
         };
         let bundle = Bundle {
             id: "context://ctx_0123456789abcdef0123456789abcdef".into(),

@@ -86,6 +86,11 @@ pub fn scan_filtered_in(
     if let Some(i) = window {
         filters.push(ts.expr.clone().gt_eq(ts_lit(micros(i.start))));
         filters.push(ts.expr.clone().lt(ts_lit(micros(i.end))));
+        if let SourceTables::Events { events, .. } = input.source
+            && let Some((key, dt)) = &events.time_partition
+        {
+            filters.push(partition_window(key, dt, i));
+        }
     }
     if let Some(w) = &q.filter {
         filters.push(lower_bool(w, &|op: &Operand, span: Span| match op {
@@ -125,6 +130,29 @@ pub fn scan_filtered_in(
         window,
         as_of,
     })
+}
+
+/// The days of the window `i` as a filter on a date partition column (`[tables.T.time]
+/// partition`, docs/mapping.md): the folders of days the window does not touch are not read.
+/// Files outside any such folder (NULL) are always read.
+fn partition_window(key: &str, dt: &datafusion::arrow::datatypes::DataType, i: Interval) -> Expr {
+    use datafusion::arrow::datatypes::DataType;
+    use datafusion::common::ScalarValue;
+    let first = i.start.date_naive();
+    let last = (i.end - chrono::Duration::microseconds(1)).date_naive();
+    let after = last.succ_opt().unwrap_or(last);
+    let epoch = chrono::NaiveDate::from_ymd_opt(1970, 1, 1).unwrap_or_default();
+    let day = |d: chrono::NaiveDate| match dt {
+        DataType::Date32 => Expr::Literal(
+            ScalarValue::Date32(Some((d - epoch).num_days() as i32)),
+            None,
+        ),
+        _ => datafusion::logical_expr::lit(d.format("%Y-%m-%d").to_string()),
+    };
+    let c = super::fields::column(key);
+    c.clone()
+        .is_null()
+        .or(c.clone().gt_eq(day(first)).and(c.lt(day(after))))
 }
 
 /// For a bucketed query without DURING: a plan giving `min(timestamp)` and `max(timestamp)`

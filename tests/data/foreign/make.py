@@ -14,6 +14,11 @@ this again only to change them, then `python3 tests/golden/oracle.py` for the ex
   two files whose `event_name` is Utf8 in one and a dictionary in the other.
 - objects/: the object tables exactly as DESIGN.md §3 lists them (no `recorded_at`,
   `source_path` or `tombstoned_at`), times as timestamp(ns) without a zone.
+- hive/: `events` partitioned by pyarrow's hive flavour, `dt=YYYY-MM-DD/platform=…/`, five
+  days; `dt` typed as a date in signalql.toml and named as the time partition.
+- delta/: `events` as a Delta table written by the `deltalake` package (pip install deltalake)
+  in three commits, then a DELETE that rewrote a file: the removed file stays on disk and
+  must not be read.
 """
 import datetime as dt
 import pathlib
@@ -140,6 +145,58 @@ def objects():
     (HERE / "objects" / "signalql.toml").write_text('now = "2026-06-01T00:00:00Z"\n')
 
 
+def delta():
+    import shutil
+    from deltalake import DeltaTable, write_deltalake
+    path = HERE / "delta" / "events"
+    shutil.rmtree(path, ignore_errors=True)
+    rng = random.Random(3)
+    schema = pa.schema([
+        ("event_name", pa.string()), ("user_id", pa.string()),
+        ("timestamp", pa.timestamp("us", tz="UTC")),
+        ("properties", pa.struct([("plan", pa.string()), ("amount", pa.float64())])),
+    ])
+    for commit in range(3):
+        rows = []
+        for i in range(25):
+            t = BASE + dt.timedelta(hours=rng.randrange(0, 24 * 7), minutes=rng.randrange(60))
+            ev = rng.choice(["view", "buy", "junk"])
+            rows.append({"event_name": ev, "user_id": f"u{rng.randrange(8)}", "timestamp": t,
+                         "properties": {"plan": rng.choice(["free", "pro"]),
+                                        "amount": round(rng.uniform(1, 50), 2) if ev == "buy" else None}})
+        write_deltalake(str(path), pa.Table.from_pylist(rows, schema=schema), mode="append")
+    DeltaTable(str(path)).delete("event_name = 'junk'")
+    (HERE / "delta" / "signalql.toml").write_text('now = "2026-06-08T00:00:00Z"\n')
+
+
+def hive():
+    import shutil
+    import pyarrow.dataset as ds
+    path = HERE / "hive" / "events"
+    shutil.rmtree(path, ignore_errors=True)
+    rng = random.Random(5)
+    rows = []
+    for i in range(120):
+        t = BASE + dt.timedelta(minutes=rng.randrange(0, 60 * 24 * 5))
+        rows.append({"event_name": rng.choice(["open", "pay"]), "user_id": f"u{rng.randrange(9)}",
+                     "timestamp": t, "properties": {"amount": round(rng.uniform(1, 20), 2)},
+                     "dt": t.date().isoformat(), "platform": rng.choice(["ios", "web"])})
+    schema = pa.schema([
+        ("event_name", pa.string()), ("user_id", pa.string()),
+        ("timestamp", pa.timestamp("us", tz="UTC")),
+        ("properties", pa.struct([("amount", pa.float64())])),
+        ("dt", pa.string()), ("platform", pa.string()),
+    ])
+    table = pa.Table.from_pylist(rows, schema=schema)
+    ds.write_dataset(table, path, format="parquet", partitioning=["dt", "platform"],
+                     partitioning_flavor="hive", basename_template="part-{i}.parquet")
+    (HERE / "hive" / "signalql.toml").write_text(
+        'now = "2026-06-06T00:00:00Z"\n\n[tables.events.partitions]\ndt = "date"\n'
+        '[tables.events.time]\npartition = "dt"\n')
+
+
 segment()
 texttime()
 objects()
+hive()
+delta()
