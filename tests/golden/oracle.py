@@ -100,6 +100,9 @@ def connect(data):
             f"CREATE VIEW events AS SELECT * FROM read_parquet('{path}', hive_partitioning = true, "
             "hive_types = {'dt': DATE, 'platform': VARCHAR})"
         )
+    elif data == "jsontext":
+        path = ROOT / "tests" / "data" / "foreign" / "jsontext" / "events" / "*.parquet"
+        con.execute(f"CREATE VIEW events AS SELECT * FROM read_parquet('{path}')")
     elif data == "delta":
         # The table's current snapshot, as the `deltalake` package reads it.
         from deltalake import DeltaTable

@@ -33,7 +33,9 @@ use crate::lower::scan::data_span_plan;
 use crate::lower::source::entity_type;
 use crate::lower::{Interval, LowerInput, Signals, SourceTables, Traversal};
 use crate::metrics::Registry;
-use crate::syntax::ast::{FunnelQuery, RetrieveQuery, SequenceQuery, Source, Span, Statement};
+use crate::syntax::ast::{
+    FieldRef, FunnelQuery, RetrieveQuery, SequenceQuery, Source, Span, Statement,
+};
 use crate::syntax::walk::{metric_names, reads_traits, signal_names, signal_names_in_filter};
 pub use views::{funnel_view, metric_view, sequence_view};
 
@@ -154,6 +156,9 @@ pub struct Bound {
     pub time_column: Option<String>,
     pub now: DateTime<Utc>,
     pub data_span: Option<Interval>,
+    /// The JSON (or map) properties the query orders by value whose every value it reads is
+    /// a number: `min`, `max` and ORDER BY read them as numbers (docs/mapping.md).
+    pub numeric_keys: Vec<FieldRef>,
 }
 
 impl Bound {
@@ -167,6 +172,7 @@ impl Bound {
             now: self.now,
             limits,
             data_span: self.data_span,
+            numeric_keys: &self.numeric_keys,
         }
     }
 }
@@ -304,10 +310,12 @@ impl Binder<'_> {
             time_column,
             now: self.now,
             data_span: None,
+            numeric_keys: Vec::new(),
         };
         if needs.data_span {
             bound.data_span = self.data_span(&bound).await?;
         }
+        bound.numeric_keys = self.numeric_keys(&bound).await?;
         Ok(bound)
     }
 
@@ -321,6 +329,69 @@ impl Binder<'_> {
     }
 
     /// The span `[min, max]` of the rows a bucketed query without DURING reads.
+    /// Of the properties `bound` orders by value, those held as text (JSON, a map of text)
+    /// whose every non-null value in the source table is a number (docs/mapping.md): one pass
+    /// over the table's column, only when the query orders such a property.
+    async fn numeric_keys(&self, bound: &Bound) -> Result<Vec<FieldRef>> {
+        use crate::lower::fields::{column, is_text, resolve};
+        use datafusion::arrow::array::AsArray;
+        use datafusion::arrow::datatypes::{DataType, Int64Type};
+        use datafusion::functions_aggregate::expr_fn::count;
+        use datafusion::logical_expr::try_cast;
+        let table = match &bound.source {
+            SourceTables::Events { events, .. } => events,
+            SourceTables::Entities { entities, .. } => entities,
+        };
+        let fields = crate::syntax::walk::ordered_fields(&bound.view);
+        if fields.is_empty() {
+            return Ok(Vec::new());
+        }
+        let scan = crate::catalog::scan(table, "__probe", vec![])?;
+        let schema = scan.schema().clone();
+        let mut candidates = Vec::new();
+        let mut values = Vec::new();
+        let mut aggs = Vec::new();
+        for field in fields {
+            let Ok(r) = resolve(field, &schema, bound.view.span) else {
+                continue;
+            };
+            if !(r.dynamic && is_text(&r.data_type)) {
+                continue;
+            }
+            let i = candidates.len();
+            let v = format!("__v{i}");
+            values.push(r.expr.alias(&v));
+            aggs.push(count(column(&v)).alias(format!("__n{i}")));
+            aggs.push(count(try_cast(column(&v), DataType::Float64)).alias(format!("__x{i}")));
+            candidates.push(field.clone());
+        }
+        if candidates.is_empty() {
+            return Ok(Vec::new());
+        }
+        // The values under internal names first: DataFusion 55's leaf-projection push-down
+        // fails on an aggregate of field accesses straight over the scan.
+        let plan = scan
+            .project(values)?
+            .aggregate(Vec::<Expr>::new(), aggs)?
+            .build()?;
+        let batches = self.exec.run(&plan).await?.batches;
+        let Some(batch) = batches.first().filter(|b| b.num_rows() == 1) else {
+            return Ok(Vec::new());
+        };
+        let value = |c: usize| {
+            batch
+                .column(c)
+                .as_primitive_opt::<Int64Type>()
+                .map_or(0, |a| a.value(0))
+        };
+        Ok(candidates
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| value(2 * i) > 0 && value(2 * i) == value(2 * i + 1))
+            .map(|(_, f)| f)
+            .collect())
+    }
+
     async fn data_span(&self, bound: &Bound) -> Result<Option<Interval>> {
         let plan = data_span_plan(&bound.view, &bound.input(self.exec.limits()))?;
         let batches = self.exec.run(&plan).await?.batches;

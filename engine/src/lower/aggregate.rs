@@ -119,6 +119,16 @@ pub fn lower_measure(
             let m = input.metrics.get(name, span)?;
             input.metrics.lower(m, source, schema, span)
         }
+        Aggregate::Standard(func @ (AggFn::Min | AggFn::Max), f)
+            if input.numeric_keys.contains(f) =>
+        {
+            // A JSON property whose every value the query reads is a number (bind pass).
+            let x = try_cast(resolve(f, schema, span)?.expr, DataType::Float64);
+            Ok(LoweredAggregate {
+                expr: if *func == AggFn::Min { min(x) } else { max(x) },
+                counts: false,
+            })
+        }
         _ => lower_aggregate(agg, schema, span),
     }
 }

@@ -124,6 +124,8 @@ pub struct LowerInput<'a> {
     /// For a bucketed query without DURING: the span of the matching data, so the series
     /// can still be dense (computed by the bind pass before lowering).
     pub data_span: Option<Interval>,
+    /// Text-held properties read as numbers by min, max and ORDER BY (bind pass).
+    pub numeric_keys: &'a [crate::syntax::ast::FieldRef],
 }
 
 impl LowerInput<'_> {

@@ -104,7 +104,16 @@ fn lower_listing(
             return Err(Error::internal("aggregate ORDER BY in a listing query"));
         };
         let r = resolve(f, schema, term.span)?;
-        sort.push(r.expr.sort(!term.descending, term.descending));
+        // A JSON property whose every value the query reads is a number sorts as one.
+        let key = if input.numeric_keys.contains(f) {
+            datafusion::logical_expr::try_cast(
+                r.expr,
+                datafusion::arrow::datatypes::DataType::Float64,
+            )
+        } else {
+            r.expr
+        };
+        sort.push(key.sort(!term.descending, term.descending));
     }
     sort.extend(default_sort);
     let (limit_applied, fetch, row_cap) = limit_plan(q, input);

@@ -33,6 +33,43 @@ pub fn signal_names_in_filter(q: &RetrieveQuery) -> Vec<String> {
     names.into_iter().collect()
 }
 
+/// The fields a query orders by value: `min`/`max` arguments (in RETURN, HAVING, ORDER BY)
+/// and the fields of ORDER BY. A JSON property among them is read as a number when every
+/// value the query reads is one (the bind pass decides; docs/mapping.md).
+pub fn ordered_fields(q: &RetrieveQuery) -> Vec<&FieldRef> {
+    use super::ast::AggFn;
+    fn minmax(a: &Aggregate) -> Option<&FieldRef> {
+        match a {
+            Aggregate::Standard(AggFn::Min | AggFn::Max, f) => Some(f),
+            _ => None,
+        }
+    }
+    let mut out: Vec<&FieldRef> = Vec::new();
+    if let Some(h) = &q.having {
+        for (op, _) in operands(h) {
+            if let Operand::Aggregate(a) = op {
+                out.extend(minmax(a));
+            }
+        }
+    }
+    for r in &q.returns {
+        if let ReturnItem::Aggregate(a) = r {
+            out.extend(minmax(a));
+        }
+    }
+    for o in &q.order_by {
+        match &o.key {
+            OrderKey::Field(f) => out.push(f),
+            OrderKey::Aggregate(a) => out.extend(minmax(a)),
+            OrderKey::Count => {}
+        }
+    }
+    out.retain(|f| matches!(f, FieldRef::Path(_)));
+    let mut seen = std::collections::HashSet::new();
+    out.retain(|f| seen.insert(*f));
+    out
+}
+
 /// Every field a query names, in any clause.
 fn query_fields(q: &RetrieveQuery) -> Vec<&FieldRef> {
     let mut out: Vec<&FieldRef> = Vec::new();

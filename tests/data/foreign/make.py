@@ -16,6 +16,8 @@ this again only to change them, then `python3 tests/golden/oracle.py` for the ex
   `source_path` or `tombstoned_at`), times as timestamp(ns) without a zone.
 - hive/: `events` partitioned by pyarrow's hive flavour, `dt=YYYY-MM-DD/platform=…/`, five
   days; `dt` typed as a date in signalql.toml and named as the time partition.
+- jsontext/: `events` whose properties are JSON text: `amount` numbers (2.33 < 10.64, which
+  text order reverses), `code` numbers and strings mixed.
 - delta/: `events` as a Delta table written by the `deltalake` package (pip install deltalake)
   in three commits, then a DELETE that rewrote a file: the removed file stays on disk and
   must not be read.
@@ -195,8 +197,29 @@ def hive():
         '[tables.events.time]\npartition = "dt"\n')
 
 
+def jsontext():
+    import json
+    rows = [
+        ("buy", "u1", 0, {"amount": 10.64, "plan": "pro", "code": 5}),
+        ("buy", "u2", 1, {"amount": 2.33, "plan": "free", "code": "x5"}),
+        ("buy", "u1", 2, {"amount": 9.5, "plan": "team", "code": 40}),
+        ("view", "u3", 3, {"plan": "pro"}),
+        ("buy", "u3", 4, {"amount": 100, "plan": "free", "code": 7}),
+    ]
+    table = pa.table({
+        "event_name": [r[0] for r in rows],
+        "user_id": [r[1] for r in rows],
+        "timestamp": pa.array([BASE + dt.timedelta(hours=r[2]) for r in rows],
+                              pa.timestamp("us", tz="UTC")),
+        "properties": [json.dumps(r[3]) for r in rows],
+    })
+    write(HERE / "jsontext" / "events" / "part-0.parquet", table)
+    (HERE / "jsontext" / "signalql.toml").write_text('now = "2026-06-02T00:00:00Z"\n')
+
+
 segment()
 texttime()
 objects()
 hive()
+jsontext()
 delta()
