@@ -1,6 +1,6 @@
 //! Golden tests: every `tests/golden/**/*.case` file is a query in and an expected result out.
 //!
-//! A case file has a header of `key: value` lines (`data: sample|tiny|funnel|docs|segment|texttime|objects|hive|jsontext|delta`,
+//! A case file has a header of `key: value` lines (`data: sample|tiny|funnel|docs|segment|texttime|objects|hive|jsontext|drift|delta`,
 //! `now: RFC3339`), then
 //! sections introduced by `--- name` lines:
 //! - `--- query`: the SignalQL text (required);
@@ -92,7 +92,7 @@ const BUILT: &[&str] = &["tiny", "funnel", "docs"];
 /// The datasets other tools wrote (tests/data/foreign/make.py, pyarrow), each copied as it is
 /// into a temporary folder.
 const FOREIGN: &[&str] = &[
-    "segment", "texttime", "objects", "hive", "jsontext", "delta",
+    "segment", "texttime", "objects", "hive", "jsontext", "drift", "delta",
 ];
 
 /// The datasets cases can name: the bundled sample, and the built ones (by name, in `built`).

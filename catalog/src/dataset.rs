@@ -592,6 +592,27 @@ impl Dataset {
         Ok(info)
     }
 
+    /// A scan of one file of a table (a location from [`TableInfo::files`]), in the file's
+    /// own schema: for naming the file that holds a value the table cannot read.
+    pub async fn file_provider(
+        &self,
+        ctx: &SessionContext,
+        location: &str,
+    ) -> Result<Arc<dyn TableProvider>, String> {
+        let url_text = self.root.location_url(location);
+        let url = ListingTableUrl::parse(&url_text).map_err(|e| e.to_string())?;
+        let options =
+            ListingOptions::new(Arc::new(ParquetFormat::default())).with_file_extension(".parquet");
+        let config = ListingTableConfig::new(url)
+            .with_listing_options(options)
+            .infer_schema(&ctx.state())
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(Arc::new(
+            ListingTable::try_new(config).map_err(|e| e.to_string())?,
+        ))
+    }
+
     /// The Arrow schema of one file (as DataFusion reads it), after checking its footer; the
     /// error is why the file cannot be read.
     async fn file_schema(

@@ -4,9 +4,11 @@
 //! envelope ([`crate::envelope`]), a DESCRIBE ([`crate::describe`]) or a context bundle
 //! ([`crate::context::build`]).
 
+use std::sync::Arc;
+
 use chrono::{DateTime, Utc};
 use datafusion::arrow::array::RecordBatch;
-use datafusion::logical_expr::LogicalPlan;
+use datafusion::logical_expr::{LogicalPlan, LogicalPlanBuilder};
 use datafusion::prelude::SessionContext;
 use datafusion::sql::unparser::plan_to_sql;
 use signalql_catalog::Dataset;
@@ -339,7 +341,10 @@ impl Engine {
 
     async fn run_with_batches(&self, compiled: &Compiled) -> Result<(Envelope, Vec<RecordBatch>)> {
         let lowered = &compiled.lowered;
-        let capped = self.exec.run_lowered(lowered).await?;
+        let capped = match self.exec.run_lowered(lowered).await {
+            Ok(c) => c,
+            Err(e) => return Err(self.name_unreadable_file(e).await),
+        };
         let (mut envelope, batches) = crate::envelope::analytics(
             lowered,
             &capped,
@@ -349,6 +354,78 @@ impl Engine {
         )?;
         envelope.metadata.skipped_files = compiled.skipped.clone();
         Ok((envelope, batches))
+    }
+}
+
+impl Engine {
+    /// An error about a time value a mapped table cannot read (docs/mapping.md), with the
+    /// file holding it: each file of the table is read alone until one fails the same way.
+    /// Any other error is returned as it is.
+    async fn name_unreadable_file(&self, err: Error) -> Error {
+        use signalql_udfs::scalar::text_time::{ERROR_PREFIX, text_time};
+        let message = err.to_string();
+        let Some(at) = message.find(ERROR_PREFIX) else {
+            return err;
+        };
+        // "… in column timestamp of the events table (file column ts): …"
+        let rest = &message[at + ERROR_PREFIX.len()..];
+        let table = rest
+            .split_once(" of the ")
+            .and_then(|(_, r)| r.split_once(" table"))
+            .map(|(t, _)| t.to_string());
+        let Some(table) = table else {
+            return err;
+        };
+        let ctx = self.exec.session();
+        let Ok(info) = self.catalog.table(ctx, &table).await else {
+            return err;
+        };
+        let Some(view) = &info.view else {
+            return err;
+        };
+        let columns: Vec<(String, String)> = view
+            .columns
+            .iter()
+            .filter_map(|c| match &c.read {
+                signalql_catalog::mapping::Read::Time {
+                    column,
+                    encoding: signalql_catalog::mapping::TimeEncoding::Text,
+                } => Some((c.name.clone(), column.clone())),
+                _ => None,
+            })
+            .collect();
+        for (location, _) in &info.files {
+            let Ok(provider) = self.dataset().file_provider(ctx, location).await else {
+                continue;
+            };
+            for (_, column) in &columns {
+                let plan = LogicalPlanBuilder::scan(
+                    "file",
+                    datafusion::datasource::provider_as_source(Arc::clone(&provider)),
+                    None,
+                )
+                .and_then(|b| {
+                    b.project(vec![
+                        text_time(crate::lower::fields::column(column), column).alias("t"),
+                    ])
+                })
+                .and_then(|b| {
+                    b.aggregate(
+                        Vec::<datafusion::logical_expr::Expr>::new(),
+                        vec![datafusion::functions_aggregate::expr_fn::count(
+                            crate::lower::fields::column("t"),
+                        )],
+                    )
+                })
+                .and_then(|b| b.build());
+                let Ok(plan) = plan else { continue };
+                if self.exec.run(&plan).await.is_err() {
+                    let file = self.dataset().root().relative(location);
+                    return err.in_file(file, None);
+                }
+            }
+        }
+        err
     }
 }
 

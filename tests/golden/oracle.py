@@ -103,6 +103,9 @@ def connect(data):
     elif data == "jsontext":
         path = ROOT / "tests" / "data" / "foreign" / "jsontext" / "events" / "*.parquet"
         con.execute(f"CREATE VIEW events AS SELECT * FROM read_parquet('{path}')")
+    elif data == "drift":
+        path = ROOT / "tests" / "data" / "foreign" / "drift" / "events" / "*.parquet"
+        con.execute(f"CREATE VIEW events AS SELECT * FROM read_parquet('{path}', union_by_name = true)")
     elif data == "delta":
         # The table's current snapshot, as the `deltalake` package reads it.
         from deltalake import DeltaTable

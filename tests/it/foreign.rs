@@ -119,6 +119,9 @@ fn an_unreadable_text_time_is_an_io_error_naming_the_column() {
         m.contains("timestamp of the events table (file column ts)") && m.contains("last tuesday"),
         "{m}"
     );
+    // The file holding the value is named, relative to the root.
+    let json = err.to_json();
+    assert_eq!(json["error"]["file"], "events/part-0.parquet", "{json}");
 }
 
 /// CONTEXT FOR on a root whose context store cannot be written (here `contexts` is a file, as

@@ -18,6 +18,9 @@ this again only to change them, then `python3 tests/golden/oracle.py` for the ex
   days; `dt` typed as a date in signalql.toml and named as the time partition.
 - jsontext/: `events` whose properties are JSON text: `amount` numbers (2.33 < 10.64, which
   text order reverses), `code` numbers and strings mixed.
+- drift/: two files of `events` a year apart in spirit: timestamp(ms, UTC) then timestamp(us)
+  without a zone, event_name Utf8 then LargeUtf8, properties.amount int64 then float64 with a
+  `plan` field added, and a `session_id` column only in the newer file.
 - delta/: `events` as a Delta table written by the `deltalake` package (pip install deltalake)
   in three commits, then a DELETE that rewrote a file: the removed file stays on disk and
   must not be read.
@@ -217,9 +220,34 @@ def jsontext():
     (HERE / "jsontext" / "signalql.toml").write_text('now = "2026-06-02T00:00:00Z"\n')
 
 
+def drift():
+    ts_ms = pa.timestamp("ms", tz="UTC")
+    ts_us = pa.timestamp("us")
+    old = pa.table({
+        "event_name": pa.array(["a", "b", "a"], pa.string()),
+        "user_id": ["u1", "u2", "u1"],
+        "timestamp": pa.array([BASE, BASE + dt.timedelta(hours=1), BASE + dt.timedelta(hours=2)], ts_ms),
+        "properties": pa.array([{"amount": 1}, {"amount": 2}, {"amount": 3}],
+                               pa.struct([("amount", pa.int64())])),
+    })
+    new = pa.table({
+        "event_name": pa.array(["a", "c"], pa.large_string()),
+        "user_id": ["u3", "u1"],
+        "timestamp": pa.array([(BASE + dt.timedelta(hours=3)).replace(tzinfo=None),
+                               (BASE + dt.timedelta(hours=4)).replace(tzinfo=None)], ts_us),
+        "properties": pa.array([{"amount": 2.5, "plan": "pro"}, {"amount": 4.25, "plan": None}],
+                               pa.struct([("amount", pa.float64()), ("plan", pa.string())])),
+        "session_id": ["s1", "s2"],
+    })
+    write(HERE / "drift" / "events" / "part-0.parquet", old)
+    write(HERE / "drift" / "events" / "part-1.parquet", new)
+    (HERE / "drift" / "signalql.toml").write_text('now = "2026-06-02T00:00:00Z"\n')
+
+
 segment()
 texttime()
 objects()
 hive()
 jsontext()
+drift()
 delta()
