@@ -85,6 +85,11 @@ pub struct Dataset {
     config: DatasetConfig,
     /// The context store's root: `[context] store`, or the dataset root.
     store: Root,
+    /// How to reach S3 (for tables whose `[tables.T] path` is an `s3://` URL).
+    options: StorageOptions,
+    /// The roots of such tables, by URL, kept for the dataset's life: a root's S3 client runs
+    /// on its own I/O runtime, which must outlive the scans that use it.
+    table_roots: Arc<Mutex<HashMap<String, Root>>>,
     /// Tables opened before, by name, reused while their file list (locations and sizes) is
     /// unchanged: opening infers the schema from every file's footer, which a repeated query
     /// (WATCH, an agent's follow-ups, an MCP session) need not pay again.
@@ -96,6 +101,14 @@ pub struct Dataset {
 /// A table opened before: the readable files listed and the files skipped at listing, then
 /// what was opened over them.
 type Opened = (Vec<(String, u64)>, Vec<SkippedFile>, TableInfo);
+
+/// Where a table's files are: a root (the dataset's, or the table's own `s3://` one) and a
+/// folder under it.
+#[derive(Clone)]
+pub struct Place {
+    pub root: Root,
+    pub folder: String,
+}
 
 /// A registered table: its provider, the arrow schema, and the files behind it.
 #[derive(Debug, Clone)]
@@ -178,6 +191,8 @@ impl Dataset {
             root,
             config,
             store,
+            options: options.clone(),
+            table_roots: Arc::default(),
             opened: Arc::default(),
             file_schemas: Arc::default(),
         })
@@ -215,14 +230,18 @@ impl Dataset {
     /// names (starting with `.` or `_`) are skipped. Each is (location, size, why it cannot
     /// be read if it cannot: an empty file, a dangling link). The commit records are read
     /// before the folder is listed, so an ingest is seen whole or not at all.
-    pub fn listed_files(&self, table: &str) -> Result<Vec<ListedFile>, DatasetError> {
+    pub fn listed_files(
+        &self,
+        table: &str,
+        place: &Place,
+    ) -> Result<Vec<ListedFile>, DatasetError> {
         let unreadable = |message: String| DatasetError::Unreadable {
             table: table.to_string(),
             message,
         };
-        let snapshot = Snapshot::read(&self.root).map_err(|e| unreadable(e.to_string()))?;
-        let folder = self.folder(table)?;
-        let listed = match self.root.parquet_files(&folder) {
+        let Place { root, folder } = place;
+        let snapshot = Snapshot::read(&root).map_err(|e| unreadable(e.to_string()))?;
+        let listed = match root.parquet_files(folder) {
             Ok(files) => files.unwrap_or_default(),
             Err(e) => return Err(unreadable(e.to_string())),
         };
@@ -237,17 +256,22 @@ impl Dataset {
         }
         if files.is_empty() {
             return Err(DatasetError::MissingTable {
-                root: self.root.display(),
+                root: root.display(),
                 table: table.to_string(),
             });
         }
         Ok(files)
     }
 
-    /// The folder of `table` under the root: `[tables.T] path`, or the table's name.
-    pub fn folder(&self, table: &str) -> Result<String, DatasetError> {
+    /// Where `table` lives: `[tables.T] path` (a folder under the root, or an `s3://` URL of
+    /// its own), or the folder of the table's name under the root.
+    pub fn place(&self, table: &str) -> Result<Place, DatasetError> {
+        let under_root = |folder: String| Place {
+            root: self.root.clone(),
+            folder,
+        };
         let Some(config) = self.config.tables.get(table) else {
-            return Ok(table.to_string());
+            return Ok(under_root(table.to_string()));
         };
         let bad = |message: String| DatasetError::Config {
             path: self.root.display_of("signalql.toml"),
@@ -262,18 +286,46 @@ impl Dataset {
             )));
         }
         let Some(path) = config.path.as_deref() else {
-            return Ok(table.to_string());
+            return Ok(under_root(table.to_string()));
         };
-        let path = path.trim_matches('/');
         if path.contains("://") {
-            return Err(DatasetError::NotYet {
-                feature: "tables outside the dataset root",
-                message: format!(
-                    "[tables.{table}] path = {path:?}: a table outside the dataset root is \
-                     not supported yet; give a path under the root"
-                ),
+            // `s3://bucket/lake/tracks`: the table is the folder `tracks` of the root
+            // `s3://bucket/lake`.
+            let url = path.trim_end_matches('/');
+            let (base, folder) = match url.rsplit_once('/') {
+                Some((base, folder)) if !base.ends_with('/') && !folder.is_empty() => {
+                    (base, folder)
+                }
+                _ => {
+                    return Err(bad(format!(
+                        "`path = {path:?}`: give the table's folder, as s3://bucket/folder"
+                    )));
+                }
+            };
+            let known = self
+                .table_roots
+                .lock()
+                .ok()
+                .and_then(|m| m.get(base).cloned());
+            let root = match known {
+                Some(root) => root,
+                None => {
+                    let root = Root::parse(base, &self.options).map_err(|e| match e {
+                        RootError::Unsupported(m) => DatasetError::Unsupported(m),
+                        RootError::Storage(e) => DatasetError::Storage(e),
+                    })?;
+                    if let Ok(mut m) = self.table_roots.lock() {
+                        m.insert(base.to_string(), root.clone());
+                    }
+                    root
+                }
+            };
+            return Ok(Place {
+                root,
+                folder: folder.to_string(),
             });
         }
+        let path = path.trim_matches('/');
         if path.is_empty()
             || path
                 .split('/')
@@ -283,13 +335,13 @@ impl Dataset {
                 "`path = {path:?}`: give a folder under the dataset root (no `..`)"
             )));
         }
-        Ok(path.to_string())
+        Ok(under_root(path.to_string()))
     }
 
     /// Whether `table` (in `folder`) is a Delta table: `[tables.T] format`, or by default a
     /// folder holding `_delta_log/`.
-    fn is_delta(&self, table: &str, folder: &str) -> Result<bool, DatasetError> {
-        let found = crate::delta::is_delta(&self.root, folder)?;
+    fn is_delta(&self, table: &str, place: &Place) -> Result<bool, DatasetError> {
+        let found = crate::delta::is_delta(&place.root, &place.folder)?;
         match self
             .config
             .tables
@@ -302,7 +354,7 @@ impl Dataset {
                 message: format!(
                     "the {table} table is configured as a Delta table, but {} has no \
                      _delta_log/",
-                    self.root.display_of(folder)
+                    place.root.display_of(&place.folder)
                 ),
             }),
             _ => Ok(found),
@@ -314,9 +366,9 @@ impl Dataset {
         &self,
         ctx: &SessionContext,
         table: &str,
-        folder: &str,
+        place: &Place,
     ) -> Result<TableInfo, DatasetError> {
-        let (provider, _files) = crate::delta::open(ctx, &self.root, table, folder).await?;
+        let (provider, _files) = crate::delta::open(ctx, &place.root, table, &place.folder).await?;
         let schema = provider.schema();
         let view = self.view(table, &schema)?.map(Arc::new);
         Ok(TableInfo {
@@ -340,14 +392,14 @@ impl Dataset {
     fn partitions(
         &self,
         table: &str,
-        folder: &str,
+        place: &Place,
         files: &[(String, u64)],
         file_schema: &Schema,
     ) -> Result<Vec<(String, DataType)>, DatasetError> {
-        let prefix = format!("{folder}/");
+        let prefix = format!("{}/", place.folder);
         let mut keys: Vec<String> = Vec::new();
         for (location, _) in files {
-            let rel = self.root.relative(location);
+            let rel = place.root.relative(location);
             for (k, _) in crate::hive::partitions_of(rel.strip_prefix(&prefix).unwrap_or(&rel)) {
                 if !keys.contains(&k) {
                     keys.push(k);
@@ -441,13 +493,16 @@ impl Dataset {
     pub fn table_files(
         &self,
         table: &str,
+        place: &Place,
     ) -> Result<(Vec<(String, u64)>, Vec<SkippedFile>), DatasetError> {
         let mut files = Vec::new();
         let mut skipped = Vec::new();
-        for f in self.listed_files(table)? {
+        for f in self.listed_files(table, place)? {
             match f.broken {
                 None => files.push((f.location, f.size)),
-                Some(reason) => self.invalid(table, &f.location, reason, &mut skipped)?,
+                Some(reason) => {
+                    self.invalid(table, &place.root, &f.location, reason, &mut skipped)?
+                }
             }
         }
         Ok((files, skipped))
@@ -457,11 +512,12 @@ impl Dataset {
     fn invalid(
         &self,
         table: &str,
+        root: &Root,
         location: &str,
         reason: String,
         skipped: &mut Vec<SkippedFile>,
     ) -> Result<(), DatasetError> {
-        let file = self.root.relative(location);
+        let file = root.relative(location);
         if self.config.skip_invalid_files {
             skipped.push(SkippedFile { file, reason });
             Ok(())
@@ -484,11 +540,12 @@ impl Dataset {
         ctx: &SessionContext,
         table: &str,
     ) -> Result<TableInfo, DatasetError> {
-        let folder = self.folder(table)?;
-        if self.is_delta(table, &folder)? {
-            return self.delta_table(ctx, table, &folder).await;
+        let place = self.place(table)?;
+        if self.is_delta(table, &place)? {
+            return self.delta_table(ctx, table, &place).await;
         }
-        let (candidates, listing_skipped) = self.table_files(table)?;
+        let (candidates, listing_skipped) = self.table_files(table, &place)?;
+        let root = &place.root;
         if let Some(info) = self.opened_before(table, &candidates, &listing_skipped) {
             return Ok(info);
         }
@@ -496,25 +553,23 @@ impl Dataset {
             table: table.to_string(),
             message,
         };
-        self.root
-            .register(ctx)
-            .map_err(|e| unreadable(e.to_string()))?;
+        root.register(ctx).map_err(|e| unreadable(e.to_string()))?;
         let state = ctx.state();
         let mut skipped = listing_skipped.clone();
         let mut files = Vec::new();
         let mut schemas = Vec::new();
         let mut urls = Vec::new();
         for (location, size) in &candidates {
-            let url_text = self.root.location_url(location);
+            let url_text = root.location_url(location);
             let url = ListingTableUrl::parse(&url_text)
                 .map_err(|e| unreadable(format!("{url_text}: {e}")))?;
             match self.file_schema(&state, &url, location, *size).await {
                 Ok(schema) => {
-                    schemas.push((self.root.relative(location), schema));
+                    schemas.push((root.relative(location), schema));
                     files.push((location.clone(), *size));
                     urls.push(url);
                 }
-                Err(reason) => self.invalid(table, location, reason, &mut skipped)?,
+                Err(reason) => self.invalid(table, root, location, reason, &mut skipped)?,
             }
         }
         if urls.is_empty() {
@@ -530,7 +585,7 @@ impl Dataset {
                     source,
                 })?,
             );
-        let partitions = self.partitions(table, &folder, &files, &schema)?;
+        let partitions = self.partitions(table, &place, &files, &schema)?;
         let provider: Arc<dyn TableProvider> = if partitions.is_empty() {
             let options = ListingOptions::new(Arc::new(ParquetFormat::default()))
                 .with_file_extension(".parquet");
@@ -539,11 +594,11 @@ impl Dataset {
                 .with_schema(Arc::clone(&schema));
             Arc::new(ListingTable::try_new(config).map_err(|e| unreadable(e.to_string()))?)
         } else {
-            let prefix = format!("{folder}/");
+            let prefix = format!("{}/", place.folder);
             let hive_files = files
                 .iter()
                 .map(|(location, size)| {
-                    let rel = self.root.relative(location);
+                    let rel = root.relative(location);
                     let found =
                         crate::hive::partitions_of(rel.strip_prefix(&prefix).unwrap_or(&rel));
                     crate::hive::HiveFile {
@@ -597,9 +652,11 @@ impl Dataset {
     pub async fn file_provider(
         &self,
         ctx: &SessionContext,
+        table: &str,
         location: &str,
-    ) -> Result<Arc<dyn TableProvider>, String> {
-        let url_text = self.root.location_url(location);
+    ) -> Result<(Arc<dyn TableProvider>, String), String> {
+        let place = self.place(table).map_err(|e| e.to_string())?;
+        let url_text = place.root.location_url(location);
         let url = ListingTableUrl::parse(&url_text).map_err(|e| e.to_string())?;
         let options =
             ListingOptions::new(Arc::new(ParquetFormat::default())).with_file_extension(".parquet");
@@ -608,9 +665,8 @@ impl Dataset {
             .infer_schema(&ctx.state())
             .await
             .map_err(|e| e.to_string())?;
-        Ok(Arc::new(
-            ListingTable::try_new(config).map_err(|e| e.to_string())?,
-        ))
+        let provider = ListingTable::try_new(config).map_err(|e| e.to_string())?;
+        Ok((Arc::new(provider), place.root.relative(location)))
     }
 
     /// The Arrow schema of one file (as DataFusion reads it), after checking its footer; the

@@ -395,7 +395,8 @@ impl Engine {
             })
             .collect();
         for (location, _) in &info.files {
-            let Ok(provider) = self.dataset().file_provider(ctx, location).await else {
+            let Ok((provider, file)) = self.dataset().file_provider(ctx, &table, location).await
+            else {
                 continue;
             };
             for (_, column) in &columns {
@@ -420,7 +421,6 @@ impl Engine {
                 .and_then(|b| b.build());
                 let Ok(plan) = plan else { continue };
                 if self.exec.run(&plan).await.is_err() {
-                    let file = self.dataset().root().relative(location);
                     return err.in_file(file, None);
                 }
             }
