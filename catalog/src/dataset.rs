@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, NaiveDate, Utc};
 use datafusion::arrow::datatypes::{DataType, Schema, SchemaRef};
 use datafusion::catalog::TableProvider;
 use datafusion::datasource::file_format::FileFormat;
@@ -540,12 +540,51 @@ impl Dataset {
         ctx: &SessionContext,
         table: &str,
     ) -> Result<TableInfo, DatasetError> {
+        self.table_during(ctx, table, None).await
+    }
+
+    /// [`Dataset::table`] for a statement that reads only the days `[first, after)` of the
+    /// table's time partition (`[tables.T.time] partition`): the files of other days'
+    /// folders are left out before any is opened. Files outside such folders stay.
+    pub async fn table_during(
+        &self,
+        ctx: &SessionContext,
+        table: &str,
+        days: Option<(NaiveDate, NaiveDate)>,
+    ) -> Result<TableInfo, DatasetError> {
         let place = self.place(table)?;
         if self.is_delta(table, &place)? {
             return self.delta_table(ctx, table, &place).await;
         }
-        let (candidates, listing_skipped) = self.table_files(table, &place)?;
+        let (mut candidates, listing_skipped) = self.table_files(table, &place)?;
         let root = &place.root;
+        let key = self
+            .config
+            .tables
+            .get(table)
+            .and_then(|c| c.time.partition.clone());
+        if let (Some((first, after)), Some(key)) = (days, key) {
+            let prefix = format!("{}/", place.folder);
+            let day_of = |location: &str| {
+                let rel = root.relative(location);
+                crate::hive::partitions_of(rel.strip_prefix(&prefix).unwrap_or(&rel))
+                    .into_iter()
+                    .find(|(k, _)| *k == key)
+                    .and_then(|(_, v)| NaiveDate::parse_from_str(v.get(..10)?, "%Y-%m-%d").ok())
+            };
+            let kept: Vec<(String, u64)> = candidates
+                .iter()
+                .filter(|(l, _)| day_of(l).is_none_or(|d| d >= first && d < after))
+                .cloned()
+                .collect();
+            // With no file left, one stays, so the table still has its schema (its rows
+            // are outside the window).
+            candidates = if kept.is_empty() {
+                candidates.into_iter().take(1).collect()
+            } else {
+                kept
+            };
+        }
         if let Some(info) = self.opened_before(table, &candidates, &listing_skipped) {
             return Ok(info);
         }

@@ -29,6 +29,17 @@ pub trait Catalog: Send + Sync {
     /// The table `name` (`events`, `signals`, `objects`, …), its columns checked
     /// ([`check_schema`]), or [`DatasetError::MissingTable`] when there is none.
     async fn table(&self, ctx: &SessionContext, name: &str) -> Result<TableInfo, DatasetError>;
+
+    /// [`Catalog::table`] for a statement that reads only the days `[first, after)`: a table
+    /// with a time partition leaves the other days' files out before opening any.
+    async fn table_during(
+        &self,
+        ctx: &SessionContext,
+        name: &str,
+        _days: Option<(chrono::NaiveDate, chrono::NaiveDate)>,
+    ) -> Result<TableInfo, DatasetError> {
+        self.table(ctx, name).await
+    }
 }
 
 tokio::task_local! {
@@ -88,7 +99,16 @@ impl Catalog for Dataset {
     }
 
     async fn table(&self, ctx: &SessionContext, name: &str) -> Result<TableInfo, DatasetError> {
-        let t = Dataset::table(self, ctx, name).await?;
+        self.table_during(ctx, name, None).await
+    }
+
+    async fn table_during(
+        &self,
+        ctx: &SessionContext,
+        name: &str,
+        days: Option<(chrono::NaiveDate, chrono::NaiveDate)>,
+    ) -> Result<TableInfo, DatasetError> {
+        let t = Dataset::table_during(self, ctx, name, days).await?;
         check_schema(name, &t.schema)?;
         note(&t);
         Ok(t)

@@ -216,6 +216,26 @@ fn a_window_prunes_the_date_partitions_it_does_not_touch() {
     let json = serde_json::to_value(&every).unwrap();
     assert_eq!(json["rows"][0][0], all);
     assert_eq!(json["metadata"]["cost_estimate"]["scanned_rows"], all);
+
+    // The other days' files are not even opened: with one of them corrupt, a fresh engine
+    // still answers for 2026-06-03, and only a query over every day meets the bad file.
+    let bad = events.join("dt=2026-06-01/platform=ios/part-0.parquet");
+    std::fs::write(&bad, b"PAR1 not a parquet file at all PAR1").unwrap();
+    let one = run(
+        r#"FROM events DURING BETWEEN "2026-06-03T00:00:00Z" AND "2026-06-04T00:00:00Z" RETURN count"#,
+    );
+    assert_eq!(serde_json::to_value(&one).unwrap()["rows"][0][0], day);
+    let err = rt()
+        .block_on(async {
+            let engine = Engine::open_with(tmp.path(), EngineOptions::default())?;
+            engine.query("FROM events RETURN count").await
+        })
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("dt=2026-06-01/platform=ios/part-0.parquet"),
+        "{err}"
+    );
 }
 
 /// `[tables.events] path = "s3://…"`: a local dataset root whose events are a Segment export

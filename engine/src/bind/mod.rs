@@ -265,7 +265,15 @@ impl Binder<'_> {
                 }
             }
             Source::Events => {
-                let events = catalog::open(self.catalog, ctx, "events").await?;
+                // A table with a time partition opens only the window's days (docs/mapping.md).
+                let days = q.window.as_ref().and_then(|w| {
+                    let as_of = crate::lower::time::anchor(Some(w), self.now).ok()?;
+                    let max = self.exec.limits().max_window_days;
+                    let i = crate::lower::time::window_interval(w, as_of, max).ok()?;
+                    let last = (i.end - chrono::Duration::microseconds(1)).date_naive();
+                    Some((i.start.date_naive(), last.succ_opt()?))
+                });
+                let events = self.catalog.table_during(ctx, "events", days).await?;
                 // v0.1 `traits.K` reads the users table unless events carries its own.
                 let users = if needs.traits && events.schema.field_with_name("traits").is_err() {
                     Some(self.catalog.table(ctx, Table::Users.name()).await?)
