@@ -99,7 +99,8 @@ impl Catalog for Dataset {
     }
 
     async fn table(&self, ctx: &SessionContext, name: &str) -> Result<TableInfo, DatasetError> {
-        self.table_during(ctx, name, None).await
+        // The trait's table_during (checked), not Dataset's inherent one of the same name.
+        Catalog::table_during(self, ctx, name, None).await
     }
 
     async fn table_during(
