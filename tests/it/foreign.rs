@@ -278,3 +278,46 @@ fn a_table_path_on_s3_outside_the_root_is_read_through_its_mapping() {
     assert_eq!(remote["rows"], here["rows"]);
     assert_eq!(remote["rows"].as_array().unwrap().len(), 2, "{remote}");
 }
+
+/// `[context] store = "s3://…"`: a local root whose bundles are kept in a bucket.
+#[test]
+fn a_context_store_on_s3_keeps_the_bundles_of_a_local_root() {
+    use crate::common::s3::S3Server;
+    let tmp = foreign("objects");
+    let s3 = S3Server::start();
+    s3.create_bucket("bundles");
+    let config = tmp.path().join("signalql.toml");
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str("[context]\nstore = \"s3://bundles/team\"\n");
+    std::fs::write(&config, text).unwrap();
+    let options = EngineOptions {
+        storage: s3.storage(),
+        ..Default::default()
+    };
+    let (bundle, explained) = rt()
+        .block_on(async {
+            let engine = Engine::open_with(tmp.path(), options)?;
+            let bundle = match engine.answer(r#"CONTEXT FOR "parquet storage""#).await? {
+                signalql::Answer::Bundle(b) => *b,
+                _ => panic!("CONTEXT FOR gives a bundle"),
+            };
+            let explained = engine.explain_context(&bundle.id);
+            Ok::<_, signalql::Error>((bundle, explained))
+        })
+        .unwrap();
+    assert_eq!(
+        bundle.metadata.stored_in.as_deref(),
+        Some("s3://bundles/team/contexts/")
+    );
+    assert!(explained.is_ok());
+    let key = format!(
+        "team/contexts/{}.json",
+        bundle.id.trim_start_matches("context://")
+    );
+    assert!(
+        s3.get("bundles", &key).is_some(),
+        "{:?}",
+        s3.keys("bundles", "")
+    );
+    assert!(!tmp.path().join("contexts").exists());
+}
