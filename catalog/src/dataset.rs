@@ -369,20 +369,33 @@ impl Dataset {
         place: &Place,
     ) -> Result<TableInfo, DatasetError> {
         let (provider, _files) = crate::delta::open(ctx, &place.root, table, &place.folder).await?;
-        let schema = provider.schema();
-        let view = self.view(table, &schema)?.map(Arc::new);
+        // Its rows are ordered by time only (no file order: docs/mapping.md).
+        self.viewed(table, provider, None, Vec::new(), Vec::new())
+    }
+
+    /// The table `table` over `provider`, read through its view ([`Dataset::view`] of the
+    /// provider's schema).
+    fn viewed(
+        &self,
+        table: &str,
+        provider: Arc<dyn TableProvider>,
+        time_partition: Option<(String, DataType)>,
+        files: Vec<(String, u64)>,
+        skipped: Vec<SkippedFile>,
+    ) -> Result<TableInfo, DatasetError> {
+        let files_schema = provider.schema();
+        let view = self.view(table, &files_schema)?.map(Arc::new);
         Ok(TableInfo {
             name: table.to_string(),
             provider,
             schema: match &view {
                 Some(v) => Arc::new(v.schema()),
-                None => schema,
+                None => files_schema,
             },
             view,
-            time_partition: None,
-            // Its rows are ordered by time only (no file order: docs/mapping.md).
-            files: Vec::new(),
-            skipped: Vec::new(),
+            time_partition,
+            files,
+            skipped,
         })
     }
 
@@ -540,13 +553,13 @@ impl Dataset {
         ctx: &SessionContext,
         table: &str,
     ) -> Result<TableInfo, DatasetError> {
-        self.table_during(ctx, table, None).await
+        self.table_for_days(ctx, table, None).await
     }
 
     /// [`Dataset::table`] for a statement that reads only the days `[first, after)` of the
     /// table's time partition (`[tables.T.time] partition`): the files of other days'
     /// folders are left out before any is opened. Files outside such folders stay.
-    pub async fn table_during(
+    pub async fn table_for_days(
         &self,
         ctx: &SessionContext,
         table: &str,
@@ -662,21 +675,8 @@ impl Dataset {
                 .map_err(unreadable)?,
             )
         };
-        let schema = provider.schema();
-        let view = self.view(table, &schema)?.map(Arc::new);
         let time_partition = self.time_partition(table, &partitions)?;
-        let info = TableInfo {
-            name: table.to_string(),
-            provider,
-            schema: match &view {
-                Some(v) => Arc::new(v.schema()),
-                None => schema,
-            },
-            view,
-            time_partition,
-            files,
-            skipped,
-        };
+        let info = self.viewed(table, provider, time_partition, files, skipped)?;
         if let Ok(mut opened) = self.opened.lock() {
             opened.insert(
                 table.to_string(),

@@ -99,8 +99,7 @@ impl Catalog for Dataset {
     }
 
     async fn table(&self, ctx: &SessionContext, name: &str) -> Result<TableInfo, DatasetError> {
-        // The trait's table_during (checked), not Dataset's inherent one of the same name.
-        Catalog::table_during(self, ctx, name, None).await
+        self.table_during(ctx, name, None).await
     }
 
     async fn table_during(
@@ -109,7 +108,7 @@ impl Catalog for Dataset {
         name: &str,
         days: Option<(chrono::NaiveDate, chrono::NaiveDate)>,
     ) -> Result<TableInfo, DatasetError> {
-        let t = Dataset::table_during(self, ctx, name, days).await?;
+        let t = Dataset::table_for_days(self, ctx, name, days).await?;
         check_schema(name, &t.schema)?;
         note(&t);
         Ok(t)
