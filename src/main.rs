@@ -37,6 +37,10 @@ struct Cli {
     /// AWS_ENDPOINT_URL. Credentials and region come from the AWS environment variables.
     #[arg(long, global = true, value_name = "URL")]
     s3_endpoint: Option<String>,
+    /// The principal of the dataset's policy.toml the command reads as (docs/policy.md);
+    /// without it, the policy's `default` principal. Ignored by datasets without a policy.
+    #[arg(long, global = true, value_name = "NAME")]
+    principal: Option<String>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -323,17 +327,20 @@ fn parse_now(now: Option<String>) -> Result<Option<DateTime<Utc>>, Error> {
     .transpose()
 }
 
-fn open(
-    data: Option<PathBuf>,
-    now: Option<String>,
-    storage: &StorageOptions,
-) -> Result<Engine, Error> {
+/// How the command reaches the data: S3 and the caller's principal.
+struct Reach {
+    storage: StorageOptions,
+    principal: Option<String>,
+}
+
+fn open(data: Option<PathBuf>, now: Option<String>, reach: &Reach) -> Result<Engine, Error> {
     let root = data.unwrap_or_else(signalql::sample_dataset);
     Engine::open_with(
         root,
         EngineOptions {
             now: parse_now(now)?,
-            storage: storage.clone(),
+            storage: reach.storage.clone(),
+            principal: reach.principal.clone(),
             ..Default::default()
         },
     )
@@ -349,6 +356,10 @@ fn run(cli: Cli) -> Result<(), Error> {
         s3_endpoint: cli.s3_endpoint,
         ..Default::default()
     };
+    let reach = Reach {
+        storage: storage.clone(),
+        principal: cli.principal,
+    };
     match cli.command {
         Command::Query {
             data,
@@ -359,7 +370,7 @@ fn run(cli: Cli) -> Result<(), Error> {
             query,
         } => {
             let text = read_query(query)?;
-            let engine = open(data, now, &storage)?;
+            let engine = open(data, now, &reach)?;
             let rt = runtime()?;
             if format == Format::Parquet {
                 let Some(out) = out else {
@@ -396,7 +407,7 @@ fn run(cli: Cli) -> Result<(), Error> {
             query,
         } => {
             let text = read_query(query)?;
-            let engine = open(data, now, &storage)?;
+            let engine = open(data, now, &reach)?;
             write_json(&bench(&engine, &text, warmup, runs)?)
         }
         Command::Describe {
@@ -405,12 +416,12 @@ fn run(cli: Cli) -> Result<(), Error> {
             now,
             target,
         } => {
-            let engine = open(data, now, &storage)?;
+            let engine = open(data, now, &reach)?;
             let envelope = runtime()?.block_on(DescribeRequest { target }.run(&engine))?;
             write_envelope(&envelope, format)
         }
         Command::Mcp { data, now } => {
-            let engine = open(data, now, &storage)?;
+            let engine = open(data, now, &reach)?;
             runtime()?.block_on(signalql::mcp::serve_stdio(engine))
         }
         Command::Watch {
@@ -421,7 +432,7 @@ fn run(cli: Cli) -> Result<(), Error> {
             query,
         } => {
             let text = read_query(query)?;
-            let engine = open(data, now, &storage)?;
+            let engine = open(data, now, &reach)?;
             watch(&engine, &text, interval, max_polls)
         }
         Command::Context {
@@ -441,7 +452,7 @@ fn run(cli: Cli) -> Result<(), Error> {
                 compress: compress.then_some(true),
             }
             .query()?;
-            let engine = open(data, now, &storage)?;
+            let engine = open(data, now, &reach)?;
             let bundle = runtime()?.block_on(engine.context(&q))?;
             if render {
                 write_out(&signalql::render_bundle(&bundle))
@@ -456,7 +467,7 @@ fn run(cli: Cli) -> Result<(), Error> {
         }
         Command::Compile { data, now, query } => {
             let text = read_query(query)?;
-            let engine = open(data, now, &storage)?;
+            let engine = open(data, now, &reach)?;
             let rt = runtime()?;
             let compiled = rt.block_on(engine.compile(&text))?;
             let physical = rt.block_on(engine.physical_plan_text(&compiled))?;

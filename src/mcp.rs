@@ -154,7 +154,7 @@ impl SignalqlServer {
         &self,
         Parameters(args): Parameters<ExplainArgs>,
     ) -> Result<CallToolResult, ErrorData> {
-        match catch_panics(async { self.engine.explain_context(&args.address) }).await {
+        match catch_panics(self.engine.explain_context(&args.address)).await {
             Ok(x) => ok(&x),
             Err(e) => failed(&e),
         }

@@ -21,6 +21,7 @@ use serde::Deserialize;
 pub use crate::columns::{PropertiesEncoding, check_schema};
 use crate::commit::Snapshot;
 pub use crate::error::DatasetError;
+pub use crate::limits::LimitsConfig;
 use crate::mapping::{TableConfig, TableView};
 use crate::storage::{ListedFile, Root, RootError, StorageOptions};
 
@@ -64,25 +65,13 @@ pub struct ContextConfig {
     pub store: Option<String>,
 }
 
-/// `[limits]` of `signalql.toml`: any of the engine's limits (DESIGN.md §4).
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LimitsConfig {
-    pub max_window_days: Option<u64>,
-    pub max_funnel_steps: Option<u64>,
-    pub max_groups: Option<u64>,
-    pub max_result_rows: Option<u64>,
-    pub max_buckets: Option<u64>,
-    pub max_traverse_depth: Option<u64>,
-    pub memory_bytes: Option<u64>,
-    pub timeout_seconds: Option<u64>,
-}
-
 /// A dataset: its root (a local folder or an S3 prefix) and its `signalql.toml`.
 #[derive(Debug, Clone)]
 pub struct Dataset {
     root: Root,
     config: DatasetConfig,
+    /// `policy.toml`, when the root has one.
+    policy: Option<Arc<crate::policy::Policy>>,
     /// The context store's root: `[context] store`, or the dataset root.
     store: Root,
     /// How to reach S3 (for tables whose `[tables.T] path` is an `s3://` URL).
@@ -128,6 +117,28 @@ pub struct TableInfo {
     pub files: Vec<(String, u64)>,
     /// Files left out because they cannot be read (only with `skip_invalid_files`).
     pub skipped: Vec<SkippedFile>,
+    /// What the calling principal may see of it (policy.toml); `None`: all of it.
+    pub restriction: Option<Arc<Restriction>>,
+}
+
+/// What a principal may see of a table (set by the engine from policy.toml; docs/policy.md).
+/// Every scan of the table applies it: the filter over the table's SignalQL columns, then the
+/// masks.
+#[derive(Debug, Clone, Default)]
+pub struct Restriction {
+    /// Only rows for which this is true are read.
+    pub filter: Option<datafusion::logical_expr::Expr>,
+    /// Top-level columns read as NULL.
+    pub masked: std::collections::BTreeSet<String>,
+    /// Columns a query may not name (`permission_denied`); also read as NULL.
+    pub denied: std::collections::BTreeSet<String>,
+}
+
+impl Restriction {
+    /// Whether `column` is read as NULL.
+    pub fn hides(&self, column: &str) -> bool {
+        self.masked.contains(column) || self.denied.contains(column)
+    }
 }
 
 /// A file a table was read without, and why.
@@ -174,6 +185,17 @@ impl Dataset {
                 toml::from_str(&raw).map_err(|e| bad(e.to_string()))?
             }
         };
+        let policy = match root.read("policy.toml")? {
+            None => None,
+            Some(raw) => {
+                let bad = |message: String| DatasetError::Config {
+                    path: root.display_of("policy.toml"),
+                    message,
+                };
+                let raw = String::from_utf8(raw).map_err(|e| bad(e.to_string()))?;
+                Some(Arc::new(crate::policy::Policy::parse(&raw).map_err(bad)?))
+            }
+        };
         let store = match &config.context.store {
             None => root.clone(),
             Some(text) => Root::parse(text, options).map_err(|e| {
@@ -190,6 +212,7 @@ impl Dataset {
         Ok(Dataset {
             root,
             config,
+            policy,
             store,
             options: options.clone(),
             table_roots: Arc::default(),
@@ -210,6 +233,11 @@ impl Dataset {
 
     pub fn config(&self) -> &DatasetConfig {
         &self.config
+    }
+
+    /// The root's `policy.toml`, checked when the dataset opened; `None` without one.
+    pub fn policy(&self) -> Option<&Arc<crate::policy::Policy>> {
+        self.policy.as_ref()
     }
 
     /// The configured default `now`, parsed.
@@ -396,6 +424,7 @@ impl Dataset {
             time_partition,
             files,
             skipped,
+            restriction: None,
         })
     }
 

@@ -100,4 +100,7 @@ pub enum DatasetError {
     },
     #[error("cannot read {0}")]
     Storage(#[from] StorageError),
+    /// The calling principal may not read it (policy.toml): `permission_denied`.
+    #[error("{0}")]
+    Denied(String),
 }

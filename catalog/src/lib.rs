@@ -12,15 +12,17 @@ pub mod file;
 pub mod generator;
 pub mod hive;
 pub mod ingest;
+pub mod limits;
 pub mod mapping;
 pub mod metrics;
 pub mod objects;
+pub mod policy;
 pub mod storage;
 pub mod write;
 
 pub use dataset::{
-    Dataset, DatasetConfig, DatasetError, LimitsConfig, PropertiesEncoding, SkippedFile, TableInfo,
-    check_schema,
+    Dataset, DatasetConfig, DatasetError, LimitsConfig, PropertiesEncoding, Restriction,
+    SkippedFile, TableInfo, check_schema,
 };
 pub use error::CatalogError;
 pub use storage::{ListedFile, Root, StorageError, StorageOptions};

@@ -26,6 +26,12 @@ pub trait Catalog: Send + Sync {
     /// The dataset root: its `signalql.toml`, `metrics.toml` and context store.
     fn dataset(&self) -> &Dataset;
 
+    /// The caller's access when a policy governs the dataset (every table this catalog opens
+    /// carries the caller's restriction); `None`: everything is readable.
+    fn access(&self) -> Option<&crate::access::Access> {
+        None
+    }
+
     /// The table `name` (`events`, `signals`, `objects`, …), its columns checked
     /// ([`check_schema`]), or [`DatasetError::MissingTable`] when there is none.
     async fn table(&self, ctx: &SessionContext, name: &str) -> Result<TableInfo, DatasetError>;
@@ -43,31 +49,41 @@ pub trait Catalog: Send + Sync {
 }
 
 tokio::task_local! {
-    /// The files the tables opened by the statement running in this task were read without.
-    static SKIPPED: RefCell<Vec<SkippedFile>>;
+    /// What the tables opened by the statement running in this task noted.
+    static NOTED: RefCell<Noted>;
 }
 
-/// Runs `statement` (in this task), with the files skipped by the tables it opened
-/// (`skip_invalid_files`), so its answer can list them.
-pub async fn noting_skipped<F: Future>(statement: F) -> (F::Output, Vec<SkippedFile>) {
-    SKIPPED
-        .scope(RefCell::new(Vec::new()), async {
+/// What a statement's table opens noted: the files they were read without
+/// (`skip_invalid_files`), and whether any was read through a principal's restriction.
+#[derive(Debug, Clone, Default)]
+pub struct Noted {
+    pub skipped: Vec<SkippedFile>,
+    /// A table was read with a filter or a mask of the caller's policy (`access_filtered`).
+    pub access_filtered: bool,
+}
+
+/// Runs `statement` (in this task), with what the tables it opened noted, so its answer can
+/// list the files skipped and say whether it was access-filtered.
+pub async fn noting<F: Future>(statement: F) -> (F::Output, Noted) {
+    NOTED
+        .scope(RefCell::new(Noted::default()), async {
             let out = statement.await;
-            (out, SKIPPED.with(|s| s.take()))
+            (out, NOTED.with(|s| s.take()))
         })
         .await
 }
 
-/// Notes the files `table` was read without, for [`noting_skipped`].
-fn note(table: &TableInfo) {
-    if table.skipped.is_empty() {
+/// Notes the files `table` was read without and its restriction, for [`noting`].
+pub(crate) fn note(table: &TableInfo) {
+    if table.skipped.is_empty() && table.restriction.is_none() {
         return;
     }
-    let _ = SKIPPED.try_with(|s| {
+    let _ = NOTED.try_with(|s| {
         let mut s = s.borrow_mut();
+        s.access_filtered |= table.restriction.is_some();
         for f in &table.skipped {
-            if !s.contains(f) {
-                s.push(f.clone());
+            if !s.skipped.contains(f) {
+                s.skipped.push(f.clone());
             }
         }
     });
@@ -147,6 +163,7 @@ impl Catalog for ApplicationCatalog {
                 time_partition: None,
                 files: Vec::new(),
                 skipped: Vec::new(),
+                restriction: None,
             });
         }
         let t = self.dataset.table(ctx, name).await?;
@@ -162,6 +179,15 @@ impl Catalog for ApplicationCatalog {
 /// functions (`input_file_name()`, `file_row_index()`) in `extra` are evaluated inside the
 /// Parquet scan, which DataFusion does only for a projection directly on it.
 pub fn scan(table: &TableInfo, alias: &str, extra: Vec<Expr>) -> Result<LogicalPlanBuilder> {
+    let b = viewed(table, alias, extra)?;
+    match &table.restriction {
+        None => Ok(b),
+        Some(r) => restrict(b, r, alias),
+    }
+}
+
+/// [`scan`] before the caller's restriction.
+fn viewed(table: &TableInfo, alias: &str, extra: Vec<Expr>) -> Result<LogicalPlanBuilder> {
     let b = LogicalPlanBuilder::scan(alias, provider_as_source(table.provider.clone()), None)?;
     let Some(view) = &table.view else {
         if extra.is_empty() {
@@ -191,6 +217,45 @@ pub fn scan(table: &TableInfo, alias: &str, extra: Vec<Expr>) -> Result<LogicalP
         inner.push(e);
         outer.push(crate::lower::fields::column(&name));
     }
+    Ok(b.project(inner)?.project(outer)?.alias(alias)?)
+}
+
+/// `b` (a table read under `alias`) as the caller may see it: only the rows the filter keeps,
+/// the hidden columns as NULL of their type. Masks are two projections under the alias, as
+/// views are (DataFusion 55's leaf-projection push-down, above).
+fn restrict(
+    b: LogicalPlanBuilder,
+    r: &signalql_catalog::Restriction,
+    alias: &str,
+) -> Result<LogicalPlanBuilder> {
+    let mut b = b;
+    if let Some(f) = &r.filter {
+        b = b.filter(f.clone())?;
+    }
+    if r.masked.is_empty() && r.denied.is_empty() {
+        return Ok(b);
+    }
+    let internal = |name: &str| format!("__mask_{name}");
+    let fields: Vec<(Option<datafusion::common::TableReference>, String, DataType)> = b
+        .schema()
+        .iter()
+        .map(|(q, f)| (q.cloned(), f.name().clone(), f.data_type().clone()))
+        .collect();
+    let inner: Vec<Expr> = fields
+        .iter()
+        .map(|(q, name, dt)| {
+            let e = if r.hides(name) {
+                lit(ScalarValue::try_from(dt).unwrap_or(ScalarValue::Null))
+            } else {
+                Expr::Column(Column::new(q.clone(), name))
+            };
+            e.alias(internal(name))
+        })
+        .collect();
+    let outer: Vec<Expr> = fields
+        .iter()
+        .map(|(_, name, _)| crate::lower::fields::column(&internal(name)).alias(name))
+        .collect();
     Ok(b.project(inner)?.project(outer)?.alias(alias)?)
 }
 

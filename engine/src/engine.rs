@@ -14,7 +14,7 @@ use datafusion::sql::unparser::plan_to_sql;
 use signalql_catalog::Dataset;
 
 use crate::bind::Binder;
-use crate::catalog::{ApplicationCatalog, Catalog, noting_skipped};
+use crate::catalog::{ApplicationCatalog, Catalog, noting};
 use crate::context::{Bundle, Explanation};
 use crate::describe::Describer;
 use crate::envelope::Envelope;
@@ -35,6 +35,9 @@ pub struct EngineOptions {
     pub limits: Limits,
     /// Where S3 is (`--s3-endpoint`); the rest comes from the AWS environment variables.
     pub storage: signalql_catalog::StorageOptions,
+    /// The principal every statement runs as, when `policy.toml` governs the dataset
+    /// (`--principal`; docs/policy.md). `None`: the policy's `default` principal.
+    pub principal: Option<String>,
 }
 
 /// What a statement returns.
@@ -59,6 +62,8 @@ pub struct Compiled {
     pub sql: Result<String>,
     /// Files the tables it reads were opened without (`skip_invalid_files`).
     pub skipped: Vec<signalql_catalog::SkippedFile>,
+    /// A table it reads is filtered or masked for the caller (policy.toml).
+    pub access_filtered: bool,
 }
 
 impl Engine {
@@ -78,11 +83,11 @@ impl Engine {
         options: EngineOptions,
     ) -> Result<Engine> {
         let dataset = Dataset::open_with(root, &options.storage)?;
+        let (access, limits) = governed(&dataset, &options)?;
         let session = crate::session::from_application(&ctx);
-        let limits = options.limits.with_config(&dataset.config().limits);
         let root = dataset.root().clone();
         Ok(Engine {
-            catalog: Box::new(ApplicationCatalog::new(dataset)),
+            catalog: policed(Box::new(ApplicationCatalog::new(dataset)), access),
             exec: Executor::new(session, limits).with_root(root),
             now: options.now,
         })
@@ -90,14 +95,19 @@ impl Engine {
 
     pub fn open_with(root: impl AsRef<std::path::Path>, options: EngineOptions) -> Result<Engine> {
         let dataset = Dataset::open_with(root, &options.storage)?;
-        let limits = options.limits.with_config(&dataset.config().limits);
+        let (access, limits) = governed(&dataset, &options)?;
         let session = crate::session::for_dataset(&dataset, &limits)?;
         let root = dataset.root().clone();
         Ok(Engine {
-            catalog: Box::new(dataset),
+            catalog: policed(Box::new(dataset), access),
             exec: Executor::new(session, limits).with_root(root),
             now: options.now,
         })
+    }
+
+    /// The principal statements run as, when a policy governs the dataset.
+    pub fn principal(&self) -> Option<&str> {
+        self.catalog.access().map(|a| a.principal.as_str())
     }
 
     pub fn dataset(&self) -> &Dataset {
@@ -143,14 +153,15 @@ impl Engine {
 
     /// Lower a parsed statement without running it, with the SQL the plan unparses to.
     pub async fn compile_statement(&self, statement: Statement) -> Result<Compiled> {
-        let (lowered, skipped) = noting_skipped(self.lower_statement(&statement)).await;
+        let (lowered, noted) = noting(self.lower_statement(&statement)).await;
         let lowered = lowered?;
         let sql = plan_sql(&lowered.plan);
         Ok(Compiled {
             statement,
             lowered,
             sql,
-            skipped,
+            skipped: noted.skipped,
+            access_filtered: noted.access_filtered,
         })
     }
 
@@ -247,6 +258,7 @@ impl Engine {
             Statement::ContextTask(q) => Ok(Answer::Bundle(Box::new(self.context(&q).await?))),
             Statement::ExplainContext(e) => Ok(Answer::Explanation(Box::new(
                 self.explain_context(&e.address)
+                    .await
                     .map_err(|err| err.at(e.span))?,
             ))),
             statement => Ok(Answer::Envelope(Box::new(
@@ -260,9 +272,10 @@ impl Engine {
     pub async fn context(&self, q: &ContextQuery) -> Result<Bundle> {
         let build =
             crate::context::build::bundle(self.catalog.as_ref(), &self.exec, q, self.now()?);
-        let (bundle, skipped) = noting_skipped(build).await;
+        let (bundle, noted) = noting(build).await;
         let mut bundle = bundle?;
-        bundle.metadata.skipped_files = skipped;
+        bundle.metadata.skipped_files = noted.skipped;
+        bundle.metadata.access_filtered = noted.access_filtered;
         Ok(bundle)
     }
 
@@ -278,16 +291,23 @@ impl Engine {
     }
 
     /// `EXPLAIN CONTEXT context://…` from the context store; `unknown_context` when absent.
-    pub fn explain_context(&self, address: &str) -> Result<Explanation> {
-        Ok(crate::context::store::get(self.dataset().context_store(), address)?.explanation)
+    /// For a caller a policy restricts, only a bundle whose every item it may see, with the
+    /// rejections it may see (docs/policy.md).
+    pub async fn explain_context(&self, address: &str) -> Result<Explanation> {
+        let x = crate::context::store::get(self.dataset().context_store(), address)?.explanation;
+        if self.catalog.access().is_none_or(|a| a.sees_everything()) {
+            return Ok(x);
+        }
+        crate::context::visible::explanation(self.catalog.as_ref(), &self.exec, address, x).await
     }
 
     /// The envelope of a DESCRIBE: one row per catalog record (docs/describe.md).
     pub async fn describe_envelope(&self, q: &DescribeQuery) -> Result<Envelope> {
         let describer = self.describer()?;
-        let (envelope, skipped) = noting_skipped(describer.envelope(&q.target)).await;
+        let (envelope, noted) = noting(describer.envelope(&q.target)).await;
         let mut envelope = envelope.map_err(|e| e.at(q.span))?;
-        envelope.metadata.skipped_files = skipped;
+        envelope.metadata.skipped_files = noted.skipped;
+        envelope.metadata.access_filtered = noted.access_filtered;
         Ok(envelope)
     }
 
@@ -353,6 +373,12 @@ impl Engine {
             self.limits(),
         )?;
         envelope.metadata.skipped_files = compiled.skipped.clone();
+        if compiled.access_filtered {
+            envelope.metadata.access_filtered = true;
+            // They would count the rows the caller may not see.
+            envelope.metadata.cost_estimate.scanned_rows = None;
+            envelope.metadata.cost_estimate.scanned_bytes = None;
+        }
         Ok((envelope, batches))
     }
 }
@@ -426,6 +452,31 @@ impl Engine {
             }
         }
         err
+    }
+}
+
+/// The caller's access to `dataset` (policy.toml) and the limits it runs under: the
+/// options', then the dataset's `[limits]`, then the principal's.
+fn governed(
+    dataset: &Dataset,
+    options: &EngineOptions,
+) -> Result<(Option<Arc<crate::access::Access>>, Limits)> {
+    let access = crate::access::Access::resolve(dataset, options.principal.as_deref())?;
+    let mut limits = options.limits.clone().with_config(&dataset.config().limits);
+    if let Some(a) = &access {
+        limits = limits.with_config(a.limits());
+    }
+    Ok((access, limits))
+}
+
+/// `catalog` as the caller of `access` may see it.
+fn policed(
+    catalog: Box<dyn Catalog>,
+    access: Option<Arc<crate::access::Access>>,
+) -> Box<dyn Catalog> {
+    match access {
+        Some(a) => Box::new(crate::policed::PolicedCatalog::new(catalog, a)),
+        None => catalog,
     }
 }
 

@@ -30,8 +30,10 @@ pub struct ColumnInfo {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CostEstimate {
-    pub scanned_rows: u64,
-    pub scanned_bytes: u64,
+    /// Rows and bytes the Parquet scans read; null when the caller's policy filtered the
+    /// answer (they would count rows the caller may not see: docs/policy.md).
+    pub scanned_rows: Option<u64>,
+    pub scanned_bytes: Option<u64>,
     pub engine: String,
 }
 
@@ -88,8 +90,8 @@ impl Metadata {
             ordered: true,
             window: None,
             cost_estimate: CostEstimate {
-                scanned_rows: 0,
-                scanned_bytes: 0,
+                scanned_rows: Some(0),
+                scanned_bytes: Some(0),
                 engine: "datafusion".into(),
             },
             compiled_sql_digest: None,
@@ -125,8 +127,8 @@ pub fn analytics(
         start: rfc3339(w.start),
         end: rfc3339(w.end),
     });
-    metadata.cost_estimate.scanned_rows = scanned_rows;
-    metadata.cost_estimate.scanned_bytes = scanned_bytes;
+    metadata.cost_estimate.scanned_rows = Some(scanned_rows);
+    metadata.cost_estimate.scanned_bytes = Some(scanned_bytes);
     metadata.compiled_sql_digest = sql.map(sql_digest);
     metadata.metrics = lowered.metrics.clone();
     Ok((

@@ -317,6 +317,7 @@ impl From<DatasetError> for Error {
                 },
                 message,
             ),
+            DatasetError::Denied(_) => Error::new(ErrorKind::PermissionDenied, message),
             _ => Error::io(message),
         };
         err.caused_by(e)

@@ -3,6 +3,7 @@
 //! envelope, bundles, DESCRIBE records, errors, the syntax tree); binding, lowering, execution
 //! and the session are the engine's own.
 
+pub mod access;
 mod bind;
 pub(crate) mod catalog;
 pub mod context;
@@ -17,6 +18,7 @@ mod limits;
 pub(crate) mod lower;
 pub mod metrics;
 pub(crate) mod operator;
+pub(crate) mod policed;
 pub(crate) mod session;
 pub mod syntax;
 pub mod watch;

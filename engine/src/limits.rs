@@ -22,6 +22,10 @@ pub struct Limits {
     pub max_traverse_depth: u64,
     pub query_memory_bytes: u64,
     pub timeout_seconds: u64,
+    /// The largest `BUDGET n TOKENS` of a CONTEXT FOR.
+    pub max_budget_tokens: u64,
+    /// Requests of one principal running at once on `signalql serve` (beyond: HTTP 429).
+    pub max_concurrent_requests: u64,
 }
 
 impl Default for Limits {
@@ -35,6 +39,8 @@ impl Default for Limits {
             max_traverse_depth: crate::lower::traverse::MAX_DEPTH,
             query_memory_bytes: 4 << 30,
             timeout_seconds: 60,
+            max_budget_tokens: crate::context::MAX_BUDGET,
+            max_concurrent_requests: 8,
         }
     }
 }
@@ -55,6 +61,8 @@ impl Limits {
         set(&mut self.max_traverse_depth, c.max_traverse_depth);
         set(&mut self.query_memory_bytes, c.memory_bytes);
         set(&mut self.timeout_seconds, c.timeout_seconds);
+        set(&mut self.max_budget_tokens, c.max_budget_tokens);
+        set(&mut self.max_concurrent_requests, c.max_concurrent_requests);
         self
     }
 

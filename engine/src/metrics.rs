@@ -202,6 +202,35 @@ impl Registry {
         out
     }
 
+    /// The fields `name` and the metrics it uses read (their aggregates and filters).
+    pub fn fields(&self, name: &str) -> Vec<crate::syntax::ast::FieldRef> {
+        fn walk(e: &MetricExpr, out: &mut Vec<crate::syntax::ast::FieldRef>) {
+            match e {
+                MetricExpr::Aggregate(
+                    Aggregate::Standard(_, f) | Aggregate::Percentile(f, _) | Aggregate::Stats(f),
+                ) => out.push(f.clone()),
+                MetricExpr::Neg(x) => walk(x, out),
+                MetricExpr::Binary(_, l, r) => {
+                    walk(l, out);
+                    walk(r, out);
+                }
+                _ => {}
+            }
+        }
+        let mut out = Vec::new();
+        for m in self.closure(name) {
+            walk(&m.expr, &mut out);
+            if let Some(f) = &m.filter {
+                for (op, _) in crate::syntax::walk::operands(f) {
+                    if let crate::syntax::ast::Operand::Field(f) = op {
+                        out.push(f.clone());
+                    }
+                }
+            }
+        }
+        out
+    }
+
     /// The metadata record of a metric.
     pub fn info(&self, m: &Metric) -> MetricInfo {
         MetricInfo {

@@ -387,7 +387,7 @@ async fn every_rejection_reason_is_reached_once_per_object() {
         r#"CONTEXT FOR "parquet storage engine" USING PROJECT "main" BUDGET 10 TOKENS EXCLUDE UNTRUSTED, STALE, ROLE INSTRUCTION MAX OBJECTS 2 MAX AGE 60 d"#,
     )
     .await;
-    let x = engine(dir.path()).explain_context(&b.id).unwrap();
+    let x = engine(dir.path()).explain_context(&b.id).await.unwrap();
     let reason = |id: &str| -> Vec<String> {
         x.rejected
             .iter()
@@ -412,7 +412,7 @@ async fn every_rejection_reason_is_reached_once_per_object() {
         r#"CONTEXT FOR "parquet storage engine" USING PROJECT "main" BUDGET 5 TOKENS"#,
     )
     .await;
-    let x = engine(dir.path()).explain_context(&b.id).unwrap();
+    let x = engine(dir.path()).explain_context(&b.id).await.unwrap();
     assert!(
         x.rejected
             .iter()
@@ -513,7 +513,7 @@ async fn the_address_is_stable_and_tracks_revisions() {
     assert_eq!(a.id, b.id, "other file layout and thread count");
     assert!(a.id.starts_with("context://ctx_") && a.id.len() == "context://ctx_".len() + 32);
     // The first record stored wins: the store still explains the first bundle.
-    let x = engine(one.path()).explain_context(&a.id).unwrap();
+    let x = engine(one.path()).explain_context(&a.id).await.unwrap();
     assert_eq!(x.context, a.id);
 
     // A new revision of an included object changes the address.
@@ -827,7 +827,7 @@ async fn requirement_5_the_bundle_names_its_scorer() {
     let dir = store();
     let b = bundle(dir.path(), ALL).await;
     assert_eq!(b.metadata.scorer, "lexical-v1");
-    let x = engine(dir.path()).explain_context(&b.id).unwrap();
+    let x = engine(dir.path()).explain_context(&b.id).await.unwrap();
     assert_eq!(x.scorer, "lexical-v1");
 }
 
@@ -905,7 +905,7 @@ async fn content_kept_by_reference_is_packed_by_reference() {
     assert_eq!(i.content_ref.as_deref(), Some("s3://bucket/r_stored.txt"));
     assert_eq!((i.tokens, i.estimator.as_str()), (5, "stored"));
     // Without content or a stored estimate there is nothing to count: not packable.
-    let x = engine(dir.path()).explain_context(&b.id).unwrap();
+    let x = engine(dir.path()).explain_context(&b.id).await.unwrap();
     assert_eq!(x.rejected[0].object, "object://r_unsized@1");
     assert_eq!(x.rejected[0].reason.as_str(), "no_packable_representation");
 }

@@ -139,7 +139,7 @@ fn an_unwritable_root_still_answers_context_and_a_configured_store_keeps_bundles
                 signalql::Answer::Bundle(b) => *b,
                 _ => panic!("CONTEXT FOR gives a bundle"),
             };
-            let explained = engine.explain_context(&bundle.id);
+            let explained = engine.explain_context(&bundle.id).await;
             Ok::<_, signalql::Error>((bundle, explained))
         })
     };
@@ -301,7 +301,7 @@ fn a_context_store_on_s3_keeps_the_bundles_of_a_local_root() {
                 signalql::Answer::Bundle(b) => *b,
                 _ => panic!("CONTEXT FOR gives a bundle"),
             };
-            let explained = engine.explain_context(&bundle.id);
+            let explained = engine.explain_context(&bundle.id).await;
             Ok::<_, signalql::Error>((bundle, explained))
         })
         .unwrap();

@@ -289,6 +289,7 @@ impl Binder<'_> {
                 .at(q.span));
             }
         };
+        self.check_columns(&q, &source, &registry)?;
         let signals = if needs.signals.is_empty() {
             None
         } else {
@@ -325,6 +326,43 @@ impl Binder<'_> {
         }
         bound.numeric_keys = self.numeric_keys(&bound).await?;
         Ok(bound)
+    }
+
+    /// A field the caller's policy denies (`[columns] deny`), named by `q` or by a metric it
+    /// uses, is `permission_denied` naming it.
+    fn check_columns(
+        &self,
+        q: &RetrieveQuery,
+        source: &SourceTables,
+        registry: &Registry,
+    ) -> Result<()> {
+        let Some(access) = self.catalog.access() else {
+            return Ok(());
+        };
+        let (table, users) = match source {
+            SourceTables::Events { events, users } => (events, users.as_ref()),
+            SourceTables::Entities { entities, .. } => (entities, None),
+        };
+        let mut fields: Vec<FieldRef> = crate::syntax::walk::query_fields(q)
+            .into_iter()
+            .cloned()
+            .collect();
+        for name in metric_names(q) {
+            fields.extend(registry.fields(&name));
+        }
+        for f in &fields {
+            let FieldRef::Path(p) = f else { continue };
+            let Some(first) = p.first() else { continue };
+            for t in std::iter::once(table).chain(users.filter(|_| first == "traits")) {
+                if t.restriction
+                    .as_ref()
+                    .is_some_and(|r| r.denied.contains(first))
+                {
+                    return Err(access.refuse_column(&t.name, first).at(q.span));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// `entity(type)` must name a type the entities table has.

@@ -116,6 +116,7 @@ pub fn assemble(
             skipped_files: Vec::new(),
             stored_in: None,
             not_stored: None,
+            access_filtered: false,
         },
     };
     (bundle, explanation)

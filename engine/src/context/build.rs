@@ -27,7 +27,20 @@ pub async fn plan(
     q: &ContextQuery,
     now: DateTime<Utc>,
 ) -> Result<(LogicalPlan, DateTime<Utc>)> {
-    check_limits(q)?;
+    let max_budget = exec.limits().max_budget_tokens;
+    check_limits(q, max_budget)?;
+    // Without BUDGET, the default budget, or the limit when it is lower (then the canonical
+    // query says so).
+    let capped;
+    let q = if q.budget.is_none() && max_budget < super::DEFAULT_BUDGET {
+        capped = ContextQuery {
+            budget: Some(max_budget),
+            ..q.clone()
+        };
+        &capped
+    } else {
+        q
+    };
     let t = match &q.as_of {
         Some(ts) => parse_timestamp(ts)?,
         None => now,

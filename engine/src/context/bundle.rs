@@ -89,6 +89,9 @@ pub struct BundleMetadata {
     pub stored_in: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub not_stored: Option<String>,
+    /// The caller's policy filtered what the bundle was built from (docs/policy.md).
+    #[serde(default)]
+    pub access_filtered: bool,
 }
 
 /// A context bundle, with the spec's field names.

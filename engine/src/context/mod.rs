@@ -24,6 +24,7 @@ pub(crate) mod reads;
 pub mod render;
 pub(crate) mod select;
 pub(crate) mod store;
+pub(crate) mod visible;
 
 pub use assemble::{Graph, assemble};
 pub use bundle::{

@@ -21,8 +21,9 @@ pub const MAX_BUDGET: u64 = 10_000_000;
 pub const MAX_MAX_OBJECTS: u64 = 500;
 pub const MAX_MAX_DEPTH: u64 = 16;
 
-/// The spec's limits on BUDGET, MAX OBJECTS and MAX DEPTH, as `limit_exceeded`.
-pub fn check_limits(q: &ContextQuery) -> Result<()> {
+/// The spec's limits on BUDGET (at most `max_budget`, the `max_budget_tokens` limit), MAX
+/// OBJECTS and MAX DEPTH, as `limit_exceeded`.
+pub fn check_limits(q: &ContextQuery, max_budget: u64) -> Result<()> {
     let check = |name: &str, v: Option<u64>, lo: u64, hi: u64| -> Result<()> {
         match v {
             Some(v) if v < lo || v > hi => Err(Error::limit(name, hi, v)
@@ -31,7 +32,7 @@ pub fn check_limits(q: &ContextQuery) -> Result<()> {
             _ => Ok(()),
         }
     };
-    check("budget_tokens", q.budget, 1, MAX_BUDGET)?;
+    check("max_budget_tokens", q.budget, 1, max_budget)?;
     check("max_objects", q.max_objects, 1, MAX_MAX_OBJECTS)?;
     check("max_depth", q.max_depth, 0, MAX_MAX_DEPTH)
 }

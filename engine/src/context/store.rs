@@ -84,6 +84,7 @@ mod tests {
             skipped_files: Vec::new(),
             stored_in: None,
             not_stored: None,
+            access_filtered: false,
         };
         let bundle = Bundle {
             id: "context://ctx_0123456789abcdef0123456789abcdef".into(),

@@ -70,7 +70,10 @@ impl Describer<'_> {
         ] {
             match self.describe(&target).await {
                 Ok(r) => records.extend(r),
-                Err(e) if e.is_missing_table() => {}
+                // Tables it lacks, and those the caller may not read, are left out.
+                Err(e)
+                    if e.is_missing_table()
+                        || e.kind == crate::error::ErrorKind::PermissionDenied => {}
                 Err(e) => return Err(e),
             }
         }

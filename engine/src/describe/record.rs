@@ -106,6 +106,13 @@ impl Record {
 /// (`properties.plan`); units from `signalql.toml`.
 pub(super) fn schema_fields(table: &TableInfo, units: &BTreeMap<String, String>) -> Vec<FieldInfo> {
     let mut out = fields_of(&table.schema, units);
+    // A column the caller's policy denies is not described (docs/policy.md).
+    if let Some(r) = &table.restriction {
+        out.retain(|f| {
+            let top = f.name.split_once('.').map_or(f.name.as_str(), |(t, _)| t);
+            !r.denied.contains(top)
+        });
+    }
     let Some(view) = &table.view else {
         return out;
     };

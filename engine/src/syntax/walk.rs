@@ -71,7 +71,7 @@ pub fn ordered_fields(q: &RetrieveQuery) -> Vec<&FieldRef> {
 }
 
 /// Every field a query names, in any clause.
-fn query_fields(q: &RetrieveQuery) -> Vec<&FieldRef> {
+pub fn query_fields(q: &RetrieveQuery) -> Vec<&FieldRef> {
     let mut out: Vec<&FieldRef> = Vec::new();
     for e in [&q.filter, &q.having].into_iter().flatten() {
         for (op, _) in operands(e) {
