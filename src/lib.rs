@@ -15,6 +15,7 @@ pub mod parquet_out;
 pub mod plot;
 pub mod render;
 pub mod request;
+pub mod serve;
 pub mod stdout;
 pub mod watch_loop;
 

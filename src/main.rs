@@ -177,6 +177,20 @@ enum Command {
         #[arg(long)]
         now: Option<String>,
     },
+    /// Serve the dataset over HTTP: the MCP streamable-HTTP transport at /mcp and
+    /// `POST /v1/query` with `{"query": "…"}`; `Authorization: Bearer TOKEN` selects the
+    /// principal of the dataset's policy.toml (docs/serve.md). Runs until Ctrl-C.
+    Serve {
+        #[arg(long)]
+        data: Option<PathBuf>,
+        /// Address to listen on (loopback unless told otherwise; port 0 picks a free one,
+        /// printed on stdout as `listening on http://ADDR`).
+        #[arg(long, default_value = "127.0.0.1:7878")]
+        listen: std::net::SocketAddr,
+        /// Evaluation time T (RFC 3339) for queries without AS OF.
+        #[arg(long)]
+        now: Option<String>,
+    },
     /// Generate deterministic synthetic data.
     Gen {
         #[command(subcommand)]
@@ -423,6 +437,17 @@ fn run(cli: Cli) -> Result<(), Error> {
         Command::Mcp { data, now } => {
             let engine = open(data, now, &reach)?;
             runtime()?.block_on(signalql::mcp::serve_stdio(engine))
+        }
+        Command::Serve { data, listen, now } => {
+            let root = data.unwrap_or_else(signalql::sample_dataset);
+            let options = EngineOptions {
+                now: parse_now(now)?,
+                storage: reach.storage.clone(),
+                ..Default::default()
+            };
+            runtime()?.block_on(signalql::serve::serve(root, options, listen, |addr| {
+                println!("listening on http://{addr}");
+            }))
         }
         Command::Watch {
             data,

@@ -1,5 +1,7 @@
 //! `signalql mcp`: an MCP server over stdio (the official Rust SDK, rmcp) with the tools
-//! `query`, `describe`, `context`, `explain_context` and `format`.
+//! `query`, `describe`, `context`, `explain_context` and `format`. The same server answers at
+//! `/mcp` of `signalql serve` (src/serve.rs), where each request's bearer token selects the
+//! caller whose engine answers it.
 //!
 //! Each tool answers with one text content holding JSON: the result envelope (`query`,
 //! `describe`), the bundle (`context`), the explanation (`explain_context`) or
@@ -8,9 +10,11 @@
 
 use std::sync::Arc;
 
+use rmcp::RoleServer;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{CallToolResult, ContentBlock, Implementation, ServerCapabilities, ServerConfig};
+use rmcp::service::RequestContext;
 use rmcp::{ErrorData, ServerHandler, ServiceExt, schemars, tool, tool_handler, tool_router};
 use serde::{Deserialize, Serialize};
 use signalql_engine::error::catch_panics;
@@ -70,10 +74,40 @@ pub struct FormatArgs {
     pub query: String,
 }
 
-/// The server: one engine over one dataset.
+/// Who a request runs as: the engine of its principal (docs/policy.md) and the principal's
+/// share of concurrent requests (`max_concurrent_requests`).
+pub struct Caller {
+    pub engine: Arc<Engine>,
+    permits: Arc<tokio::sync::Semaphore>,
+    limit: u64,
+}
+
+impl Caller {
+    pub fn new(engine: Engine) -> Caller {
+        let limit = engine.limits().max_concurrent_requests;
+        Caller {
+            engine: Arc::new(engine),
+            permits: Arc::new(tokio::sync::Semaphore::new(limit as usize)),
+            limit,
+        }
+    }
+
+    /// A slot for one request, or `limit_exceeded` when the principal already has
+    /// `max_concurrent_requests` running.
+    pub fn admit(&self) -> crate::Result<tokio::sync::OwnedSemaphorePermit> {
+        self.permits.clone().try_acquire_owned().map_err(|_| {
+            Error::limit("max_concurrent_requests", self.limit, self.limit + 1).with_help(
+                "this principal has that many requests running; retry when one has answered",
+            )
+        })
+    }
+}
+
+/// The server: over stdio one caller; over HTTP, the caller each request carries.
 #[derive(Clone)]
 pub struct SignalqlServer {
-    engine: Arc<Engine>,
+    /// The stdio caller; `None` on HTTP, where the request's extensions hold it.
+    caller: Option<Arc<Caller>>,
     tool_router: ToolRouter<Self>,
 }
 
@@ -99,9 +133,35 @@ fn answer(a: Answer) -> Result<CallToolResult, ErrorData> {
 impl SignalqlServer {
     pub fn new(engine: Engine) -> Self {
         SignalqlServer {
-            engine: Arc::new(engine),
+            caller: Some(Arc::new(Caller::new(engine))),
             tool_router: Self::tool_router(),
         }
+    }
+
+    /// A server whose every request carries its caller (set by `signalql serve`).
+    pub fn per_request() -> Self {
+        SignalqlServer {
+            caller: None,
+            tool_router: Self::tool_router(),
+        }
+    }
+
+    /// The caller of `ctx`'s request, admitted.
+    fn admit(
+        &self,
+        ctx: &RequestContext<RoleServer>,
+    ) -> crate::Result<(Arc<Engine>, tokio::sync::OwnedSemaphorePermit)> {
+        let caller = match &self.caller {
+            Some(c) => c.clone(),
+            None => ctx
+                .extensions
+                .get::<axum::http::request::Parts>()
+                .and_then(|p| p.extensions.get::<Arc<Caller>>())
+                .cloned()
+                .ok_or_else(|| Error::internal("an HTTP request reached MCP without its caller"))?,
+        };
+        let permit = caller.admit()?;
+        Ok((caller.engine.clone(), permit))
     }
 
     #[tool(
@@ -110,9 +170,14 @@ impl SignalqlServer {
     )]
     async fn query(
         &self,
+        ctx: RequestContext<RoleServer>,
         Parameters(args): Parameters<QueryArgs>,
     ) -> Result<CallToolResult, ErrorData> {
-        match catch_panics(self.engine.answer(&args.query)).await {
+        let run = async {
+            let (engine, _permit) = self.admit(&ctx)?;
+            engine.answer(&args.query).await
+        };
+        match catch_panics(run).await {
             Ok(a) => answer(a),
             Err(e) => failed(&e),
         }
@@ -124,12 +189,17 @@ impl SignalqlServer {
     )]
     async fn describe(
         &self,
+        ctx: RequestContext<RoleServer>,
         Parameters(args): Parameters<DescribeArgs>,
     ) -> Result<CallToolResult, ErrorData> {
         let request = DescribeRequest {
             target: args.target,
         };
-        match catch_panics(request.run(&self.engine)).await {
+        let run = async {
+            let (engine, _permit) = self.admit(&ctx)?;
+            request.run(&engine).await
+        };
+        match catch_panics(run).await {
             Ok(env) => ok(&env),
             Err(e) => failed(&e),
         }
@@ -141,9 +211,14 @@ impl SignalqlServer {
     )]
     async fn context(
         &self,
+        ctx: RequestContext<RoleServer>,
         Parameters(args): Parameters<ContextArgs>,
     ) -> Result<CallToolResult, ErrorData> {
-        match catch_panics(self.context_bundle(&args)).await {
+        let run = async {
+            let (engine, _permit) = self.admit(&ctx)?;
+            context_bundle(&engine, &args).await
+        };
+        match catch_panics(run).await {
             Ok(b) => ok(&b),
             Err(e) => failed(&e),
         }
@@ -152,9 +227,14 @@ impl SignalqlServer {
     #[tool(description = "Explain a stored context bundle: phases, scores, rejections")]
     async fn explain_context(
         &self,
+        ctx: RequestContext<RoleServer>,
         Parameters(args): Parameters<ExplainArgs>,
     ) -> Result<CallToolResult, ErrorData> {
-        match catch_panics(self.engine.explain_context(&args.address)).await {
+        let run = async {
+            let (engine, _permit) = self.admit(&ctx)?;
+            engine.explain_context(&args.address).await
+        };
+        match catch_panics(run).await {
             Ok(x) => ok(&x),
             Err(e) => failed(&e),
         }
@@ -172,18 +252,16 @@ impl SignalqlServer {
     }
 }
 
-impl SignalqlServer {
-    async fn context_bundle(&self, args: &ContextArgs) -> crate::Result<crate::Bundle> {
-        let q = ContextRequest {
-            task: args.task.clone(),
-            budget: args.budget,
-            project: args.project.clone(),
-            clauses: args.clauses.clone(),
-            compress: args.compress,
-        }
-        .query()?;
-        self.engine.context(&q).await
+async fn context_bundle(engine: &Engine, args: &ContextArgs) -> crate::Result<crate::Bundle> {
+    let q = ContextRequest {
+        task: args.task.clone(),
+        budget: args.budget,
+        project: args.project.clone(),
+        clauses: args.clauses.clone(),
+        compress: args.compress,
     }
+    .query()?;
+    engine.context(&q).await
 }
 
 #[tool_handler(router = self.tool_router)]

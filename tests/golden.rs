@@ -1,7 +1,7 @@
 //! Golden tests: every `tests/golden/**/*.case` file is a query in and an expected result out.
 //!
-//! A case file has a header of `key: value` lines (`data: sample|tiny|funnel|docs|segment|texttime|objects|hive|jsontext|drift|delta`,
-//! `now: RFC3339`), then
+//! A case file has a header of `key: value` lines (`data: sample|tiny|funnel|docs|segment|texttime|objects|hive|jsontext|drift|delta|policy`,
+//! `now: RFC3339`, `principal: NAME` of the dataset's policy.toml), then
 //! sections introduced by `--- name` lines:
 //! - `--- query`: the SignalQL text (required);
 //! - `--- oracle`: optional DuckDB SQL over a view `events` that computes the expectation
@@ -95,11 +95,16 @@ const FOREIGN: &[&str] = &[
     "segment", "texttime", "objects", "hive", "jsontext", "drift", "delta",
 ];
 
+/// The multi-tenant dataset with a policy.toml (tests/data/policy/make.py): its `root/`.
+const POLICY: &str = "policy";
+
 /// The datasets cases can name: the bundled sample, and the built ones (by name, in `built`).
 fn dataset(name: &str, built: &Path) -> PathBuf {
     match name {
         "sample" => signalql::sample_dataset(),
-        other if BUILT.contains(&other) || FOREIGN.contains(&other) => built.join(other),
+        other if BUILT.contains(&other) || FOREIGN.contains(&other) || other == POLICY => {
+            built.join(other)
+        }
         other => panic!("unknown dataset {other}"),
     }
 }
@@ -111,6 +116,11 @@ fn build(name: &str, root: &Path) {
     if FOREIGN.contains(&name) {
         let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/foreign");
         common::copy_dir(&src.join(name), &dir);
+        return;
+    }
+    if name == POLICY {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/policy/root");
+        common::copy_dir(&src, &dir);
         return;
     }
     std::fs::create_dir_all(&dir).unwrap();
@@ -158,6 +168,7 @@ fn options(case: &Case, storage: StorageOptions) -> EngineOptions {
     EngineOptions {
         now,
         storage,
+        principal: case.header.get("principal").cloned(),
         ..Default::default()
     }
 }
@@ -369,7 +380,7 @@ fn main() {
         files.len()
     );
     let tiny = tempfile::tempdir().unwrap();
-    for name in BUILT.iter().chain(FOREIGN) {
+    for name in BUILT.iter().chain(FOREIGN).chain([&POLICY]) {
         build(name, tiny.path());
     }
     let tiny_path = tiny.path().to_path_buf();
@@ -378,7 +389,7 @@ fn main() {
     let s3 = std::sync::Arc::new(S3Server::start());
     s3.create_bucket(S3_BUCKET);
     s3.upload_dir(&signalql::sample_dataset(), S3_BUCKET, "sample");
-    for name in BUILT.iter().chain(FOREIGN) {
+    for name in BUILT.iter().chain(FOREIGN).chain([&POLICY]) {
         s3.upload_dir(&tiny_path.join(name), S3_BUCKET, name);
     }
     let mut trials = Vec::new();

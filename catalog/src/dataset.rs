@@ -54,6 +54,17 @@ pub struct DatasetConfig {
     /// `[context]`: where bundles are kept.
     #[serde(default)]
     pub context: ContextConfig,
+    /// `[serve]`: `signalql serve`'s settings.
+    #[serde(default)]
+    pub serve: ServeConfig,
+}
+
+/// `[serve]` of `signalql.toml`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServeConfig {
+    /// The largest request body `signalql serve` reads (default 10 MiB); beyond it, HTTP 413.
+    pub max_request_bytes: Option<u64>,
 }
 
 /// `[context]` of `signalql.toml`.

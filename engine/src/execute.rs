@@ -95,6 +95,7 @@ impl Executor {
         }
         let physical = state.create_physical_plan(plan).await?;
         failpoint_execute();
+        failpoint_slow().await;
         let task = state.task_ctx();
         let run = collect(Arc::clone(&physical), task);
         let batches = match tokio::time::timeout(Duration::from_secs(secs), run).await {
@@ -338,6 +339,16 @@ fn failpoint_execute() {
         {
             panic!("failpoint execute");
         }
+    }
+}
+
+/// A test hook of debug builds: with `SIGNALQL_FAILPOINT=slow_execute`, every plan waits a
+/// second and a half before it runs, so a test can have requests overlap (the concurrent-
+/// request limit of `signalql serve`).
+async fn failpoint_slow() {
+    #[cfg(debug_assertions)]
+    if std::env::var_os("SIGNALQL_FAILPOINT").is_some_and(|v| v == "slow_execute") {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
     }
 }
 

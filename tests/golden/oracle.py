@@ -39,7 +39,10 @@ FUNNEL_COLUMNS = (
 )
 
 
-def connect(data):
+POLICY_TABLES = ("events", "users", "entities", "relationships", "signals")
+
+
+def connect(data, principal=None):
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")
     if data == "sample":
@@ -112,6 +115,24 @@ def connect(data):
 
         path = ROOT / "tests" / "data" / "foreign" / "delta" / "events"
         con.register("events", DeltaTable(str(path)).to_pyarrow_table())
+    elif data == "policy":
+        # A principal's view is the copy of the data with its policy applied by hand
+        # (tests/data/policy/make.py); `admin` reads everything, as root/ holds it. `ord`: each
+        # event's position in the files, as for funnels.
+        base = ROOT / "tests" / "data" / "policy"
+        folder = base / (f"as_{principal}" if principal not in (None, "admin") else "root")
+        for table in POLICY_TABLES:
+            files = folder / table
+            if not files.exists():
+                continue
+            if table == "events":
+                con.execute(
+                    "CREATE VIEW events AS SELECT * EXCLUDE (filename, file_row_number), "
+                    "row_number() OVER (ORDER BY filename, file_row_number) AS ord "
+                    f"FROM read_parquet('{files}/*.parquet', filename = true, file_row_number = true)"
+                )
+            else:
+                con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet('{files}/*.parquet')")
     else:
         raise SystemExit(f"unknown dataset {data}")
     return con
@@ -173,7 +194,7 @@ def header_value(header, key, default):
 
 def expected_for(path):
     header, sections, _ = parse_case(path)
-    con = connect(header_value(header, "data", "sample"))
+    con = connect(header_value(header, "data", "sample"), header_value(header, "principal", None))
     cur = con.execute("\n".join(sections["oracle"]))
     columns = [d[0] for d in cur.description]
     rows = [[to_json(v) for v in row] for row in cur.fetchall()]

@@ -23,5 +23,6 @@ mod memory;
 mod module_cycles;
 mod query_fuzz;
 mod s3;
+mod serve;
 mod syntax_errors;
 mod syntax_roundtrip;

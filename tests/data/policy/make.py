@@ -111,7 +111,7 @@ def events():
         if user == "u05":  # a user of two tenants
             tenant = rng.choice(["acme", "globex"])
         name = rng.choices(["page_view", "signup", "purchase", "internal_audit"], [6, 2, 2, 1])[0]
-        t = BASE + dt.timedelta(minutes=rng.randrange(0, 60 * 24 * 10))
+        t = BASE + dt.timedelta(seconds=rng.randrange(0, 86400 * 10))
         rows.append({
             "event_name": name,
             "user_id": user,
@@ -297,7 +297,7 @@ def copies():
                       f"OR object_id NOT IN (SELECT object_id FROM ({visible_revisions}))")
     copy("acme_agent", {
         "events": "SELECT event_name, user_id, CAST(NULL AS VARCHAR) AS session_id, timestamp, properties "
-                  "FROM raw_events WHERE properties.tenant = 'acme'",
+                  "FROM raw_events WHERE properties.tenant = 'acme' ORDER BY timestamp",
         "users": "SELECT * FROM raw_users WHERE traits.tenant = 'acme'",
         "entities": "SELECT * FROM raw_entities WHERE attributes.tenant = 'acme'",
         "relationships": f"SELECT * FROM raw_relationships WHERE src_type || chr(31) || src_id NOT IN ({hidden_entities}) "
@@ -315,7 +315,7 @@ def copies():
     })
     copy("masked_analyst", {
         "events": "SELECT event_name, CAST(NULL AS VARCHAR) AS user_id, session_id, timestamp, properties "
-                  "FROM raw_events WHERE event_name != 'internal_audit'",
+                  "FROM raw_events WHERE event_name != 'internal_audit' ORDER BY timestamp",
         "users": "SELECT * FROM raw_users",
     })
 

@@ -1,0 +1,263 @@
+//! `signalql serve`: the dataset over HTTP (DESIGN.md §7, docs/serve.md). `/mcp` is the MCP
+//! streamable-HTTP transport (rmcp) with the tools of `signalql mcp`; `POST /v1/query` takes
+//! `{"query": "…"}` and answers the JSON `query --format json` prints (the envelope, bundle or
+//! explanation, or `{"error": …}`).
+//!
+//! Every request runs as a principal of the dataset's policy.toml: the one whose token hash
+//! matches `Authorization: Bearer TOKEN`, or `default` when the request has no token and the
+//! policy defines it (docs/policy.md). Each principal has its own engine (its restrictions and
+//! limits) and its share of concurrent requests. Without a policy every request reads
+//! everything, as `signalql query` does.
+//!
+//! Refusals are JSON errors and the server keeps serving: a missing or unknown token is 401,
+//! a body over `max_request_bytes` 413, a request beyond the principal's
+//! `max_concurrent_requests` 429 (on `/mcp`, where a tool call has no status of its own, the
+//! tool's error is that `limit_exceeded`).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::{Next, from_fn_with_state};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use serde_json::{Value, json};
+use signalql_catalog::policy::{DEFAULT_PRINCIPAL, Policy};
+use signalql_engine::error::catch_panics;
+
+use crate::mcp::{Caller, SignalqlServer};
+use crate::{Answer, Engine, EngineOptions, Error, ErrorKind};
+
+/// `max_request_bytes` when `[serve]` does not set it.
+pub const DEFAULT_MAX_REQUEST_BYTES: u64 = 10 << 20;
+
+/// Who may call, and the engine each caller's requests run on.
+struct Callers {
+    policy: Option<Arc<Policy>>,
+    /// By principal; without a policy, one caller under the empty name.
+    by_principal: HashMap<String, Arc<Caller>>,
+    max_request_bytes: u64,
+}
+
+impl Callers {
+    /// The caller of a request with `headers`, or the 401 refusing it.
+    fn of(&self, headers: &HeaderMap) -> Result<Arc<Caller>, Response> {
+        let Some(policy) = &self.policy else {
+            return Ok(self.by_principal[""].clone());
+        };
+        let token = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| {
+                v.strip_prefix("Bearer ")
+                    .or_else(|| v.strip_prefix("bearer "))
+            })
+            .map(str::trim);
+        let name = match token {
+            Some(t) => policy.principal_for_token(t),
+            None if policy.principals.contains_key(DEFAULT_PRINCIPAL) => Some(DEFAULT_PRINCIPAL),
+            None => None,
+        };
+        match name.and_then(|n| self.by_principal.get(n)) {
+            Some(c) => Ok(c.clone()),
+            None => Err(refusal(
+                StatusCode::UNAUTHORIZED,
+                &Error::new(
+                    ErrorKind::PermissionDenied,
+                    match token {
+                        Some(_) => "the bearer token selects no principal of this dataset's policy",
+                        None => "this dataset's policy needs `Authorization: Bearer TOKEN`",
+                    },
+                ),
+            )),
+        }
+    }
+}
+
+/// `e` as a JSON error answer with `status`.
+fn refusal(status: StatusCode, e: &Error) -> Response {
+    (status, axum::Json(e.to_json())).into_response()
+}
+
+/// The HTTP status of an engine error on `/v1/query`.
+fn status_of(e: &Error) -> StatusCode {
+    match &e.kind {
+        ErrorKind::PermissionDenied => StatusCode::FORBIDDEN,
+        ErrorKind::UnknownContext => StatusCode::NOT_FOUND,
+        ErrorKind::Io | ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        _ => StatusCode::BAD_REQUEST,
+    }
+}
+
+fn too_large(max: u64, value: u64) -> Response {
+    refusal(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        &Error::limit("max_request_bytes", max, value)
+            .with_help("[serve] max_request_bytes in signalql.toml sets the limit"),
+    )
+}
+
+/// Every request: its size (by Content-Length) and its caller, who goes on in its extensions.
+async fn admit(State(callers): State<Arc<Callers>>, mut request: Request, next: Next) -> Response {
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if let Some(n) = declared
+        && n > callers.max_request_bytes
+    {
+        return too_large(callers.max_request_bytes, n);
+    }
+    let caller = match callers.of(request.headers()) {
+        Ok(c) => c,
+        Err(refused) => return refused,
+    };
+    request.extensions_mut().insert(caller);
+    next.run(request).await
+}
+
+/// `POST /v1/query`: `{"query": "…"}` in, the JSON of `query --format json` out.
+async fn query(State(callers): State<Arc<Callers>>, request: Request) -> Response {
+    let Some(caller) = request.extensions().get::<Arc<Caller>>().cloned() else {
+        return refusal(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &Error::internal("a request reached /v1/query without its caller"),
+        );
+    };
+    let max = callers.max_request_bytes;
+    let body: Bytes = match axum::body::to_bytes(request.into_body(), max as usize).await {
+        Ok(b) => b,
+        // Without a Content-Length the body is only known to be too large once read.
+        Err(_) => return too_large(max, max + 1),
+    };
+    let text = match serde_json::from_slice::<Value>(&body) {
+        Ok(Value::Object(m)) => match m.get("query") {
+            Some(Value::String(q)) => q.clone(),
+            _ => return bad_body(),
+        },
+        _ => return bad_body(),
+    };
+    let _permit = match caller.admit() {
+        Ok(p) => p,
+        Err(e) => return refusal(StatusCode::TOO_MANY_REQUESTS, &e),
+    };
+    let engine = caller.engine.clone();
+    // On its own task, so a client that goes away cannot cancel it half way.
+    let answer = tokio::spawn(async move { catch_panics(engine.answer(&text)).await })
+        .await
+        .unwrap_or_else(|e| Err(Error::internal(format!("the query task failed: {e}"))));
+    let value = match answer {
+        Ok(Answer::Envelope(e)) => serde_json::to_value(&*e),
+        Ok(Answer::Bundle(b)) => serde_json::to_value(&*b),
+        Ok(Answer::Explanation(x)) => serde_json::to_value(&*x),
+        Err(e) => return refusal(status_of(&e), &e),
+    };
+    match value {
+        Ok(v) => (StatusCode::OK, axum::Json(v)).into_response(),
+        Err(e) => refusal(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &Error::internal(e.to_string()),
+        ),
+    }
+}
+
+fn bad_body() -> Response {
+    refusal(
+        StatusCode::BAD_REQUEST,
+        &Error::new(
+            ErrorKind::Parse,
+            r#"the body must be a JSON object {"query": "<SignalQL statement>"}"#,
+        ),
+    )
+}
+
+/// Any other path.
+async fn not_found() -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        axum::Json(json!({"error": {"code": "unknown_field", "message":
+            "signalql serve answers POST /v1/query and the MCP transport at /mcp"}})),
+    )
+        .into_response()
+}
+
+/// Serve the dataset at `root` on `listen` until Ctrl-C; `ready` is told the bound address
+/// (the port of `:0` chosen).
+pub async fn serve(
+    root: std::path::PathBuf,
+    options: EngineOptions,
+    listen: SocketAddr,
+    ready: impl FnOnce(SocketAddr),
+) -> crate::Result<()> {
+    let io = |what: &str, e: &dyn std::fmt::Display| Error::io(format!("serve: {what}: {e}"));
+    let dataset = signalql_catalog::Dataset::open_with(&root, &options.storage)?;
+    let policy = dataset.policy().cloned();
+    let mut by_principal = HashMap::new();
+    match &policy {
+        None => {
+            let engine = Engine::open_with(&root, options.clone())?;
+            by_principal.insert(String::new(), Arc::new(Caller::new(engine)));
+        }
+        Some(p) => {
+            for name in p.principals.keys() {
+                let engine = Engine::open_with(
+                    &root,
+                    EngineOptions {
+                        principal: Some(name.clone()),
+                        ..options.clone()
+                    },
+                )?;
+                by_principal.insert(name.clone(), Arc::new(Caller::new(engine)));
+            }
+        }
+    }
+    let max_request_bytes = dataset
+        .config()
+        .serve
+        .max_request_bytes
+        .unwrap_or(DEFAULT_MAX_REQUEST_BYTES);
+    let callers = Arc::new(Callers {
+        policy,
+        by_principal,
+        max_request_bytes,
+    });
+    let mut config = StreamableHttpServerConfig::default()
+        .with_max_request_body_bytes(max_request_bytes as usize);
+    if !listen.ip().is_loopback() {
+        let mut hosts = config.allowed_hosts.clone();
+        hosts.push(listen.ip().to_string());
+        hosts.push(listen.to_string());
+        config = config.with_allowed_hosts(hosts);
+    }
+    let mcp = StreamableHttpService::new(
+        || Ok(SignalqlServer::per_request()),
+        Arc::new(LocalSessionManager::default()),
+        config,
+    );
+    let app = Router::new()
+        .route("/v1/query", post(query))
+        .nest_service("/mcp", mcp)
+        .fallback(not_found)
+        .layer(from_fn_with_state(callers.clone(), admit))
+        .with_state(callers);
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|e| io(&format!("cannot listen on {listen}"), &e))?;
+    let bound = listener
+        .local_addr()
+        .map_err(|e| io("no local address", &e))?;
+    ready(bound);
+    axum::serve(listener, app.into_make_service())
+        .with_graceful_shutdown(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await
+        .map_err(|e| io("the server stopped", &e))
+}

@@ -1,0 +1,148 @@
+//! `signalql serve` as its clients meet it: the binary serving tests/data/policy/root on
+//! 127.0.0.1:0, driven by tests/it/serve_client.py with Python's own HTTP client and the
+//! official MCP Python SDK (mcp 2.x) over streamable HTTP: tokens selecting principals, 401 for
+//! a missing or unknown token, 413 for an oversize body, 429 beyond a principal's
+//! concurrent-request limit while another principal is served, and the server still serving
+//! after all of it.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+use serde_json::Value;
+
+/// The server over a copy of the policy dataset, and its address. Every plan waits 1.5 s
+/// (the debug builds' `slow_execute` failpoint) so that concurrent requests overlap.
+fn start(root: &Path) -> (Child, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_signalql"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--data"])
+        .arg(root)
+        .env("SIGNALQL_FAILPOINT", "slow_execute")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+        .to_string();
+    (child, addr)
+}
+
+fn rows(v: &Value) -> &Value {
+    &v["body"]["rows"]
+}
+
+#[cfg(debug_assertions)]
+#[test]
+fn served_callers_see_what_their_tokens_allow() {
+    let dir = tempfile::tempdir().unwrap();
+    crate::common::copy_dir(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/policy/root"),
+        dir.path(),
+    );
+    let (mut server, addr) = start(dir.path());
+    let out = Command::new("python3")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/serve_client.py"))
+        .arg(&addr)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    let still_running = server.try_wait().unwrap().is_none();
+    let _ = server.kill();
+    let _ = server.wait();
+    assert!(out.status.success(), "the client failed: {stderr}");
+    assert!(still_running, "the server stopped");
+    let o: Value = serde_json::from_slice(&out.stdout).unwrap();
+
+    // Who is calling.
+    for k in ["no_token", "bad_token"] {
+        assert_eq!(o[k]["status"], 401, "{k}: {}", o[k]);
+        assert_eq!(o[k]["body"]["error"]["code"], "permission_denied");
+    }
+    assert_eq!(o["mcp_http_no_token"]["status"], 401);
+    // Counts per tenant, from tests/data/policy: acme's 126 events in the window, and all three
+    // tenants for admin (DuckDB over root/: 126, 156, 78).
+    let per_tenant = serde_json::json!([["acme", 126], ["globex", 156], ["initech", 78]]);
+    assert_eq!(rows(&o["acme"]), &serde_json::json!([["acme", 126]]));
+    assert_eq!(o["acme"]["body"]["metadata"]["access_filtered"], true);
+    assert_eq!(
+        o["acme"]["body"]["metadata"]["limits"]["max_result_rows"],
+        50
+    );
+    assert_eq!(rows(&o["admin"]), &per_tenant);
+    assert_eq!(o["admin"]["body"]["metadata"]["access_filtered"], false);
+    assert_eq!(
+        rows(&o["masked"]),
+        &serde_json::json!([[0]]),
+        "user_id masked"
+    );
+    // Errors, each as the engine's JSON error with a status.
+    assert_eq!(o["acme_denied"]["status"], 403);
+    assert_eq!(
+        o["acme_denied"]["body"]["error"]["code"],
+        "permission_denied"
+    );
+    assert_eq!(o["acme_parse_error"]["status"], 400);
+    assert_eq!(o["acme_parse_error"]["body"]["error"]["column"], 19);
+    for k in ["bad_body", "not_json"] {
+        assert_eq!(o[k]["status"], 400, "{k}");
+    }
+    for k in ["oversize_declared", "oversize_mcp"] {
+        assert_eq!(o[k]["status"], 413, "{k}");
+        assert_eq!(o[k]["body"]["error"]["limit"], "max_request_bytes");
+        assert_eq!(o[k]["body"]["error"]["max"], 10 << 20);
+    }
+    // A bundle over what acme may see: o_borealis (another project) is not in it.
+    let bundle = &o["context"]["body"];
+    assert!(bundle["id"].as_str().unwrap().starts_with("context://ctx_"));
+    assert!(!bundle.to_string().contains("o_borealis"));
+    // Four acme requests at once against its limit of two, and two of admin's beside them.
+    let burst = o["burst"].as_array().unwrap();
+    let statuses: Vec<u64> = burst
+        .iter()
+        .map(|r| r["status"].as_u64().unwrap())
+        .collect();
+    let acme_ok = statuses[..4].iter().filter(|s| **s == 200).count();
+    let acme_429 = statuses[..4].iter().filter(|s| **s == 429).count();
+    assert_eq!((acme_ok, acme_429), (2, 2), "{statuses:?}");
+    for r in &burst[..4] {
+        if r["status"] == 429 {
+            assert_eq!(r["body"]["error"]["limit"], "max_concurrent_requests");
+        } else {
+            assert_eq!(rows(r), &serde_json::json!([["acme", 126]]));
+        }
+    }
+    for r in &burst[4..] {
+        assert_eq!(r["status"], 200);
+        assert_eq!(rows(r), &per_tenant);
+    }
+    assert_eq!(o["after_burst"]["status"], 200);
+    // The official MCP client over streamable HTTP.
+    let acme = &o["mcp_acme"];
+    assert_eq!(
+        acme["tools"],
+        serde_json::json!(["context", "describe", "explain_context", "format", "query"])
+    );
+    let r = &acme["results"];
+    assert_eq!(r[0]["json"]["rows"], serde_json::json!([["acme", 126]]));
+    let described = r[1]["json"].to_string();
+    assert!(described.contains("properties.tenant"));
+    assert!(
+        !described.contains("session_id"),
+        "a denied column is not described"
+    );
+    assert!(!r[2]["json"].to_string().contains("o_borealis"));
+    assert_eq!(r[3]["is_error"], true);
+    assert_eq!(r[3]["json"]["error"]["code"], "permission_denied");
+    assert_eq!(o["mcp_admin"]["results"][0]["json"]["rows"], per_tenant);
+    for k in ["mcp_bad_token", "mcp_no_token"] {
+        assert!(o[k]["raised"].is_string(), "{k}: the session was refused");
+    }
+    assert_eq!(rows(&o["still_serving"]), &per_tenant);
+}
