@@ -105,6 +105,18 @@ impl Access {
         ))
     }
 
+    /// `USING PROJECT p` of a project outside the principal's `context.projects` is
+    /// `permission_denied` naming it.
+    pub fn check_project(&self, project: &str) -> Result<()> {
+        match &self.rules.context.projects {
+            Some(ps) if !ps.iter().any(|p| p == project) => Err(denied(format!(
+                "principal `{}` may not read project {project:?}",
+                self.principal
+            ))),
+            _ => Ok(()),
+        }
+    }
+
     /// The refusal for naming the denied column `column` of `table`.
     pub fn refuse_column(&self, table: &str, field: &str) -> Error {
         denied(format!(

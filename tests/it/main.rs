@@ -21,6 +21,7 @@ mod foreign;
 mod mcp;
 mod memory;
 mod module_cycles;
+mod policy;
 mod query_fuzz;
 mod s3;
 mod serve;

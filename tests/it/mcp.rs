@@ -47,11 +47,21 @@ async fn serve(
     root: &std::path::Path,
     failpoint: Option<&str>,
 ) -> (RunningService<RoleClient, ()>, tokio::process::Child) {
+    serve_as(root, failpoint, None).await
+}
+
+/// [`serve`] with `--principal`.
+async fn serve_as(
+    root: &std::path::Path,
+    failpoint: Option<&str>,
+    principal: Option<&str>,
+) -> (RunningService<RoleClient, ()>, tokio::process::Child) {
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_signalql"));
-    cmd.arg("mcp")
-        .arg("--data")
-        .arg(root)
-        .stdin(std::process::Stdio::piped())
+    cmd.arg("mcp").arg("--data").arg(root);
+    if let Some(p) = principal {
+        cmd.arg("--principal").arg(p);
+    }
+    cmd.stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .kill_on_drop(true);
@@ -176,4 +186,28 @@ async fn an_mcp_client_session_uses_every_tool() {
     assert_eq!(e["error"]["code"], "unknown_context");
 
     client.cancel().await.unwrap();
+}
+
+/// `signalql mcp --principal NAME`: one principal for the process (docs/policy.md), over
+/// tests/data/policy/root: acme's 126 events in the window (DuckDB over
+/// tests/data/policy/as_acme_agent), its denied column refused.
+#[tokio::test]
+async fn the_stdio_server_answers_as_its_principal() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/policy/root");
+    let (client, _child) = serve_as(&root, None, Some("acme_agent")).await;
+    let q =
+        "FROM events DURING LAST 30 d GROUP BY properties.tenant RETURN properties.tenant, count";
+    let (err, env) = call(&client, "query", json!({ "query": q })).await;
+    assert!(!err, "{env}");
+    assert_eq!(env["rows"], json!([["acme", 126]]));
+    assert_eq!(env["metadata"]["access_filtered"], true);
+    let (err, env) = call(
+        &client,
+        "query",
+        json!({"query": "FROM events RETURN count_distinct(session_id)"}),
+    )
+    .await;
+    assert!(err);
+    assert_eq!(env["error"]["code"], "permission_denied");
+    let _ = client.cancel().await;
 }

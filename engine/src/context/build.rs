@@ -29,6 +29,9 @@ pub async fn plan(
 ) -> Result<(LogicalPlan, DateTime<Utc>)> {
     let max_budget = exec.limits().max_budget_tokens;
     check_limits(q, max_budget)?;
+    if let (Some(access), Some(project)) = (catalog.access(), &q.project) {
+        access.check_project(project).map_err(|e| e.at(q.span))?;
+    }
     // Without BUDGET, the default budget, or the limit when it is lower (then the canonical
     // query says so).
     let capped;
