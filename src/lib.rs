@@ -47,10 +47,13 @@ pub fn sample_dataset() -> PathBuf {
         })
 }
 
-/// The multi-thread Tokio runtime the command line runs a command's async work on.
+/// The multi-thread Tokio runtime the command line runs a command's async work on. Its worker
+/// threads get the main thread's 8 MiB of stack (not Tokio's 2 MiB): the MCP and HTTP servers
+/// answer on them, and planning a statement at the parser's nesting limits recurses deep.
 pub fn runtime() -> Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .thread_stack_size(8 << 20)
         .build()
         .map_err(|e| Error::internal(format!("cannot start the runtime: {e}")))
 }

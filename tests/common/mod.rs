@@ -5,6 +5,37 @@ pub mod s3;
 
 use std::path::Path;
 
+/// Makes sure python3 can import `module`, installing `spec` with pip (from the package
+/// registry) once when it cannot, so `cargo test` sets up the Python test services it needs on
+/// a fresh machine. Serialised: concurrent tests would race pip.
+pub fn python_package(module: &str, spec: &str) {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let importable = || {
+        std::process::Command::new("python3")
+            .args(["-c", &format!("import {module}")])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if importable() {
+        return;
+    }
+    let pip = std::process::Command::new("python3")
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            spec,
+        ])
+        .output();
+    assert!(
+        importable(),
+        "python3 cannot import {module} and `pip install {spec}` did not help: {pip:?}"
+    );
+}
+
 /// A dataset that links the sample's events and fixes T at 2026-06-13T00:00:00Z, to which a
 /// test adds its own files.
 pub fn sample_events_dataset() -> tempfile::TempDir {

@@ -39,6 +39,7 @@ pub struct S3Server {
 
 impl S3Server {
     pub fn start() -> S3Server {
+        super::python_package("moto.server", "moto[server]>=5.1,<6");
         let port = TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .map(|a| a.port())

@@ -46,6 +46,7 @@ fn served_callers_see_what_their_tokens_allow() {
         &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/policy/root"),
         dir.path(),
     );
+    crate::common::python_package("mcp", "mcp>=2,<3");
     let (mut server, addr) = start(dir.path());
     let out = Command::new("python3")
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/serve_client.py"))

@@ -343,14 +343,28 @@ impl Binder<'_> {
             SourceTables::Events { events, users } => (events, users.as_ref()),
             SourceTables::Entities { entities, .. } => (entities, None),
         };
-        let mut fields: Vec<FieldRef> = crate::syntax::walk::query_fields(q)
-            .into_iter()
-            .cloned()
-            .collect();
-        for name in metric_names(q) {
-            fields.extend(registry.fields(&name));
+        // Each field with the place to point at: its predicate in WHERE or HAVING, else the
+        // statement.
+        let mut fields: Vec<(FieldRef, Span)> = Vec::new();
+        for e in [&q.filter, &q.having].into_iter().flatten() {
+            for (op, span) in crate::syntax::walk::operands(e) {
+                match op {
+                    crate::syntax::ast::Operand::Field(f) => fields.push((f.clone(), span)),
+                    crate::syntax::ast::Operand::Aggregate(a) => fields
+                        .extend(crate::syntax::walk::aggregate_field(a).map(|f| (f.clone(), span))),
+                    crate::syntax::ast::Operand::CountShorthand => {}
+                }
+            }
         }
-        for f in &fields {
+        fields.extend(
+            crate::syntax::walk::query_fields(q)
+                .into_iter()
+                .map(|f| (f.clone(), q.span)),
+        );
+        for name in metric_names(q) {
+            fields.extend(registry.fields(&name).into_iter().map(|f| (f, q.span)));
+        }
+        for (f, span) in &fields {
             let FieldRef::Path(p) = f else { continue };
             let Some(first) = p.first() else { continue };
             for t in std::iter::once(table).chain(users.filter(|_| first == "traits")) {
@@ -358,7 +372,7 @@ impl Binder<'_> {
                     .as_ref()
                     .is_some_and(|r| r.denied.contains(first))
                 {
-                    return Err(access.refuse_column(&t.name, first).at(q.span));
+                    return Err(access.refuse_column(&t.name, first).at(*span));
                 }
             }
         }

@@ -31,56 +31,60 @@ pub fn join_traits(events: LogicalPlanBuilder, users: &TableInfo) -> Result<Logi
     )
 }
 
-/// `signal(name)` / `probability(name)` of a row: the latest `signals` row named `name` for
-/// the row's entity (an event's `user_id`, an entity's `entity_id`) with `computed_at <= T`,
-/// attached as the columns `signal(name)` and `probability(name)` by a left join (rows
-/// without the signal read NULL). Ties at the same `computed_at` take the greatest value.
-pub fn join_signal(
+/// `signal(name)` / `probability(name)` of a row for each of `names`: the latest `signals` row
+/// named `name` for the row's entity (an event's `user_id`, an entity's `entity_id`) with
+/// `computed_at <= T`, attached as the columns `signal(name)` and `probability(name)` by one
+/// left join (rows without the signal read NULL). Ties at the same `computed_at` take the
+/// greatest value. One join for all of them, each name's latest row picked by an aggregate
+/// FILTER: stacked joins trip DataFusion 55's leaf-projection push-down.
+pub fn join_signals(
     rows: LogicalPlanBuilder,
     signals: &TableInfo,
-    name: &str,
-    i: usize,
+    names: &[String],
     as_of: chrono::DateTime<chrono::Utc>,
     shape: &super::source::SourceShape,
 ) -> Result<LogicalPlanBuilder> {
     use datafusion::functions_aggregate::expr_fn::last_value;
+    use datafusion::logical_expr::ExprFunctionExt;
+    if names.is_empty() {
+        return Ok(rows);
+    }
     require_columns(
         signals,
         &["entity_id", "name", "value", "probability", "computed_at"],
         "signal()",
     )?;
     let computed = datafusion::logical_expr::cast(column("computed_at"), super::fields::ts_type());
-    let latest = |c: &str| {
-        last_value(
+    let latest = |c: &str, name: &str| -> Result<Expr> {
+        Ok(last_value(
             column(c),
             vec![
                 computed.clone().sort(true, true),
                 column("value").sort(true, true),
             ],
         )
+        .filter(column("name").eq(lit(name)))
+        .build()?)
     };
-    let key = format!("__signal_entity_{i}");
-    let sub = crate::catalog::scan(signals, &format!("signals_{i}"), vec![])?
+    let key = "__signal_entity";
+    let mut aggs = Vec::new();
+    let mut columns = Vec::new();
+    for name in names {
+        aggs.push(latest("value", name)?.alias(format!("signal({name})")));
+        aggs.push(latest("probability", name)?.alias(format!("probability({name})")));
+        columns.push(format!("signal({name})"));
+        columns.push(format!("probability({name})"));
+    }
+    let wanted: Vec<Expr> = names.iter().map(|n| lit(n.as_str())).collect();
+    let sub = crate::catalog::scan(signals, "signals", vec![])?
         .filter(
             column("name")
-                .eq(lit(name))
+                .in_list(wanted, false)
                 .and(computed.clone().lt_eq(ts_lit(micros(as_of)))),
         )?
-        .aggregate(
-            vec![column("entity_id").alias(key.clone())],
-            vec![
-                latest("value").alias(format!("signal({name})")),
-                latest("probability").alias(format!("probability({name})")),
-            ],
-        )?
+        .aggregate(vec![column("entity_id").alias(key)], aggs)?
         .build()?;
-    attach(
-        rows,
-        sub,
-        (shape.alias, shape.entity_key),
-        &key,
-        &[format!("signal({name})"), format!("probability({name})")],
-    )
+    attach(rows, sub, (shape.alias, shape.entity_key), key, &columns)
 }
 
 /// Left-join `side` to `rows` on `alias.column = side.<key>` (`on`) and keep the row columns

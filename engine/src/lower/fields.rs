@@ -64,7 +64,7 @@ pub fn field_text(f: &FieldRef) -> String {
 pub fn resolve(field: &FieldRef, schema: &DFSchema, span: Span) -> Result<Resolved> {
     let path = match field {
         FieldRef::Path(p) => p,
-        // Joined in by the lowering (see `retrieve::join_signal`) as columns of these names.
+        // Joined in by the lowering (see `enrich::join_signals`) as columns of these names.
         FieldRef::Signal(_) | FieldRef::Probability(_) => {
             let name = field_text(field);
             return match schema.qualified_field_with_unqualified_name(&name) {

@@ -16,7 +16,13 @@ where
     Ok(match expr {
         BoolExpr::Or(l, r) => or(lower_bool(l, operand)?, lower_bool(r, operand)?),
         BoolExpr::And(l, r) => and(lower_bool(l, operand)?, lower_bool(r, operand)?),
-        BoolExpr::Not(e) => not(lower_bool(e, operand)?),
+        // NOT NOT x is x in three-valued logic too (NOT NULL is NULL): a chain of NOTs lowers
+        // to at most one, so a deeply negated predicate does not nest DataFusion expressions
+        // (whose rewrites recurse) as deep as its text.
+        BoolExpr::Not(e) => match e.as_ref() {
+            BoolExpr::Not(inner) => lower_bool(inner, operand)?,
+            e => not(lower_bool(e, operand)?),
+        },
         BoolExpr::Predicate(p) => {
             let lhs = operand(&p.lhs, p.span)?;
             match &p.op {

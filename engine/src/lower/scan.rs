@@ -6,7 +6,7 @@ use datafusion::common::DFSchemaRef;
 use datafusion::logical_expr::utils::conjunction;
 use datafusion::logical_expr::{Expr, LogicalPlan, LogicalPlanBuilder};
 
-use super::enrich::{join_signal, join_traits};
+use super::enrich::{join_signals as join_signals_of, join_traits};
 use super::fields::{Resolved, resolve, ts_lit};
 use super::predicate::lower_bool;
 use super::source;
@@ -173,14 +173,11 @@ pub fn data_span_plan(q: &RetrieveQuery, input: &LowerInput) -> Result<LogicalPl
 
 /// Join the latest value of each signal in `names` to the rows of `b` by their entity key.
 fn join_signals(
-    mut b: LogicalPlanBuilder,
+    b: LogicalPlanBuilder,
     signals: &Signals,
     names: &[String],
     shape: &source::SourceShape,
     as_of: chrono::DateTime<chrono::Utc>,
 ) -> Result<LogicalPlanBuilder> {
-    for (i, name) in names.iter().enumerate() {
-        b = join_signal(b, &signals.table, name, i, as_of, shape)?;
-    }
-    Ok(b)
+    join_signals_of(b, &signals.table, names, as_of, shape)
 }

@@ -107,7 +107,7 @@ pub fn reads_traits(q: &RetrieveQuery) -> bool {
         .any(|f| matches!(f, FieldRef::Path(p) if p.first().is_some_and(|s| s == "traits")))
 }
 
-fn aggregate_field(a: &Aggregate) -> Option<&FieldRef> {
+pub fn aggregate_field(a: &Aggregate) -> Option<&FieldRef> {
     match a {
         Aggregate::CountAll | Aggregate::Metric(_) => None,
         Aggregate::Standard(_, f) | Aggregate::Percentile(f, _) | Aggregate::Stats(f) => Some(f),
