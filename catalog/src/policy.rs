@@ -10,39 +10,10 @@ use sha2::{Digest, Sha256};
 
 use crate::limits::LimitsConfig;
 
-/// The tables a policy may name (DESIGN.md §3).
-pub const TABLES: [&str; 10] = [
-    "events",
-    "users",
-    "signals",
-    "entities",
-    "relationships",
-    "objects",
-    "revisions",
-    "representations",
-    "links",
-    "derivations",
-];
-
-/// Trust levels, lowest first (signalql-v0.5-context.md).
-pub const TRUST_LEVELS: [&str; 5] = [
-    "untrusted",
-    "unknown",
-    "inferred",
-    "verified",
-    "authoritative",
-];
-
-/// Roles (signalql-v0.5-context.md).
-pub const ROLES: [&str; 7] = [
-    "data",
-    "instruction",
-    "prompt",
-    "policy",
-    "executable",
-    "secret",
-    "untrusted_external",
-];
+/// The tables a policy may name (DESIGN.md §3): every table folder of a dataset.
+pub use crate::commit::TABLES;
+/// Trust levels, lowest first, and roles (signalql-v0.5-context.md).
+pub use crate::objects::{ROLES, TRUST_LEVELS};
 
 /// The principal a request naming none runs as, when the policy defines it.
 pub const DEFAULT_PRINCIPAL: &str = "default";
