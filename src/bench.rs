@@ -39,6 +39,10 @@ pub fn bench(engine: &Engine, text: &str, warmup: u32, runs: u32) -> Result<serd
             serde_json::Value::Null,
             vec![serde_json::to_value(&*x).map_err(|e| Error::internal(e.to_string()))?],
         ),
+        Some(Answer::Plan(p)) => (
+            serde_json::Value::Null,
+            vec![serde_json::to_value(&*p).map_err(|e| Error::internal(e.to_string()))?],
+        ),
         None => (serde_json::Value::Null, Vec::new()),
     };
     Ok(serde_json::json!({

@@ -407,6 +407,10 @@ fn run(cli: Cli) -> Result<(), Error> {
                 Answer::Envelope(e) => *e,
                 Answer::Bundle(b) => return write_json(&*b),
                 Answer::Explanation(x) => return write_json(&*x),
+                Answer::Plan(p) if format == Format::Table => {
+                    return write_out(&signalql_engine::explain::render(&p));
+                }
+                Answer::Plan(p) => return write_json(&*p),
             };
             if let Some(p) = plot {
                 write_plot(&p, &text, &envelope)?;

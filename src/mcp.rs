@@ -126,6 +126,7 @@ fn answer(a: Answer) -> Result<CallToolResult, ErrorData> {
         Answer::Envelope(e) => ok(&*e),
         Answer::Bundle(b) => ok(&*b),
         Answer::Explanation(x) => ok(&*x),
+        Answer::Plan(p) => ok(&*p),
     }
 }
 

@@ -157,6 +157,7 @@ async fn query(State(callers): State<Arc<Callers>>, request: Request) -> Respons
         Ok(Answer::Envelope(e)) => serde_json::to_value(&*e),
         Ok(Answer::Bundle(b)) => serde_json::to_value(&*b),
         Ok(Answer::Explanation(x)) => serde_json::to_value(&*x),
+        Ok(Answer::Plan(p)) => serde_json::to_value(&*p),
         Err(e) => return refusal(status_of(&e), &e),
     };
     match value {

@@ -60,6 +60,8 @@ pub struct Noted {
     pub skipped: Vec<SkippedFile>,
     /// A table was read with a filter or a mask of the caller's policy (`access_filtered`).
     pub access_filtered: bool,
+    /// Each table opened, once: name, files and their bytes (EXPLAIN's `sources`).
+    pub opened: Vec<(String, u64, u64)>,
 }
 
 /// Runs `statement` (in this task), with what the tables it opened noted, so its answer can
@@ -75,12 +77,14 @@ pub async fn noting<F: Future>(statement: F) -> (F::Output, Noted) {
 
 /// Notes the files `table` was read without and its restriction, for [`noting`].
 pub(crate) fn note(table: &TableInfo) {
-    if table.skipped.is_empty() && table.restriction.is_none() {
-        return;
-    }
     let _ = NOTED.try_with(|s| {
         let mut s = s.borrow_mut();
         s.access_filtered |= table.restriction.is_some();
+        if !s.opened.iter().any(|(n, _, _)| *n == table.name) {
+            let files = table.files.len() as u64;
+            s.opened
+                .push((table.name.clone(), files, table.total_bytes()));
+        }
         for f in &table.skipped {
             if !s.skipped.contains(f) {
                 s.skipped.push(f.clone());

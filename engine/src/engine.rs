@@ -46,6 +46,8 @@ pub enum Answer {
     Envelope(Box<Envelope>),
     Bundle(Box<Bundle>),
     Explanation(Box<Explanation>),
+    /// `EXPLAIN q`: the plan, nothing run.
+    Plan(Box<crate::explain::Explained>),
 }
 
 /// A SignalQL engine over one dataset root.
@@ -64,6 +66,8 @@ pub struct Compiled {
     pub skipped: Vec<signalql_catalog::SkippedFile>,
     /// A table it reads is filtered or masked for the caller (policy.toml).
     pub access_filtered: bool,
+    /// The tables it reads: name, files, bytes.
+    pub sources: Vec<(String, u64, u64)>,
 }
 
 impl Engine {
@@ -162,6 +166,7 @@ impl Engine {
             sql,
             skipped: noted.skipped,
             access_filtered: noted.access_filtered,
+            sources: noted.opened,
         })
     }
 
@@ -205,7 +210,7 @@ impl Engine {
                 .at(q.span));
             }
             Statement::Watch(q) => return Err(watch_is_a_loop().at(q.span)),
-            Statement::Explain(_) => return Err(Error::capability("EXPLAIN", "engine")),
+            Statement::Explain(_) => return Err(not_an_envelope("EXPLAIN")),
         })
     }
 
@@ -227,6 +232,77 @@ impl Engine {
             crate::lower::metric::rename_value_column(&mut lowered, name)?;
         }
         Ok(lowered)
+    }
+
+    /// `EXPLAIN q`: the plan of the statement, nothing run (engine/src/explain.rs).
+    pub async fn explain(
+        &self,
+        q: &crate::syntax::ast::ExplainQuery,
+    ) -> Result<crate::explain::Explained> {
+        use crate::explain::{Estimate, Explained, SourceInfo};
+        if q.analyze {
+            return Err(Error::capability("EXPLAIN ANALYZE", "engine"));
+        }
+        let statement = match q.statement.as_ref() {
+            // A WATCH's plan is its query's.
+            Statement::Watch(w) => Statement::Retrieve((*w.query).clone()),
+            s => s.clone(),
+        };
+        let (plan, sql, sources, filtered, spec) = match &statement {
+            Statement::Describe(_) | Statement::ExplainContext(_) | Statement::Explain(_) => {
+                return Err(Error::type_error(
+                    "EXPLAIN shows the plan of a query, FUNNEL, FIND or CONTEXT FOR; DESCRIBE \
+                     and EXPLAIN CONTEXT read the catalog and the context store and have none",
+                ));
+            }
+            Statement::ContextTask(c) => {
+                let (plan, noted) = noting(self.lower_context(c)).await;
+                (plan?, None, noted.opened, noted.access_filtered, "0.5")
+            }
+            s => {
+                let spec = if matches!(s, Statement::FindObject(_)) {
+                    "0.5"
+                } else {
+                    "0.3"
+                };
+                let c = self.compile_statement(s.clone()).await?;
+                (
+                    c.lowered.plan,
+                    c.sql.ok(),
+                    c.sources,
+                    c.access_filtered,
+                    spec,
+                )
+            }
+        };
+        let physical = crate::execute::physical_plan(&self.session().state(), &plan).await?;
+        let stats = datafusion::physical_plan::StatisticsContext::default().compute(
+            physical.as_ref(),
+            &datafusion::physical_plan::StatisticsArgs::new(),
+        )?;
+        let known = |v: Option<&usize>| v.map(|n| *n as u64).filter(|_| !filtered);
+        Ok(Explained {
+            spec_version: spec.into(),
+            canonical_query: statement.to_string(),
+            sources: sources
+                .into_iter()
+                .map(|(table, files, bytes)| SourceInfo {
+                    table,
+                    files: Some(files).filter(|_| !filtered),
+                    bytes: Some(bytes).filter(|_| !filtered),
+                })
+                .collect(),
+            logical_plan: plan.display_indent().to_string(),
+            physical_plan: datafusion::physical_plan::displayable(physical.as_ref())
+                .indent(true)
+                .to_string(),
+            sql,
+            estimate: Estimate {
+                rows: known(stats.num_rows.get_value()),
+                bytes: known(stats.total_byte_size.get_value()),
+            },
+            limits: self.limits().to_json(),
+        })
     }
 
     /// The physical plan DataFusion makes for a compiled query, as indented text.
@@ -256,6 +332,7 @@ impl Engine {
     pub async fn answer_statement(&self, statement: Statement) -> Result<Answer> {
         match statement {
             Statement::ContextTask(q) => Ok(Answer::Bundle(Box::new(self.context(&q).await?))),
+            Statement::Explain(q) => Ok(Answer::Plan(Box::new(self.explain(&q).await?))),
             Statement::ExplainContext(e) => Ok(Answer::Explanation(Box::new(
                 self.explain_context(&e.address)
                     .await

@@ -93,15 +93,7 @@ impl Executor {
         if secs == 0 {
             return Err(timed_out());
         }
-        let physical = match state.create_physical_plan(plan).await {
-            Ok(p) => p,
-            Err(e) if e.to_string().contains(LEAF_PUSHDOWN) => {
-                // Boxed: a deeply nested statement plans near the thread's stack limit, and
-                // this rare second planning must not grow every run's future.
-                Box::pin(plan_without_leaf_pushdown(state, plan)).await?
-            }
-            Err(e) => return Err(e.into()),
-        };
+        let physical = physical_plan(state, plan).await?;
         failpoint_execute();
         failpoint_slow().await;
         let task = state.task_ctx();
@@ -342,6 +334,23 @@ fn scan_metrics(plan: &dyn ExecutionPlan) -> (u64, u64) {
 /// columns, the numeric-key probe pass through internal names); any other plan it fails on is
 /// planned again without the rule, which only moves work, never changes an answer.
 const LEAF_PUSHDOWN: &str = "push_down_leaf_projections";
+
+/// The physical plan of `plan` in `state`: DataFusion's, or when its [`LEAF_PUSHDOWN`] rule
+/// fails on the plan, the one made without that rule.
+pub(crate) async fn physical_plan(
+    state: &SessionState,
+    plan: &LogicalPlan,
+) -> Result<Arc<dyn datafusion::physical_plan::ExecutionPlan>> {
+    match state.create_physical_plan(plan).await {
+        Ok(p) => Ok(p),
+        Err(e) if e.to_string().contains(LEAF_PUSHDOWN) => {
+            // Boxed: a deeply nested statement plans near the thread's stack limit, and this
+            // rare second planning must not grow every run's future.
+            Box::pin(plan_without_leaf_pushdown(state, plan)).await
+        }
+        Err(e) => Err(e.into()),
+    }
+}
 
 /// `plan` planned in `state` without [`LEAF_PUSHDOWN`].
 async fn plan_without_leaf_pushdown(

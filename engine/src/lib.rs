@@ -12,6 +12,7 @@ mod engine;
 pub mod envelope;
 pub mod error;
 pub(crate) mod execute;
+pub mod explain;
 pub(crate) mod funnel_phase;
 pub(crate) mod group_cap;
 mod limits;

@@ -16,6 +16,7 @@ mod data_sources;
 mod embed;
 mod envelope;
 mod execution;
+mod explain;
 mod extended;
 mod foreign;
 mod mcp;

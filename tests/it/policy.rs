@@ -60,6 +60,7 @@ async fn answer(e: &Engine, q: &str) -> Result<Value, Error> {
         Answer::Envelope(x) => serde_json::to_value(&*x).unwrap(),
         Answer::Bundle(b) => serde_json::to_value(&*b).unwrap(),
         Answer::Explanation(x) => serde_json::to_value(&*x).unwrap(),
+        Answer::Plan(p) => serde_json::to_value(&*p).unwrap(),
     })
 }
 

@@ -1173,7 +1173,7 @@ async fn execute(
             .map(|a| a.envelope),
         _ => match engine.answer(text).await? {
             Answer::Envelope(e) => Some(*e),
-            Answer::Bundle(_) | Answer::Explanation(_) => None,
+            Answer::Bundle(_) | Answer::Explanation(_) | Answer::Plan(_) => None,
         },
     };
     let Some(env) = envelope else {
