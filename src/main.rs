@@ -126,6 +126,19 @@ enum Command {
         /// The query text, or `-` to read it from stdin.
         query: String,
     },
+    /// Print what a query would do without running it (`EXPLAIN QUERY`): the tables it reads,
+    /// its logical and physical plans, the SQL, DataFusion's estimate and the limits; JSON by
+    /// default, `--format table` for a person.
+    Explain {
+        #[arg(long)]
+        data: Option<PathBuf>,
+        #[arg(long, value_enum, default_value = "json")]
+        format: Format,
+        #[arg(long)]
+        now: Option<String>,
+        /// The query text (with or without a leading EXPLAIN), or `-` to read it from stdin.
+        query: String,
+    },
     /// Print a query's AST (JSON), its DataFusion logical plan and the equivalent SQL.
     Compile {
         #[arg(long)]
@@ -493,6 +506,27 @@ fn run(cli: Cli) -> Result<(), Error> {
             let text = read_query(query)?;
             let stmt = signalql::parse(&text)?;
             write_out(&format!("{stmt}\n"))
+        }
+        Command::Explain {
+            data,
+            format,
+            now,
+            query,
+        } => {
+            let text = read_query(query)?;
+            let statement = match signalql::parse(&text)? {
+                signalql::ast::Statement::Explain(q) => q,
+                other => signalql::ast::ExplainQuery {
+                    analyze: false,
+                    statement: Box::new(other),
+                },
+            };
+            let engine = open(data, now, &reach)?;
+            let plan = runtime()?.block_on(engine.explain(&statement))?;
+            match format {
+                Format::Table => write_out(&signalql_engine::explain::render(&plan)),
+                _ => write_json(&plan),
+            }
         }
         Command::Compile { data, now, query } => {
             let text = read_query(query)?;

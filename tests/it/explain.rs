@@ -68,6 +68,12 @@ fn explain_answers_the_plan_without_running_it() {
         text.contains("-- sources: events (") && text.contains("-- physical plan"),
         "{text}"
     );
+    // `signalql explain` answers the same object for the statement without EXPLAIN.
+    let plain = q.trim_start_matches("EXPLAIN ");
+    let o = signalql(&["explain", plain], true);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let y: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(y, x);
     // ANALYZE would run it: not built yet, and said so.
     let o = signalql(
         &[
