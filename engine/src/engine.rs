@@ -307,11 +307,8 @@ impl Engine {
 
     /// The physical plan DataFusion makes for a compiled query, as indented text.
     pub async fn physical_plan_text(&self, compiled: &Compiled) -> Result<String> {
-        let physical = self
-            .session()
-            .state()
-            .create_physical_plan(&compiled.lowered.plan)
-            .await?;
+        let physical =
+            crate::execute::physical_plan(&self.session().state(), &compiled.lowered.plan).await?;
         Ok(datafusion::physical_plan::displayable(physical.as_ref())
             .indent(true)
             .to_string())

@@ -70,11 +70,7 @@ impl PolicedCatalog {
 
     /// `table` as it is, when the dataset has it.
     async fn unrestricted(&self, ctx: &SessionContext, table: &str) -> Result<Option<TableInfo>> {
-        match self.inner.table(ctx, table).await {
-            Ok(t) => Ok(Some(t)),
-            Err(DatasetError::MissingTable { .. }) => Ok(None),
-            Err(e) => Err(e.into()),
-        }
+        crate::catalog::optional_table(self.inner.as_ref(), ctx, table).await
     }
 
     /// The keys (`type`, unit separator, `id`) of the entities the principal may not see, when
@@ -149,8 +145,7 @@ impl PolicedCatalog {
             (vec!["__hidden_object_id"], vec!["__visible_object_id"]),
             None,
         )?;
-        let hidden = Some(hidden);
-        Ok(hidden)
+        Ok(Some(hidden))
     }
 
     /// The filters that keep `table`'s rows from naming what the principal cannot see.

@@ -345,22 +345,10 @@ impl Binder<'_> {
         };
         // Each field with the place to point at: its predicate in WHERE or HAVING, else the
         // statement.
-        let mut fields: Vec<(FieldRef, Span)> = Vec::new();
-        for e in [&q.filter, &q.having].into_iter().flatten() {
-            for (op, span) in crate::syntax::walk::operands(e) {
-                match op {
-                    crate::syntax::ast::Operand::Field(f) => fields.push((f.clone(), span)),
-                    crate::syntax::ast::Operand::Aggregate(a) => fields
-                        .extend(crate::syntax::walk::aggregate_field(a).map(|f| (f.clone(), span))),
-                    crate::syntax::ast::Operand::CountShorthand => {}
-                }
-            }
-        }
-        fields.extend(
-            crate::syntax::walk::query_fields(q)
-                .into_iter()
-                .map(|f| (f.clone(), q.span)),
-        );
+        let mut fields: Vec<(FieldRef, Span)> = crate::syntax::walk::located_fields(q)
+            .into_iter()
+            .map(|(f, span)| (f.clone(), span.unwrap_or(q.span)))
+            .collect();
         for name in metric_names(q) {
             fields.extend(registry.fields(&name).into_iter().map(|f| (f, q.span)));
         }

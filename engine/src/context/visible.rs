@@ -100,8 +100,18 @@ pub async fn explanation(
     Ok(x)
 }
 
-fn id_list(ids: &BTreeSet<&str>) -> Vec<Expr> {
-    ids.iter().map(|id| lit(*id)).collect()
+/// The rows of `table`, as the caller of `catalog` may see it, of the objects `ids`.
+async fn of_objects(
+    catalog: &dyn Catalog,
+    exec: &Executor,
+    table: &str,
+    ids: &BTreeSet<&str>,
+) -> Result<datafusion::logical_expr::LogicalPlanBuilder> {
+    let list: Vec<Expr> = ids.iter().map(|id| lit(*id)).collect();
+    Ok(
+        scan(&open(catalog, exec.session(), table).await?, table, vec![])?
+            .filter(col("object_id").in_list(list, false))?,
+    )
 }
 
 /// The (object id, revision) pairs among `ids`' that the caller may see: the object's rows
@@ -115,22 +125,15 @@ async fn visible_revisions(
     if ids.is_empty() {
         return Ok(out);
     }
-    let ctx = exec.session();
-    let objects = scan(&open(catalog, ctx, "objects").await?, "objects", vec![])?
-        .filter(col("object_id").in_list(id_list(ids), false))?
+    let objects = of_objects(catalog, exec, "objects", ids)
+        .await?
         .project(vec![col("object_id").alias("o_id")])?
         .distinct()?
         .build()?;
-    let plan = scan(&open(catalog, ctx, "revisions").await?, "revisions", vec![])?
-        .filter(col("object_id").in_list(id_list(ids), false))?
-        .project(vec![
-            col("object_id"),
-            datafusion::logical_expr::cast(
-                col("revision"),
-                datafusion::arrow::datatypes::DataType::Int64,
-            )
-            .alias("revision"),
-        ])?
+    // `int_col` reads the revision as Int64 whatever its type.
+    let plan = of_objects(catalog, exec, "revisions", ids)
+        .await?
+        .project(vec![col("object_id"), col("revision")])?
         .join(
             objects,
             datafusion::common::JoinType::LeftSemi,
@@ -159,24 +162,11 @@ async fn visible_representations(
     if reps.is_empty() {
         return Ok(true);
     }
-    let ctx = exec.session();
     let ids: BTreeSet<&str> = reps.iter().map(|(id, _, _)| id.as_str()).collect();
-    let plan = scan(
-        &open(catalog, ctx, "representations").await?,
-        "representations",
-        vec![],
-    )?
-    .filter(col("object_id").in_list(id_list(&ids), false))?
-    .project(vec![
-        col("object_id"),
-        datafusion::logical_expr::cast(
-            col("revision"),
-            datafusion::arrow::datatypes::DataType::Int64,
-        )
-        .alias("revision"),
-        col("name"),
-    ])?
-    .build()?;
+    let plan = of_objects(catalog, exec, "representations", &ids)
+        .await?
+        .project(vec![col("object_id"), col("revision"), col("name")])?
+        .build()?;
     let mut seen: HashSet<(String, i64, String)> = HashSet::new();
     for b in &exec.run(&plan).await?.batches {
         let (id, rev, name) = (

@@ -72,28 +72,33 @@ pub fn ordered_fields(q: &RetrieveQuery) -> Vec<&FieldRef> {
 
 /// Every field a query names, in any clause.
 pub fn query_fields(q: &RetrieveQuery) -> Vec<&FieldRef> {
-    let mut out: Vec<&FieldRef> = Vec::new();
+    located_fields(q).into_iter().map(|(f, _)| f).collect()
+}
+
+/// [`query_fields`], each with its predicate's span where it stands in WHERE or HAVING.
+pub fn located_fields(q: &RetrieveQuery) -> Vec<(&FieldRef, Option<Span>)> {
+    let mut out: Vec<(&FieldRef, Option<Span>)> = Vec::new();
     for e in [&q.filter, &q.having].into_iter().flatten() {
-        for (op, _) in operands(e) {
+        for (op, span) in operands(e) {
             match op {
-                Operand::Field(f) => out.push(f),
-                Operand::Aggregate(a) => out.extend(aggregate_field(a)),
+                Operand::Field(f) => out.push((f, Some(span))),
+                Operand::Aggregate(a) => out.extend(aggregate_field(a).map(|f| (f, Some(span)))),
                 Operand::CountShorthand => {}
             }
         }
     }
-    out.extend(q.group_by.iter());
+    out.extend(q.group_by.iter().map(|f| (f, None)));
     for r in &q.returns {
         match r {
-            ReturnItem::Field(f) => out.push(f),
-            ReturnItem::Aggregate(a) => out.extend(aggregate_field(a)),
+            ReturnItem::Field(f) => out.push((f, None)),
+            ReturnItem::Aggregate(a) => out.extend(aggregate_field(a).map(|f| (f, None))),
             ReturnItem::Count => {}
         }
     }
     for o in &q.order_by {
         match &o.key {
-            OrderKey::Field(f) => out.push(f),
-            OrderKey::Aggregate(a) => out.extend(aggregate_field(a)),
+            OrderKey::Field(f) => out.push((f, None)),
+            OrderKey::Aggregate(a) => out.extend(aggregate_field(a).map(|f| (f, None))),
             OrderKey::Count => {}
         }
     }
@@ -107,7 +112,7 @@ pub fn reads_traits(q: &RetrieveQuery) -> bool {
         .any(|f| matches!(f, FieldRef::Path(p) if p.first().is_some_and(|s| s == "traits")))
 }
 
-pub fn aggregate_field(a: &Aggregate) -> Option<&FieldRef> {
+fn aggregate_field(a: &Aggregate) -> Option<&FieldRef> {
     match a {
         Aggregate::CountAll | Aggregate::Metric(_) => None,
         Aggregate::Standard(_, f) | Aggregate::Percentile(f, _) | Aggregate::Stats(f) => Some(f),
