@@ -24,7 +24,8 @@ pub use signalql_engine::context::render::render as render_bundle;
 pub use signalql_engine::envelope::{self, ColumnInfo, Envelope, Metadata};
 pub use signalql_engine::syntax::{ast, parse};
 pub use signalql_engine::{
-    Answer, Bundle, Compiled, Engine, EngineOptions, Error, ErrorKind, Explanation, Limits, Result,
+    Answer, Bundle, Compiled, Engine, EngineOptions, Error, ErrorKind, Explanation, Limits,
+    PlanCache, Result,
 };
 pub use signalql_engine::{describe, metrics, watch};
 pub use signalql_udfs as udfs;

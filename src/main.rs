@@ -41,6 +41,10 @@ struct Cli {
     /// without it, the policy's `default` principal. Ignored by datasets without a policy.
     #[arg(long, global = true, value_name = "NAME")]
     principal: Option<String>,
+    /// Write a JSON trace of every statement run to ROOT/traces/ (or `[trace] folder`);
+    /// `[trace] enabled = true` in signalql.toml does the same (docs/runtime.md).
+    #[arg(long, global = true)]
+    trace: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -136,8 +140,29 @@ enum Command {
         format: Format,
         #[arg(long)]
         now: Option<String>,
+        /// Also run it and report what it did (EXPLAIN ANALYZE).
+        #[arg(long)]
+        analyze: bool,
         /// The query text (with or without a leading EXPLAIN), or `-` to read it from stdin.
         query: String,
+    },
+    /// What a statement would read and how long it would take, from metadata only: files,
+    /// row groups, rows and bytes after pruning, and a time interval learnt from traced runs.
+    Simulate {
+        #[arg(long)]
+        data: Option<PathBuf>,
+        #[arg(long, value_enum, default_value = "json")]
+        format: Format,
+        #[arg(long)]
+        now: Option<String>,
+        /// The query text, or `-` to read it from stdin.
+        query: String,
+    },
+    /// The estimator's statistics over the traced runs: per estimated field the mean absolute
+    /// error, the calibration and the sample count.
+    Stats {
+        #[arg(long)]
+        data: Option<PathBuf>,
     },
     /// Print a query's AST (JSON), its DataFusion logical plan and the equivalent SQL.
     Compile {
@@ -358,6 +383,7 @@ fn parse_now(now: Option<String>) -> Result<Option<DateTime<Utc>>, Error> {
 struct Reach {
     storage: StorageOptions,
     principal: Option<String>,
+    trace: bool,
 }
 
 fn open(data: Option<PathBuf>, now: Option<String>, reach: &Reach) -> Result<Engine, Error> {
@@ -368,6 +394,8 @@ fn open(data: Option<PathBuf>, now: Option<String>, reach: &Reach) -> Result<Eng
             now: parse_now(now)?,
             storage: reach.storage.clone(),
             principal: reach.principal.clone(),
+            trace: reach.trace,
+            surface: "cli",
             ..Default::default()
         },
     )
@@ -386,6 +414,7 @@ fn run(cli: Cli) -> Result<(), Error> {
     let reach = Reach {
         storage: storage.clone(),
         principal: cli.principal,
+        trace: cli.trace,
     };
     match cli.command {
         Command::Query {
@@ -452,7 +481,19 @@ fn run(cli: Cli) -> Result<(), Error> {
             write_envelope(&envelope, format)
         }
         Command::Mcp { data, now } => {
-            let engine = open(data, now, &reach)?;
+            let root = data.unwrap_or_else(signalql::sample_dataset);
+            let engine = Engine::open_with(
+                root,
+                EngineOptions {
+                    now: parse_now(now)?,
+                    storage: reach.storage.clone(),
+                    principal: reach.principal.clone(),
+                    trace: reach.trace,
+                    surface: "mcp",
+                    plan_cache: Some(Default::default()),
+                    ..Default::default()
+                },
+            )?;
             runtime()?.block_on(signalql::mcp::serve_stdio(engine))
         }
         Command::Serve { data, listen, now } => {
@@ -460,6 +501,10 @@ fn run(cli: Cli) -> Result<(), Error> {
             let options = EngineOptions {
                 now: parse_now(now)?,
                 storage: reach.storage.clone(),
+                trace: reach.trace,
+                surface: "serve",
+                // One cache for the engines of every principal (the key holds the principal).
+                plan_cache: Some(Default::default()),
                 ..Default::default()
             };
             runtime()?.block_on(signalql::serve::serve(root, options, listen, |addr| {
@@ -511,22 +556,36 @@ fn run(cli: Cli) -> Result<(), Error> {
             data,
             format,
             now,
+            analyze,
             query,
         } => {
             let text = read_query(query)?;
-            let statement = match signalql::parse(&text)? {
-                signalql::ast::Statement::Explain(q) => q,
-                other => signalql::ast::ExplainQuery {
-                    analyze: false,
-                    statement: Box::new(other),
-                },
-            };
+            let statement = signalql::request::explain_query(&text, analyze)?;
             let engine = open(data, now, &reach)?;
             let plan = runtime()?.block_on(engine.explain(&statement))?;
             match format {
                 Format::Table => write_out(&signalql_engine::explain::render(&plan)),
                 _ => write_json(&plan),
             }
+        }
+        Command::Simulate {
+            data,
+            format,
+            now,
+            query,
+        } => {
+            let text = read_query(query)?;
+            let statement = signalql::parse(&text)?;
+            let engine = open(data, now, &reach)?;
+            let sim = runtime()?.block_on(engine.simulate(&statement))?;
+            match format {
+                Format::Table => write_out(&signalql_engine::explain::render_simulation(&sim)),
+                _ => write_json(&sim),
+            }
+        }
+        Command::Stats { data } => {
+            let engine = open(data, None, &reach)?;
+            write_json(&engine.statistics())
         }
         Command::Compile { data, now, query } => {
             let text = read_query(query)?;

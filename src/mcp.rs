@@ -67,6 +67,31 @@ pub struct ExplainArgs {
     pub address: String,
 }
 
+/// `explain`: the plan of a statement (EXPLAIN), or the plan and what running it did.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct PlanArgs {
+    #[schemars(description = "A SignalQL statement (with or without a leading EXPLAIN)")]
+    pub query: String,
+    #[schemars(description = "Also run it and report per operator what it did (EXPLAIN ANALYZE)")]
+    pub analyze: Option<bool>,
+}
+
+/// `simulate`: what a statement would cost.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct SimulateArgs {
+    #[schemars(description = "A SignalQL statement")]
+    pub query: String,
+}
+
+/// `stats`: the estimator statistics.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct StatsArgs {
+    #[schemars(
+        description = "Only this estimated field: rows, scanned_rows, scanned_bytes or elapsed_ms"
+    )]
+    pub field: Option<String>,
+}
+
 /// `format`: the canonical text of a statement.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 pub struct FormatArgs {
@@ -234,6 +259,75 @@ impl SignalqlServer {
         let run = async {
             let (engine, _permit) = self.admit(&ctx)?;
             engine.explain_context(&args.address).await
+        };
+        match catch_panics(run).await {
+            Ok(x) => ok(&x),
+            Err(e) => failed(&e),
+        }
+    }
+
+    #[tool(
+        description = "The plan of a SignalQL statement without running it (EXPLAIN): sources \
+                       with files, bytes and rows, logical and physical plans, SQL, estimate, \
+                       limits; with analyze, also run it and report operators, pruning and \
+                       actual figures"
+    )]
+    async fn explain(
+        &self,
+        ctx: RequestContext<RoleServer>,
+        Parameters(args): Parameters<PlanArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let run = async {
+            let (engine, _permit) = self.admit(&ctx)?;
+            let q = crate::request::explain_query(&args.query, args.analyze.unwrap_or(false))?;
+            engine.explain(&q).await
+        };
+        match catch_panics(run).await {
+            Ok(x) => ok(&x),
+            Err(e) => failed(&e),
+        }
+    }
+
+    #[tool(
+        description = "What a SignalQL statement would read (files, row groups, rows, bytes \
+                       after pruning) and how long it would take, from metadata only"
+    )]
+    async fn simulate(
+        &self,
+        ctx: RequestContext<RoleServer>,
+        Parameters(args): Parameters<SimulateArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let run = async {
+            let (engine, _permit) = self.admit(&ctx)?;
+            engine.simulate(&crate::parse(&args.query)?).await
+        };
+        match catch_panics(run).await {
+            Ok(x) => ok(&x),
+            Err(e) => failed(&e),
+        }
+    }
+
+    #[tool(
+        description = "How good the engine's estimates have been: per estimated field the mean \
+                       absolute error, the calibration and the sample count over traced runs"
+    )]
+    async fn stats(
+        &self,
+        ctx: RequestContext<RoleServer>,
+        Parameters(args): Parameters<StatsArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let run = async {
+            let (engine, _permit) = self.admit(&ctx)?;
+            let mut stats = engine.statistics();
+            if let Some(f) = &args.field {
+                stats.fields.retain(|s| s.field == *f);
+                if stats.fields.is_empty() {
+                    return Err(Error::type_error(format!(
+                        "no estimated field {f:?}: rows, scanned_rows, scanned_bytes or elapsed_ms"
+                    )));
+                }
+            }
+            Ok(stats)
         };
         match catch_panics(run).await {
             Ok(x) => ok(&x),

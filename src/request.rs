@@ -52,6 +52,21 @@ impl ContextRequest {
 }
 
 /// A catalog request: `DESCRIBE target`, or every record the dataset has.
+/// The EXPLAIN of `text`: the statement itself when it is an EXPLAIN, else EXPLAIN (or with
+/// `analyze`, EXPLAIN ANALYZE) of it.
+pub fn explain_query(text: &str, analyze: bool) -> Result<crate::ast::ExplainQuery> {
+    Ok(match crate::parse(text)? {
+        Statement::Explain(mut q) => {
+            q.analyze |= analyze;
+            q
+        }
+        other => crate::ast::ExplainQuery {
+            analyze,
+            statement: Box::new(other),
+        },
+    })
+}
+
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct DescribeRequest {
     /// SignalQL text: events, entities, signals, metrics, relationships or entity(TYPE).

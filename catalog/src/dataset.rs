@@ -57,6 +57,8 @@ pub struct DatasetConfig {
     /// `[serve]`: `signalql serve`'s settings.
     #[serde(default)]
     pub serve: ServeConfig,
+    #[serde(default)]
+    pub trace: TraceConfig,
 }
 
 /// `[serve]` of `signalql.toml`.
@@ -65,6 +67,17 @@ pub struct DatasetConfig {
 pub struct ServeConfig {
     /// The largest request body `signalql serve` reads (default 10 MiB); beyond it, HTTP 413.
     pub max_request_bytes: Option<u64>,
+}
+
+/// `[trace]` of `signalql.toml` (docs/runtime.md).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TraceConfig {
+    /// Every run writes its trace (as `--trace` does).
+    #[serde(default)]
+    pub enabled: bool,
+    /// Where traces are written: a local folder (default: `ROOT/traces/`).
+    pub folder: Option<String>,
 }
 
 /// `[context]` of `signalql.toml`.
@@ -130,6 +143,24 @@ pub struct TableInfo {
     pub skipped: Vec<SkippedFile>,
     /// What the calling principal may see of it (policy.toml); `None`: all of it.
     pub restriction: Option<Arc<Restriction>>,
+    /// The fingerprint of the listing it was opened from ([`fingerprint`]); `None` for a
+    /// Delta table or an application's own table.
+    pub fingerprint: Option<String>,
+}
+
+/// The fingerprint of a table's files as listed: a hash of each file's location, size and
+/// version (modification time, or ETag on S3). Any file added, removed or rewritten changes it.
+pub fn fingerprint(files: &[crate::storage::ListedFile]) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for f in files {
+        h.update(f.location.as_bytes());
+        h.update([0]);
+        h.update(f.size.to_le_bytes());
+        h.update(f.version.as_deref().unwrap_or("").as_bytes());
+        h.update([0]);
+    }
+    hex::encode(&h.finalize()[..16])
 }
 
 /// What a principal may see of a table (set by the engine from policy.toml; docs/policy.md).
@@ -436,6 +467,7 @@ impl Dataset {
             files,
             skipped,
             restriction: None,
+            fingerprint: None,
         })
     }
 
@@ -543,14 +575,17 @@ impl Dataset {
 
     /// The readable files of a table as (location, size), and those left out with
     /// `skip_invalid_files`; without it, an unreadable file is [`DatasetError::BadFile`].
+    /// The third is the listing's fingerprint ([`fingerprint`]).
     pub fn table_files(
         &self,
         table: &str,
         place: &Place,
-    ) -> Result<(Vec<(String, u64)>, Vec<SkippedFile>), DatasetError> {
+    ) -> Result<(Vec<(String, u64)>, Vec<SkippedFile>, String), DatasetError> {
         let mut files = Vec::new();
         let mut skipped = Vec::new();
-        for f in self.listed_files(table, place)? {
+        let listed = self.listed_files(table, place)?;
+        let print = fingerprint(&listed);
+        for f in listed {
             match f.broken {
                 None => files.push((f.location, f.size)),
                 Some(reason) => {
@@ -558,7 +593,18 @@ impl Dataset {
                 }
             }
         }
-        Ok((files, skipped))
+        Ok((files, skipped, print))
+    }
+
+    /// The fingerprint of `table`'s files as they are listed now ([`fingerprint`]), the one
+    /// [`TableInfo::fingerprint`] has when nothing changed since it was opened; `None` for a
+    /// Delta table (not fingerprinted: plans over it are not cached).
+    pub fn fingerprint(&self, table: &str) -> Result<Option<String>, DatasetError> {
+        let place = self.place(table)?;
+        if self.is_delta(table, &place)? {
+            return Ok(None);
+        }
+        Ok(Some(fingerprint(&self.listed_files(table, &place)?)))
     }
 
     /// A file that cannot be read: skipped (with `skip_invalid_files`) or the error.
@@ -609,7 +655,7 @@ impl Dataset {
         if self.is_delta(table, &place)? {
             return self.delta_table(ctx, table, &place).await;
         }
-        let (mut candidates, listing_skipped) = self.table_files(table, &place)?;
+        let (mut candidates, listing_skipped, print) = self.table_files(table, &place)?;
         let root = &place.root;
         let key = self
             .config
@@ -638,7 +684,9 @@ impl Dataset {
                 kept
             };
         }
-        if let Some(info) = self.opened_before(table, &candidates, &listing_skipped) {
+        if let Some(info) = self.opened_before(table, &candidates, &listing_skipped)
+            && info.fingerprint.as_deref() == Some(print.as_str())
+        {
             return Ok(info);
         }
         let unreadable = |message: String| DatasetError::Unreadable {
@@ -716,7 +764,8 @@ impl Dataset {
             )
         };
         let time_partition = self.time_partition(table, &partitions)?;
-        let info = self.viewed(table, provider, time_partition, files, skipped)?;
+        let mut info = self.viewed(table, provider, time_partition, files, skipped)?;
+        info.fingerprint = Some(print);
         if let Ok(mut opened) = self.opened.lock() {
             opened.insert(
                 table.to_string(),

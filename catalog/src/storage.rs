@@ -53,6 +53,9 @@ pub struct ListedFile {
     pub size: u64,
     /// Why the name cannot be read as a file (a dangling symbolic link), if it cannot.
     pub broken: Option<String>,
+    /// What changes when the file is rewritten: the modification time locally, the ETag
+    /// (else the modification time) on S3. Part of a table's fingerprint.
+    pub version: Option<String>,
 }
 
 /// S3 settings beyond the environment. The client is configured by the AWS environment
@@ -261,6 +264,11 @@ impl Root {
                             location: m.location.to_string(),
                             size: m.size,
                             broken: None,
+                            version: Some(
+                                m.e_tag
+                                    .clone()
+                                    .unwrap_or_else(|| m.last_modified.to_rfc3339()),
+                            ),
                         })
                         .collect::<Vec<_>>())
                 }
@@ -671,6 +679,10 @@ fn local_parquet_files(dir: &Path) -> Result<Vec<ListedFile>, StorageError> {
                     location,
                     size: meta.len(),
                     broken: None,
+                    version: meta.modified().ok().and_then(|t| {
+                        let d = t.duration_since(std::time::UNIX_EPOCH).ok()?;
+                        Some(d.as_nanos().to_string())
+                    }),
                 }),
                 Ok(_) => {}
                 Err(e) if name.ends_with(".parquet") => {
@@ -679,6 +691,7 @@ fn local_parquet_files(dir: &Path) -> Result<Vec<ListedFile>, StorageError> {
                     out.push(ListedFile {
                         location,
                         size: 0,
+                        version: None,
                         broken: Some(if dangling {
                             "a symbolic link to a missing file".to_string()
                         } else {

@@ -78,6 +78,14 @@ impl Access {
         })))
     }
 
+    /// A hash of the principal's name and rules: the plan cache's policy fingerprint (a plan
+    /// made under other rules is not reused).
+    pub fn fingerprint(&self) -> String {
+        use sha2::{Digest, Sha256};
+        let text = format!("{}\n{:?}", self.principal, self.rules);
+        hex::encode(&Sha256::digest(text.as_bytes())[..16])
+    }
+
     /// Whether the principal may read everything (its rules hide nothing).
     pub fn sees_everything(&self) -> bool {
         let r = &self.rules;

@@ -60,19 +60,55 @@ pub struct Noted {
     pub skipped: Vec<SkippedFile>,
     /// A table was read with a filter or a mask of the caller's policy (`access_filtered`).
     pub access_filtered: bool,
-    /// Each table opened, once: name, files and their bytes (EXPLAIN's `sources`).
-    pub opened: Vec<(String, u64, u64)>,
+    /// Each table opened, once (EXPLAIN's `sources`, the plan cache's source fingerprint).
+    pub opened: Vec<Opened>,
+}
+
+/// A table a statement opened: its files as listed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Opened {
+    pub table: String,
+    /// (location, size) of each file read, sorted.
+    pub files: Vec<(String, u64)>,
+    /// The fingerprint of the listing it was opened from; `None`: not fingerprinted (a Delta
+    /// or application table), so a plan reading it is not cached.
+    pub fingerprint: Option<String>,
+}
+
+impl Opened {
+    pub fn bytes(&self) -> u64 {
+        self.files.iter().map(|(_, b)| b).sum()
+    }
 }
 
 /// Runs `statement` (in this task), with what the tables it opened noted, so its answer can
 /// list the files skipped and say whether it was access-filtered.
 pub async fn noting<F: Future>(statement: F) -> (F::Output, Noted) {
-    NOTED
+    let (out, noted) = NOTED
         .scope(RefCell::new(Noted::default()), async {
             let out = statement.await;
             (out, NOTED.with(|s| s.take()))
         })
-        .await
+        .await;
+    // A statement noting around this one (EXPLAIN ANALYZE, a trace) notes the same tables.
+    let _ = NOTED.try_with(|outer| outer.borrow_mut().merge(&noted));
+    (out, noted)
+}
+
+impl Noted {
+    fn merge(&mut self, other: &Noted) {
+        self.access_filtered |= other.access_filtered;
+        for o in &other.opened {
+            if !self.opened.iter().any(|s| s.table == o.table) {
+                self.opened.push(o.clone());
+            }
+        }
+        for f in &other.skipped {
+            if !self.skipped.contains(f) {
+                self.skipped.push(f.clone());
+            }
+        }
+    }
 }
 
 /// Notes the files `table` was read without and its restriction, for [`noting`].
@@ -80,10 +116,12 @@ pub(crate) fn note(table: &TableInfo) {
     let _ = NOTED.try_with(|s| {
         let mut s = s.borrow_mut();
         s.access_filtered |= table.restriction.is_some();
-        if !s.opened.iter().any(|(n, _, _)| *n == table.name) {
-            let files = table.files.len() as u64;
-            s.opened
-                .push((table.name.clone(), files, table.total_bytes()));
+        if !s.opened.iter().any(|o| o.table == table.name) {
+            s.opened.push(Opened {
+                table: table.name.clone(),
+                files: table.files.clone(),
+                fingerprint: table.fingerprint.clone(),
+            });
         }
         for f in &table.skipped {
             if !s.skipped.contains(f) {
@@ -168,6 +206,7 @@ impl Catalog for ApplicationCatalog {
                 files: Vec::new(),
                 skipped: Vec::new(),
                 restriction: None,
+                fingerprint: None,
             });
         }
         let t = self.dataset.table(ctx, name).await?;

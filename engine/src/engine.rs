@@ -24,6 +24,8 @@ use crate::lower::funnel::{lower_funnel, lower_sequence};
 use crate::lower::retrieve::lower_retrieve;
 use crate::lower::time::parse_timestamp;
 use crate::lower::{Limits, Lowered};
+use crate::plan_cache::{Outcome, PlanCacheKey, SourceFingerprint};
+use crate::record::{staged, staged_sync};
 use crate::syntax::ast::{ContextQuery, DescribeQuery, RetrieveQuery, Source, Statement};
 use crate::syntax::parse;
 
@@ -38,6 +40,13 @@ pub struct EngineOptions {
     /// The principal every statement runs as, when `policy.toml` governs the dataset
     /// (`--principal`; docs/policy.md). `None`: the policy's `default` principal.
     pub principal: Option<String>,
+    /// The plan cache of a long-running server, shared by its engines; `None`: plans are made
+    /// for every statement (docs/runtime.md).
+    pub plan_cache: Option<Arc<PlanCache>>,
+    /// Write a trace of every run (`--trace`; also `[trace] enabled` in signalql.toml).
+    pub trace: bool,
+    /// Where the engine answers, for its traces: `cli`, `mcp`, `serve`; empty: `api`.
+    pub surface: &'static str,
 }
 
 /// What a statement returns.
@@ -55,7 +64,17 @@ pub struct Engine {
     catalog: Box<dyn Catalog>,
     exec: Executor,
     now: Option<DateTime<Utc>>,
+    plan_cache: Option<Arc<PlanCache>>,
+    /// A hash of the principal's rules (the plan cache's policy fingerprint).
+    policy_fingerprint: String,
+    /// The engine's trace folder: written when `tracing`, read for simulate and statistics.
+    tracer: Arc<crate::trace::Tracer>,
+    tracing: bool,
+    surface: &'static str,
 }
+
+/// The plan cache of a server's engines (engine/src/plan_cache.rs).
+pub type PlanCache = crate::plan_cache::PlanCache<Compiled>;
 
 /// A compiled query: its AST, logical plan and the SQL DataFusion's unparser gives for it.
 pub struct Compiled {
@@ -67,7 +86,7 @@ pub struct Compiled {
     /// A table it reads is filtered or masked for the caller (policy.toml).
     pub access_filtered: bool,
     /// The tables it reads: name, files, bytes.
-    pub sources: Vec<(String, u64, u64)>,
+    pub sources: Vec<crate::catalog::Opened>,
 }
 
 impl Engine {
@@ -90,10 +109,16 @@ impl Engine {
         let (access, limits) = governed(&dataset, &options)?;
         let session = crate::session::from_application(&ctx);
         let root = dataset.root().clone();
+        let runtime = Runtime::of(&dataset, &options, access.as_deref());
         Ok(Engine {
             catalog: policed(Box::new(ApplicationCatalog::new(dataset)), access),
             exec: Executor::new(session, limits).with_root(root),
             now: options.now,
+            plan_cache: options.plan_cache,
+            policy_fingerprint: runtime.policy_fingerprint,
+            tracer: runtime.tracer,
+            tracing: runtime.tracing,
+            surface: runtime.surface,
         })
     }
 
@@ -102,10 +127,16 @@ impl Engine {
         let (access, limits) = governed(&dataset, &options)?;
         let session = crate::session::for_dataset(&dataset, &limits)?;
         let root = dataset.root().clone();
+        let runtime = Runtime::of(&dataset, &options, access.as_deref());
         Ok(Engine {
             catalog: policed(Box::new(dataset), access),
             exec: Executor::new(session, limits).with_root(root),
             now: options.now,
+            plan_cache: options.plan_cache,
+            policy_fingerprint: runtime.policy_fingerprint,
+            tracer: runtime.tracer,
+            tracing: runtime.tracing,
+            surface: runtime.surface,
         })
     }
 
@@ -157,7 +188,8 @@ impl Engine {
 
     /// Lower a parsed statement without running it, with the SQL the plan unparses to.
     pub async fn compile_statement(&self, statement: Statement) -> Result<Compiled> {
-        let (lowered, noted) = noting(self.lower_statement(&statement)).await;
+        // Boxed, as the statements of answer_statement are.
+        let (lowered, noted) = noting(Box::pin(self.lower_statement(&statement))).await;
         let lowered = lowered?;
         let sql = plan_sql(&lowered.plan);
         Ok(Compiled {
@@ -177,22 +209,25 @@ impl Engine {
         Ok(match statement {
             Statement::Retrieve(q) => self.lower_retrieve(q).await?,
             Statement::Funnel(q) => {
-                let bound = self.binder()?.funnel(q).await?;
-                lower_funnel(q, &bound.view, &bound.input(limits))?
+                let bound = staged("bind", self.binder()?.funnel(q)).await?;
+                staged_sync("lower", || {
+                    lower_funnel(q, &bound.view, &bound.input(limits))
+                })?
             }
             Statement::Sequence(q) => {
-                let bound = self.binder()?.sequence(q).await?;
-                lower_sequence(q, &bound.view, &bound.input(limits))?
+                let bound = staged("bind", self.binder()?.sequence(q)).await?;
+                staged_sync("lower", || {
+                    lower_sequence(q, &bound.view, &bound.input(limits))
+                })?
             }
             Statement::FindObject(q) => {
                 let t = match &q.as_of {
                     Some(ts) => parse_timestamp(ts)?,
                     None => self.now()?,
                 };
-                let mut l =
-                    crate::context::find::plan(self.session(), self.catalog.as_ref(), q, t, limits)
-                        .await
-                        .map_err(|e| e.at(q.span))?;
+                let find =
+                    crate::context::find::plan(self.session(), self.catalog.as_ref(), q, t, limits);
+                let mut l = staged("bind", find).await.map_err(|e| e.at(q.span))?;
                 l.as_of = t;
                 l
             }
@@ -217,8 +252,10 @@ impl Engine {
     /// A retrieve query; the metrics it names add their records to `metadata.metrics`, and
     /// `FROM metric(m)` names its value column `metric_value`.
     async fn lower_retrieve(&self, q: &RetrieveQuery) -> Result<Lowered> {
-        let bound = self.binder()?.retrieve(q).await?;
-        let mut lowered = lower_retrieve(&bound.view, &bound.input(self.limits()))?;
+        let bound = staged("bind", self.binder()?.retrieve(q)).await?;
+        let mut lowered = staged_sync("lower", || {
+            lower_retrieve(&bound.view, &bound.input(self.limits()))
+        })?;
         let registry = &bound.registry;
         for name in &bound.metrics {
             for m in registry.closure(name) {
@@ -234,75 +271,169 @@ impl Engine {
         Ok(lowered)
     }
 
-    /// `EXPLAIN q`: the plan of the statement, nothing run (engine/src/explain.rs).
+    /// `EXPLAIN q`: the plan of the statement, nothing run; `EXPLAIN ANALYZE q`: the plan, then
+    /// the statement run, with what it did (engine/src/explain.rs).
     pub async fn explain(
         &self,
         q: &crate::syntax::ast::ExplainQuery,
     ) -> Result<crate::explain::Explained> {
-        use crate::explain::{Estimate, Explained, SourceInfo};
-        if q.analyze {
-            return Err(Error::capability("EXPLAIN ANALYZE", "engine"));
-        }
+        self.traced(&q.to_string(), self.explain_untraced(q)).await
+    }
+
+    async fn explain_untraced(
+        &self,
+        q: &crate::syntax::ast::ExplainQuery,
+    ) -> Result<crate::explain::Explained> {
         let statement = match q.statement.as_ref() {
             // A WATCH's plan is its query's.
             Statement::Watch(w) => Statement::Retrieve((*w.query).clone()),
             s => s.clone(),
         };
-        let (plan, sql, sources, filtered, spec) = match &statement {
-            Statement::Describe(_) | Statement::ExplainContext(_) | Statement::Explain(_) => {
+        let mut explained = self.plan_of(&statement).await?;
+        if q.analyze {
+            self.analyze(statement, &mut explained).await?;
+        }
+        Ok(explained)
+    }
+
+    /// The EXPLAIN object of `statement`, made without running it.
+    async fn plan_of(&self, statement: &Statement) -> Result<crate::explain::Explained> {
+        use crate::explain::{Explained, sources_and_scan_estimate};
+        let state = self.session().state();
+        let show = |p: &LogicalPlan| p.display_indent().to_string();
+        let (logical, physical, sql, noted) = match statement {
+            Statement::ExplainContext(_) | Statement::Explain(_) => {
                 return Err(Error::type_error(
-                    "EXPLAIN shows the plan of a query, FUNNEL, FIND or CONTEXT FOR; DESCRIBE \
-                     and EXPLAIN CONTEXT read the catalog and the context store and have none",
+                    "EXPLAIN shows the plan of a query, FUNNEL, FIND, DESCRIBE or CONTEXT FOR; \
+                     EXPLAIN CONTEXT reads the context store and has none",
                 ));
+            }
+            Statement::Describe(d) => {
+                // DESCRIBE's plans are made, not run (each gives no rows); plans that depend
+                // on the rows of an earlier one (the types of DESCRIBE entity(…)) are not shown.
+                let dry = crate::record::Recording {
+                    dry: true,
+                    ..Default::default()
+                };
+                let ((described, noted), rec) =
+                    crate::record::recording_with(dry, noting(self.describe_envelope(d))).await;
+                if rec.runs.is_empty() {
+                    described?;
+                }
+                let logical = match rec.runs.len() {
+                    0 => format!("{statement} reads the catalog's records and runs no plan"),
+                    _ => rec
+                        .runs
+                        .iter()
+                        .enumerate()
+                        .map(|(i, r)| {
+                            let text = r.logical.as_ref().map(show).unwrap_or_default();
+                            format!("-- plan {i}\n{text}")
+                        })
+                        .collect::<Vec<_>>()
+                        .join("\n\n"),
+                };
+                let physical = rec.runs.into_iter().map(|r| r.physical).collect();
+                (logical, physical, None, noted)
             }
             Statement::ContextTask(c) => {
                 let (plan, noted) = noting(self.lower_context(c)).await;
-                (plan?, None, noted.opened, noted.access_filtered, "0.5")
+                let plan = plan?;
+                let physical = crate::execute::physical_plan(&state, &plan).await?;
+                (show(&plan), vec![physical], None, noted)
             }
             s => {
-                let spec = if matches!(s, Statement::FindObject(_)) {
-                    "0.5"
-                } else {
-                    "0.3"
-                };
                 let c = self.compile_statement(s.clone()).await?;
-                (
-                    c.lowered.plan,
-                    c.sql.ok(),
-                    c.sources,
-                    c.access_filtered,
-                    spec,
-                )
+                let physical = crate::execute::physical_plan(&state, &c.lowered.plan).await?;
+                let noted = crate::catalog::Noted {
+                    skipped: c.skipped,
+                    access_filtered: c.access_filtered,
+                    opened: c.sources,
+                };
+                (show(&c.lowered.plan), vec![physical], c.sql.ok(), noted)
             }
         };
-        let physical = crate::execute::physical_plan(&self.session().state(), &plan).await?;
-        let stats = datafusion::physical_plan::StatisticsContext::default().compute(
-            physical.as_ref(),
-            &datafusion::physical_plan::StatisticsArgs::new(),
-        )?;
-        let known = |v: Option<&usize>| v.map(|n| *n as u64).filter(|_| !filtered);
+        let filtered = noted.access_filtered;
+        let (sources, mut estimate) =
+            sources_and_scan_estimate(&state, &physical, &noted.opened, filtered).await?;
+        if let [one] = physical.as_slice()
+            && !filtered
+        {
+            let stats = datafusion::physical_plan::StatisticsContext::default().compute(
+                one.as_ref(),
+                &datafusion::physical_plan::StatisticsArgs::new(),
+            )?;
+            estimate.rows = stats.num_rows.get_value().map(|n| *n as u64);
+            estimate.bytes = stats.total_byte_size.get_value().map(|n| *n as u64);
+        }
+        let physical_plan = physical
+            .iter()
+            .map(|p| {
+                datafusion::physical_plan::displayable(p.as_ref())
+                    .indent(true)
+                    .to_string()
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
         Ok(Explained {
-            spec_version: spec.into(),
+            spec_version: crate::forms::runtime_forms(),
             canonical_query: statement.to_string(),
-            sources: sources
-                .into_iter()
-                .map(|(table, files, bytes)| SourceInfo {
-                    table,
-                    files: Some(files).filter(|_| !filtered),
-                    bytes: Some(bytes).filter(|_| !filtered),
-                })
-                .collect(),
-            logical_plan: plan.display_indent().to_string(),
-            physical_plan: datafusion::physical_plan::displayable(physical.as_ref())
-                .indent(true)
-                .to_string(),
+            sources,
+            logical_plan: logical,
+            physical_plan,
             sql,
-            estimate: Estimate {
-                rows: known(stats.num_rows.get_value()),
-                bytes: known(stats.total_byte_size.get_value()),
-            },
+            estimate,
             limits: self.limits().to_json(),
+            operators: None,
+            pruning: None,
+            actual: None,
+            unknown: Default::default(),
         })
+    }
+
+    /// Runs `statement` and adds to its EXPLAIN object what the run did.
+    async fn analyze(
+        &self,
+        statement: Statement,
+        explained: &mut crate::explain::Explained,
+    ) -> Result<()> {
+        let pool = Arc::clone(&self.session().runtime_env().memory_pool);
+        let peak = datafusion::execution::memory_pool::PeakRecordingPool::from_pool(pool.as_ref());
+        if let Some(p) = peak {
+            p.reset_peak();
+        }
+        let start = std::time::Instant::now();
+        // Boxed: answering a statement may be answering an EXPLAIN.
+        let ((answer, noted), rec) =
+            crate::record::recording(noting(Box::pin(self.answer_statement(statement)))).await;
+        let answer = answer?;
+        let elapsed_ms = start.elapsed().as_secs_f64() * 1e3;
+        let rows = match &answer {
+            Answer::Envelope(e) => e.rows.len(),
+            Answer::Bundle(b) => b.items.len(),
+            Answer::Explanation(x) => x.items.len(),
+            Answer::Plan(_) => 0,
+        } as u64;
+        let filtered = noted.access_filtered;
+        let scanned = rec
+            .runs
+            .iter()
+            .map(|r| crate::execute::scan_metrics(r.physical.as_ref()))
+            .fold((0, 0), |(a, b), (c, d)| (a + c, b + d));
+        let known = |v: u64| Some(v).filter(|_| !filtered);
+        explained.actual = Some(crate::explain::Actual {
+            rows,
+            bytes: rec.runs.iter().map(|r| r.bytes).sum(),
+            scanned_rows: known(scanned.0),
+            scanned_bytes: known(scanned.1),
+            elapsed_ms,
+            plan_ms: rec.runs.iter().map(|r| r.plan_ms).sum(),
+            execute_ms: rec.runs.iter().map(|r| r.execute_ms).sum(),
+            peak_memory_bytes: peak.map(|p| p.peak_reserved() as u64),
+        });
+        explained.operators = Some(crate::explain::operators(&rec.runs));
+        explained.pruning = Some(crate::explain::pruning(&rec.runs));
+        Ok(())
     }
 
     /// The physical plan DataFusion makes for a compiled query, as indented text.
@@ -322,21 +453,31 @@ impl Engine {
     /// Run any statement: analytics give an envelope, `CONTEXT FOR` a bundle (computed and kept
     /// in the context store), `EXPLAIN CONTEXT` the stored explanation.
     pub async fn answer(&self, text: &str) -> Result<Answer> {
-        self.answer_statement(parse(text)?).await
+        self.traced(text, async {
+            let statement = staged_sync("parse", || parse(text))?;
+            self.answer_statement(statement).await
+        })
+        .await
     }
 
     /// [`Engine::answer`] for a parsed statement.
     pub async fn answer_statement(&self, statement: Statement) -> Result<Answer> {
+        // Each kind's future is boxed: they are large, and a debug build's poll of a future
+        // holding them inline takes a stack frame of their size (the 2 MiB of a test thread).
         match statement {
-            Statement::ContextTask(q) => Ok(Answer::Bundle(Box::new(self.context(&q).await?))),
-            Statement::Explain(q) => Ok(Answer::Plan(Box::new(self.explain(&q).await?))),
+            Statement::ContextTask(q) => {
+                Ok(Answer::Bundle(Box::new(Box::pin(self.bundle(&q)).await?)))
+            }
+            Statement::Explain(q) => Ok(Answer::Plan(Box::new(
+                Box::pin(self.explain_untraced(&q)).await?,
+            ))),
             Statement::ExplainContext(e) => Ok(Answer::Explanation(Box::new(
-                self.explain_context(&e.address)
+                Box::pin(self.stored_explanation(&e.address))
                     .await
                     .map_err(|err| err.at(e.span))?,
             ))),
             statement => Ok(Answer::Envelope(Box::new(
-                self.query_statement(statement).await?,
+                Box::pin(self.query_statement(statement)).await?,
             ))),
         }
     }
@@ -344,6 +485,10 @@ impl Engine {
     /// Compute the bundle for `CONTEXT FOR "task" …` and keep it in the context store (the first
     /// record for an address wins; the returned bundle is the one computed now).
     pub async fn context(&self, q: &ContextQuery) -> Result<Bundle> {
+        self.traced(&q.to_string(), self.bundle(q)).await
+    }
+
+    async fn bundle(&self, q: &ContextQuery) -> Result<Bundle> {
         let build =
             crate::context::build::bundle(self.catalog.as_ref(), &self.exec, q, self.now()?);
         let (bundle, noted) = noting(build).await;
@@ -368,6 +513,11 @@ impl Engine {
     /// For a caller a policy restricts, only a bundle whose every item it may see, with the
     /// rejections it may see (docs/policy.md).
     pub async fn explain_context(&self, address: &str) -> Result<Explanation> {
+        let text = format!("EXPLAIN CONTEXT {address}");
+        self.traced(&text, self.stored_explanation(address)).await
+    }
+
+    async fn stored_explanation(&self, address: &str) -> Result<Explanation> {
         let x = crate::context::store::get(self.dataset().context_store(), address)?.explanation;
         if self.catalog.access().is_none_or(|a| a.sees_everything()) {
             return Ok(x);
@@ -388,7 +538,8 @@ impl Engine {
     /// Every catalog record of the dataset: events, entities, relationships, signals and
     /// metrics, skipping the tables it does not have.
     pub async fn describe_all(&self) -> Result<Envelope> {
-        self.describer()?.all().await
+        self.traced("DESCRIBE", async { self.describer()?.all().await })
+            .await
     }
 
     /// The catalog records of one DESCRIBE target.
@@ -401,7 +552,11 @@ impl Engine {
 
     /// Run one query and return its envelope.
     pub async fn query(&self, text: &str) -> Result<Envelope> {
-        self.query_statement(parse(text)?).await
+        self.traced(text, async {
+            let statement = staged_sync("parse", || parse(text))?;
+            self.query_statement(statement).await
+        })
+        .await
     }
 
     /// [`Engine::query`] for a parsed statement.
@@ -420,16 +575,72 @@ impl Engine {
     /// Run one analytics query: its envelope and its rows as Arrow batches (at most the
     /// envelope's rows, columns named as in the envelope), for Parquet output.
     pub async fn query_batches(&self, text: &str) -> Result<(Envelope, Vec<RecordBatch>)> {
-        self.batches_of(parse(text)?).await
+        self.traced(text, async {
+            let statement = staged_sync("parse", || parse(text))?;
+            self.batches_of(statement).await
+        })
+        .await
     }
 
     async fn batches_of(&self, statement: Statement) -> Result<(Envelope, Vec<RecordBatch>)> {
         match statement {
             Statement::Watch(w) => Err(watch_is_a_loop().at(w.span)),
             statement => {
-                self.run_with_batches(&self.compile_statement(statement).await?)
-                    .await
+                let (compiled, outcome) = self.compile_cached(statement).await?;
+                let (mut envelope, batches) = self.run_with_batches(&compiled).await?;
+                envelope.metadata.plan_cache = outcome.as_str().into();
+                Ok((envelope, batches))
             }
+        }
+    }
+
+    /// The compiled statement: from the plan cache when the engine has one and an entry for
+    /// the statement whose sources are unchanged (docs/runtime.md), else compiled now.
+    async fn compile_cached(&self, statement: Statement) -> Result<(Arc<Compiled>, Outcome)> {
+        let Some(cache) = &self.plan_cache else {
+            return Ok((
+                Arc::new(Box::pin(self.compile_statement(statement)).await?),
+                Outcome::Bypass,
+            ));
+        };
+        let key = PlanCacheKey {
+            canonical_query: statement.to_string(),
+            policy_fingerprint: self.policy_fingerprint.clone(),
+            principal: self.principal().map(str::to_string),
+            limits: self.limits().to_json().to_string(),
+            parser_version: crate::plan_cache::PARSER_VERSION.into(),
+            planner_version: crate::plan_cache::PLANNER_VERSION.into(),
+            t: crate::lower::time::rfc3339(self.now()?),
+        };
+        if let Some((compiled, sources)) = cache.get(&key) {
+            let current = sources.iter().all(|s| {
+                self.dataset()
+                    .fingerprint(&s.table)
+                    .is_ok_and(|f| f.as_deref() == Some(s.fingerprint.as_str()))
+            });
+            if current {
+                cache.hit(&key);
+                return Ok((compiled, Outcome::Hit));
+            }
+            cache.remove(&key);
+        }
+        let compiled = Arc::new(Box::pin(self.compile_statement(statement)).await?);
+        let sources: Option<Vec<SourceFingerprint>> = compiled
+            .sources
+            .iter()
+            .map(|o| {
+                o.fingerprint.clone().map(|fingerprint| SourceFingerprint {
+                    table: o.table.clone(),
+                    fingerprint,
+                })
+            })
+            .collect();
+        match sources {
+            Some(sources) => {
+                cache.put(key, sources, Arc::clone(&compiled));
+                Ok((compiled, Outcome::Miss))
+            }
+            None => Ok((compiled, Outcome::Bypass)),
         }
     }
 
@@ -439,13 +650,15 @@ impl Engine {
             Ok(c) => c,
             Err(e) => return Err(self.name_unreadable_file(e).await),
         };
-        let (mut envelope, batches) = crate::envelope::analytics(
-            lowered,
-            &capped,
-            compiled.sql.as_deref().ok(),
-            &self.dataset().config().units,
-            self.limits(),
-        )?;
+        let (mut envelope, batches) = staged_sync("envelope", || {
+            crate::envelope::analytics(
+                lowered,
+                &capped,
+                compiled.sql.as_deref().ok(),
+                &self.dataset().config().units,
+                self.limits(),
+            )
+        })?;
         envelope.metadata.skipped_files = compiled.skipped.clone();
         if compiled.access_filtered {
             envelope.metadata.access_filtered = true;
@@ -526,6 +739,271 @@ impl Engine {
             }
         }
         err
+    }
+}
+
+/// What an engine needs beside its catalog and session for the runtime seams: the policy
+/// fingerprint of its principal, its tracer, its surface.
+struct Runtime {
+    policy_fingerprint: String,
+    tracer: Arc<crate::trace::Tracer>,
+    tracing: bool,
+    surface: &'static str,
+}
+
+impl Runtime {
+    fn of(
+        dataset: &Dataset,
+        options: &EngineOptions,
+        access: Option<&crate::access::Access>,
+    ) -> Runtime {
+        let config = &dataset.config().trace;
+        let (folder, rel) = match config.folder.as_deref() {
+            Some(f) if std::path::Path::new(f).is_absolute() => {
+                (signalql_catalog::Root::Local(f.into()), ".".to_string())
+            }
+            Some(f) => (dataset.root().clone(), f.trim_end_matches('/').to_string()),
+            None => (dataset.root().clone(), crate::trace::FOLDER.to_string()),
+        };
+        Runtime {
+            policy_fingerprint: access.map_or_else(|| "none".into(), |a| a.fingerprint()),
+            tracer: Arc::new(crate::trace::Tracer::new(folder, rel)),
+            tracing: options.trace || config.enabled,
+            surface: match options.surface {
+                "" => "api",
+                s => s,
+            },
+        }
+    }
+}
+
+/// What a trace records of an answer.
+pub trait Answered {
+    /// Rows of the answer: the envelope's rows, the bundle's items, DESCRIBE's records.
+    fn rows(&self) -> u64;
+    /// Tokens of a bundle's items.
+    fn tokens(&self) -> Option<u64> {
+        None
+    }
+    /// The envelope's plan-cache outcome.
+    fn plan_cache(&self) -> Option<&str> {
+        None
+    }
+}
+
+impl Answered for Envelope {
+    fn rows(&self) -> u64 {
+        self.rows.len() as u64
+    }
+    fn plan_cache(&self) -> Option<&str> {
+        Some(&self.metadata.plan_cache)
+    }
+}
+
+impl Answered for (Envelope, Vec<RecordBatch>) {
+    fn rows(&self) -> u64 {
+        self.0.rows()
+    }
+    fn plan_cache(&self) -> Option<&str> {
+        self.0.plan_cache()
+    }
+}
+
+impl Answered for Bundle {
+    fn rows(&self) -> u64 {
+        self.items.len() as u64
+    }
+    fn tokens(&self) -> Option<u64> {
+        Some(self.metadata.budget.used)
+    }
+}
+
+impl Answered for Explanation {
+    fn rows(&self) -> u64 {
+        self.items.len() as u64
+    }
+}
+
+impl Answered for crate::explain::Explained {
+    fn rows(&self) -> u64 {
+        self.actual.as_ref().map_or(0, |a| a.rows)
+    }
+}
+
+impl Answered for Answer {
+    fn rows(&self) -> u64 {
+        match self {
+            Answer::Envelope(e) => e.rows(),
+            Answer::Bundle(b) => b.rows(),
+            Answer::Explanation(x) => x.rows(),
+            Answer::Plan(p) => p.rows(),
+        }
+    }
+    fn tokens(&self) -> Option<u64> {
+        match self {
+            Answer::Bundle(b) => b.tokens(),
+            _ => None,
+        }
+    }
+    fn plan_cache(&self) -> Option<&str> {
+        match self {
+            Answer::Envelope(e) => e.plan_cache(),
+            _ => None,
+        }
+    }
+}
+
+impl Engine {
+    /// Runs `statement` (whose text is `text`) and, when the engine traces, writes its trace
+    /// (engine/src/trace.rs). A statement inside a traced one is not traced again.
+    async fn traced<T: Answered>(
+        &self,
+        text: &str,
+        statement: impl Future<Output = Result<T>>,
+    ) -> Result<T> {
+        // Boxed: a statement's future is large, and the CLI polls it on the main thread.
+        let statement = Box::pin(statement);
+        if !self.tracing || crate::record::active() {
+            return statement.await;
+        }
+        let tracer = self.tracer.as_ref();
+        let pool = Arc::clone(&self.session().runtime_env().memory_pool);
+        let peak = datafusion::execution::memory_pool::PeakRecordingPool::from_pool(pool.as_ref());
+        if let Some(p) = peak {
+            p.reset_peak();
+        }
+        let started = Utc::now();
+        let start = std::time::Instant::now();
+        let ((out, noted), rec) = crate::record::recording(noting(statement)).await;
+        let elapsed_ms = start.elapsed().as_secs_f64() * 1e3;
+        let peak = peak.map(|p| p.peak_reserved() as u64);
+        let trace =
+            Box::pin(self.trace_of(text, started, elapsed_ms, &out, &noted, rec, peak, tracer))
+                .await;
+        tracer.write(&trace);
+        out
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn trace_of<T: Answered>(
+        &self,
+        text: &str,
+        started: DateTime<Utc>,
+        elapsed_ms: f64,
+        out: &Result<T>,
+        noted: &crate::catalog::Noted,
+        rec: crate::record::Recording,
+        peak_memory_bytes: Option<u64>,
+        tracer: &crate::trace::Tracer,
+    ) -> crate::trace::Trace {
+        use crate::trace::{Span, Trace, TraceActual, TraceEstimate};
+        let state = self.session().state();
+        let physical: Vec<_> = rec.runs.iter().map(|r| Arc::clone(&r.physical)).collect();
+        // The estimate is made from the plans' metadata (their files' footers) as EXPLAIN
+        // makes it; a footer that cannot be read leaves it unknown.
+        let (_, scan) =
+            crate::explain::sources_and_scan_estimate(&state, &physical, &noted.opened, false)
+                .await
+                .unwrap_or_default();
+        let rows = match physical.as_slice() {
+            [one] => datafusion::physical_plan::StatisticsContext::default()
+                .compute(
+                    one.as_ref(),
+                    &datafusion::physical_plan::StatisticsArgs::new(),
+                )
+                .ok()
+                .and_then(|s| s.num_rows.get_value().map(|n| *n as u64)),
+            _ => None,
+        };
+        let (interval, samples) = tracer.predict(scan.scanned_rows);
+        let scanned = rec
+            .runs
+            .iter()
+            .map(|r| crate::execute::scan_metrics(r.physical.as_ref()))
+            .fold((0, 0), |(a, b), (c, d)| (a + c, b + d));
+        let end = |start: DateTime<Utc>, ms: f64| {
+            crate::lower::time::rfc3339(start + chrono::Duration::microseconds((ms * 1e3) as i64))
+        };
+        let mut spans = vec![Span {
+            id: "s0".into(),
+            parent_id: None,
+            name: "statement".into(),
+            start: crate::lower::time::rfc3339(started),
+            end: end(started, elapsed_ms),
+            elapsed_ms,
+            attrs: Default::default(),
+        }];
+        for (i, st) in rec.stages.into_iter().enumerate() {
+            spans.push(Span {
+                id: format!("s{}", i + 1),
+                parent_id: Some("s0".into()),
+                name: st.name.into(),
+                start: crate::lower::time::rfc3339(st.start),
+                end: end(st.start, st.elapsed_ms),
+                elapsed_ms: st.elapsed_ms,
+                attrs: st.attrs,
+            });
+        }
+        let (answer_rows, tokens, plan_cache, error) = match out {
+            Ok(a) => (
+                a.rows(),
+                a.tokens(),
+                a.plan_cache().unwrap_or("bypass").to_string(),
+                None,
+            ),
+            Err(e) => (0, None, "bypass".into(), Some(e.to_json()["error"].clone())),
+        };
+        spans[0].attrs.insert("rows".into(), answer_rows.into());
+        if let Some(t) = tokens {
+            spans[0].attrs.insert("tokens".into(), t.into());
+        }
+        Trace {
+            spec_version: crate::forms::runtime_forms(),
+            id: crate::trace::new_id(started),
+            statement: parse(text).map_or_else(|_| text.to_string(), |s| s.to_string()),
+            surface: self.surface.into(),
+            principal: self.principal().map(str::to_string),
+            started_at: crate::lower::time::rfc3339(started),
+            elapsed_ms,
+            plan_cache,
+            spans,
+            estimate: TraceEstimate {
+                rows,
+                scanned_rows: scan.scanned_rows,
+                scanned_bytes: scan.scanned_bytes,
+                elapsed_ms: interval,
+                based_on_samples: samples,
+            },
+            actual: TraceActual {
+                rows: answer_rows,
+                scanned_rows: scanned.0,
+                scanned_bytes: scanned.1,
+                elapsed_ms,
+                tokens,
+                peak_memory_bytes,
+            },
+            error,
+            unknown: Default::default(),
+        }
+    }
+
+    /// The estimator statistics over the traces in the engine's trace folder (`signalql
+    /// stats`); every field with zero samples when nothing was traced yet.
+    pub fn statistics(&self) -> crate::trace::Statistics {
+        crate::trace::statistics(&self.tracer.traces())
+    }
+
+    /// simulate: what `statement` would read and how long it would take, from metadata only
+    /// (docs/runtime.md).
+    pub async fn simulate(&self, statement: &Statement) -> Result<crate::explain::Simulation> {
+        let statement = match statement {
+            Statement::Explain(q) => q.statement.as_ref().clone(),
+            Statement::Watch(w) => Statement::Retrieve((*w.query).clone()),
+            s => s.clone(),
+        };
+        let plan = self.plan_of(&statement).await?;
+        let (elapsed_ms, samples) = self.tracer.predict(plan.estimate.scanned_rows);
+        Ok(crate::explain::Simulation::new(plan, elapsed_ms, samples))
     }
 }
 

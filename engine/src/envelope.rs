@@ -65,6 +65,15 @@ pub struct Metadata {
     pub signalql_version: String,
     pub engine_version: String,
     pub limits: Value,
+    /// How the plan was come by: reused from the server's plan cache (`hit`), made and cached
+    /// (`miss`), or made without the cache (`bypass`: the CLI, DESCRIBE, uncacheable tables;
+    /// docs/runtime.md).
+    #[serde(default = "bypass")]
+    pub plan_cache: String,
+}
+
+fn bypass() -> String {
+    "bypass".into()
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -100,6 +109,7 @@ impl Metadata {
             signalql_version: SIGNALQL_VERSION.into(),
             engine_version: env!("CARGO_PKG_VERSION").into(),
             limits: limits.to_json(),
+            plan_cache: bypass(),
         }
     }
 }

@@ -93,9 +93,28 @@ impl Executor {
         if secs == 0 {
             return Err(timed_out());
         }
+        let planning = std::time::Instant::now();
         let physical = physical_plan(state, plan).await?;
+        let plan_ms = planning.elapsed().as_secs_f64() * 1e3;
+        crate::record::stage("plan", planning, Default::default());
+        if crate::record::dry() {
+            crate::record::run(crate::record::Run {
+                physical: Arc::clone(&physical),
+                plan_ms,
+                execute_ms: 0.0,
+                rows: 0,
+                bytes: 0,
+                logical: Some(plan.clone()),
+            });
+            return Ok(Executed {
+                batches: Vec::new(),
+                physical,
+                scanned: (0, 0),
+            });
+        }
         failpoint_execute();
         failpoint_slow().await;
+        let running = std::time::Instant::now();
         let task = state.task_ctx();
         let run = collect(Arc::clone(&physical), task);
         let batches = match tokio::time::timeout(Duration::from_secs(secs), run).await {
@@ -107,6 +126,23 @@ impl Executor {
             Err(_) => return Err(timed_out()),
         };
         let scanned = scan_metrics(physical.as_ref());
+        let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
+        let mut attrs = serde_json::Map::new();
+        attrs.insert("rows".into(), rows.into());
+        attrs.insert("scanned_rows".into(), scanned.0.into());
+        attrs.insert("scanned_bytes".into(), scanned.1.into());
+        crate::record::stage("execute", running, attrs);
+        crate::record::run(crate::record::Run {
+            physical: Arc::clone(&physical),
+            plan_ms,
+            execute_ms: running.elapsed().as_secs_f64() * 1e3,
+            rows: rows as u64,
+            bytes: batches
+                .iter()
+                .map(RecordBatch::get_array_memory_size)
+                .sum::<usize>() as u64,
+            logical: None,
+        });
         Ok(Executed {
             batches,
             physical,
@@ -310,7 +346,7 @@ async fn read_whole(
 }
 
 /// Rows and bytes read by the scans (the leaves) of an executed plan.
-fn scan_metrics(plan: &dyn ExecutionPlan) -> (u64, u64) {
+pub(crate) fn scan_metrics(plan: &dyn ExecutionPlan) -> (u64, u64) {
     if plan.children().is_empty() {
         return plan.metrics().map_or((0, 0), |m| {
             let rows = m.output_rows().unwrap_or(0) as u64;

@@ -61,6 +61,20 @@ pub fn pool_bytes(limit: u64) -> usize {
     shared.saturating_sub(PROCESS_BYTES).max(limit / 2) as usize
 }
 
+/// DataFusion's pool for a memory limit (a greedy pool that names its largest consumers when
+/// it is exhausted, as `RuntimeEnvBuilder::with_memory_limit` makes), wrapped in a recorder of
+/// its peak reservation (EXPLAIN ANALYZE's and the traces' `peak_memory_bytes`).
+fn recording_pool(bytes: usize) -> Arc<dyn datafusion::execution::memory_pool::MemoryPool> {
+    use datafusion::execution::memory_pool::{
+        GreedyMemoryPool, PeakRecordingPool, TrackConsumersPool,
+    };
+    let tracked = TrackConsumersPool::new(
+        GreedyMemoryPool::new(bytes),
+        std::num::NonZeroUsize::new(5).expect("5 is not zero"),
+    );
+    Arc::new(PeakRecordingPool::new(Arc::new(tracked)))
+}
+
 /// A new session for `dataset`: the query memory pool of `limits`, the dataset's
 /// `[datafusion]` settings over DataFusion's defaults, signalql's functions and planner.
 pub fn for_dataset(dataset: &Dataset, limits: &Limits) -> Result<SessionContext> {
@@ -68,7 +82,7 @@ pub fn for_dataset(dataset: &Dataset, limits: &Limits) -> Result<SessionContext>
     // the runtime by default, so a long-lived engine (MCP server, WATCH) would never see
     // a file ingested after its first scan. The dataset lists each table per query anyway.
     let runtime = RuntimeEnvBuilder::new()
-        .with_memory_limit(pool_bytes(limits.query_memory_bytes), 1.0)
+        .with_memory_pool(recording_pool(pool_bytes(limits.query_memory_bytes)))
         .with_cache_manager(CacheManagerConfig::default().with_list_files_cache_limit(0))
         .build_arc()?;
     // DataFusion's defaults, then the dataset's `[datafusion]` settings. (Parquet filter

@@ -22,6 +22,7 @@ mod foreign;
 mod mcp;
 mod memory;
 mod module_cycles;
+mod plan_cache;
 mod policy;
 mod query_fuzz;
 mod s3;

@@ -114,7 +114,16 @@ async fn an_mcp_client_session_uses_every_tool() {
     names.sort();
     assert_eq!(
         names,
-        ["context", "describe", "explain_context", "format", "query"]
+        [
+            "context",
+            "describe",
+            "explain",
+            "explain_context",
+            "format",
+            "query",
+            "simulate",
+            "stats"
+        ]
     );
     for t in &tools {
         let schema = serde_json::to_value(&*t.input_schema).unwrap();
@@ -137,6 +146,40 @@ async fn an_mcp_client_session_uses_every_tool() {
     assert!(!err);
     assert_eq!(env["rows"], json!([[7304]]));
     assert_eq!(env["metadata"]["as_of"], "2026-06-13T00:00:00Z");
+    // The server keeps the plan: the same statement again (in another spelling of it) reuses
+    // it, and answers the same.
+    assert_eq!(env["metadata"]["plan_cache"], "miss");
+    let (err, again) = call(
+        &client,
+        "query",
+        json!({"query": r#"from events where event_name = "page_view" during last 7 d return count"#}),
+    )
+    .await;
+    assert!(!err);
+    assert_eq!(again["metadata"]["plan_cache"], "hit");
+    assert_eq!(again["rows"], env["rows"]);
+
+    // EXPLAIN ANALYZE through the explain tool: its actual rows are the answer's.
+    let (err, x) = call(
+        &client,
+        "explain",
+        json!({"query": r#"FROM events WHERE event_name = "page_view" DURING LAST 7 d RETURN count"#, "analyze": true}),
+    )
+    .await;
+    assert!(!err, "{x}");
+    assert_eq!(x["actual"]["rows"], 1);
+    assert!(x["operators"].as_array().is_some_and(|o| !o.is_empty()));
+    let (err, sim) = call(
+        &client,
+        "simulate",
+        json!({"query": r#"FROM events WHERE event_name = "page_view" RETURN count"#}),
+    )
+    .await;
+    assert!(!err, "{sim}");
+    assert!(sim["rows"].as_u64().is_some_and(|r| r > 0), "{sim}");
+    let (err, st) = call(&client, "stats", json!({"field": "elapsed_ms"})).await;
+    assert!(!err, "{st}");
+    assert_eq!(st["fields"][0]["field"], "elapsed_ms");
 
     let (err, env) = call(&client, "describe", json!({"target": "events"})).await;
     assert!(!err);

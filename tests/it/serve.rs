@@ -128,7 +128,16 @@ fn served_callers_see_what_their_tokens_allow() {
     let acme = &o["mcp_acme"];
     assert_eq!(
         acme["tools"],
-        serde_json::json!(["context", "describe", "explain_context", "format", "query"])
+        serde_json::json!([
+            "context",
+            "describe",
+            "explain",
+            "explain_context",
+            "format",
+            "query",
+            "simulate",
+            "stats"
+        ])
     );
     let r = &acme["results"];
     assert_eq!(r[0]["json"]["rows"], serde_json::json!([["acme", 126]]));

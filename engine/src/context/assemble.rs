@@ -83,6 +83,7 @@ pub fn assemble(
     .map(|(k, v)| (k.to_string(), v))
     .collect();
     let explanation = Explanation {
+        spec_version: crate::forms::context_forms(),
         context: id.clone(),
         canonical_query: canonical.clone(),
         as_of: as_of.clone(),
@@ -96,8 +97,10 @@ pub fn assemble(
             .into_iter()
             .map(|(object, reason)| Rejection { object, reason })
             .collect(),
+        unknown: Default::default(),
     };
     let bundle = Bundle {
+        spec_version: crate::forms::context_forms(),
         id,
         task: q.task.clone(),
         items,
@@ -117,7 +120,9 @@ pub fn assemble(
             stored_in: None,
             not_stored: None,
             access_filtered: false,
+            unknown: Default::default(),
         },
+        unknown: Default::default(),
     };
     (bundle, explanation)
 }

@@ -62,8 +62,9 @@ pub async fn bundle(
     now: DateTime<Utc>,
 ) -> Result<Bundle> {
     let as_of = q.as_of.as_ref().map(|ts| ts.0.clone());
-    let (plan, t) = plan(catalog, exec, q, now).await?;
+    let (plan, t) = crate::record::staged("bind", plan(catalog, exec, q, now)).await?;
     let decisions = exec::decode(&exec.run(&plan).await?.batches)?;
+    let packing = std::time::Instant::now();
     let graph = if q.with_evidence {
         let selected: HashMap<String, i64> = decisions
             .items
@@ -82,12 +83,17 @@ pub async fn bundle(
     if q.compress {
         bundle.metadata.compression_ratio = Some(compression_ratio(&bundle));
     }
+    let mut attrs = serde_json::Map::new();
+    attrs.insert("items".into(), bundle.items.len().into());
+    attrs.insert("tokens".into(), bundle.metadata.budget.used.into());
+    crate::record::stage("pack", packing, attrs);
     let store = catalog.dataset().context_store();
     bundle.metadata.stored_in = Some(store.display_of("contexts/"));
     let mut record = Record {
         spec_version: "0.5".into(),
         bundle,
         explanation,
+        unknown: Default::default(),
     };
     // A store signalql cannot write (a read-only root or lake) still answers: the bundle is
     // returned, and says it was not stored.

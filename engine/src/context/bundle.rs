@@ -51,6 +51,9 @@ pub struct Item {
     /// Present on an item COMPRESS shrank.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compression: Option<Compression>,
+    /// Fields this version does not know, kept on a round trip (engine/src/forms.rs).
+    #[serde(flatten, default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub unknown: crate::forms::Unknown,
 }
 
 /// How COMPRESS shrank an item: the fraction of the task terms in the representation that the
@@ -92,22 +95,34 @@ pub struct BundleMetadata {
     /// The caller's policy filtered what the bundle was built from (docs/policy.md).
     #[serde(default)]
     pub access_filtered: bool,
+    /// Fields this version does not know, kept on a round trip (engine/src/forms.rs).
+    #[serde(flatten, default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub unknown: crate::forms::Unknown,
 }
 
 /// A context bundle, with the spec's field names.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Bundle {
+    /// The version of signalql-v0.5-context.md the bundle's form follows.
+    #[serde(default = "crate::forms::context_forms")]
+    pub spec_version: String,
     pub id: String,
     pub task: String,
     pub items: Vec<Item>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub evidence: Option<Vec<Value>>,
     pub metadata: BundleMetadata,
+    /// Fields this version does not know, kept on a round trip (engine/src/forms.rs).
+    #[serde(flatten, default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub unknown: crate::forms::Unknown,
 }
 
 /// What `EXPLAIN CONTEXT` returns for a stored bundle.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Explanation {
+    /// The version of signalql-v0.5-context.md the explanation's form follows.
+    #[serde(default = "crate::forms::context_forms")]
+    pub spec_version: String,
     pub context: String,
     pub canonical_query: String,
     pub as_of: Option<String>,
@@ -118,6 +133,9 @@ pub struct Explanation {
     pub phases: BTreeMap<String, u64>,
     pub items: Vec<Value>,
     pub rejected: Vec<Rejection>,
+    /// Fields this version does not know, kept on a round trip (engine/src/forms.rs).
+    #[serde(flatten, default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub unknown: crate::forms::Unknown,
 }
 
 /// One object left out of a bundle, and why (`{"object": …, "reason": …}` in JSON).

@@ -332,6 +332,7 @@ pub fn decide(p: &PackParams, candidates: &[Candidate], edges: &[select::Edge]) 
             content_ref: rep.content_ref.clone(),
             content_hash: rep.content_hash.clone(),
             compression: None,
+            unknown: Default::default(),
         };
         let item = match squeezed {
             None => item,

@@ -12,9 +12,13 @@ use crate::error::{Error, Result};
 /// What the store keeps per address.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Record {
+    #[serde(default = "crate::forms::context_forms")]
     pub spec_version: String,
     pub bundle: Bundle,
     pub explanation: Explanation,
+    /// Fields this version does not know, kept on a round trip (engine/src/forms.rs).
+    #[serde(flatten, default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub unknown: crate::forms::Unknown,
 }
 
 /// `ctx_…` of a `context://ctx_…` address, if it is one (32 lower-case hex digits).
@@ -60,8 +64,23 @@ pub fn get(root: &Root, address: &str) -> Result<Record> {
         .read(&path(k))
         .map_err(|e| Error::io(format!("{address}: {e}")).caused_by(e))?
         .ok_or_else(unknown)?;
-    serde_json::from_slice(&text)
-        .map_err(|e| Error::io(format!("stored bundle {address} is unreadable: {e}")).caused_by(e))
+    let record: Record = crate::forms::read(
+        &format!("stored bundle {address}"),
+        &text,
+        crate::forms::CONTEXT_FORMS,
+    )?;
+    // The bundle and explanation inside are versioned too.
+    for (what, v) in [
+        ("bundle", &record.bundle.spec_version),
+        ("explanation", &record.explanation.spec_version),
+    ] {
+        crate::forms::check_version(
+            &format!("the {what} stored for {address}"),
+            &serde_json::json!({ "spec_version": v }),
+            crate::forms::CONTEXT_FORMS,
+        )?;
+    }
+    Ok(record)
 }
 
 #[cfg(test)]
@@ -85,15 +104,19 @@ mod tests {
             stored_in: None,
             not_stored: None,
             access_filtered: false,
+            unknown: Default::default(),
         };
         let bundle = Bundle {
+            spec_version: "0.5".into(),
             id: "context://ctx_0123456789abcdef0123456789abcdef".into(),
             task: task.into(),
             items: vec![],
             evidence: None,
             metadata,
+            unknown: Default::default(),
         };
         let explanation = Explanation {
+            spec_version: "0.5".into(),
             context: bundle.id.clone(),
             canonical_query: task.into(),
             as_of: None,
@@ -104,11 +127,13 @@ mod tests {
             phases: Default::default(),
             items: vec![],
             rejected: vec![],
+            unknown: Default::default(),
         };
         Record {
             spec_version: "0.5".into(),
             bundle,
             explanation,
+            unknown: Default::default(),
         }
     }
 
@@ -140,6 +165,51 @@ mod tests {
         ] {
             let e = get(&root, a).unwrap_err();
             assert_eq!(e.to_json()["error"]["code"], "unknown_context");
+        }
+    }
+
+    /// A record written by a later 0.x signalql, with fields this version does not know at
+    /// every level, is read and written back with them unchanged; a 1.x one is refused.
+    #[test]
+    fn stored_forms_keep_unknown_fields_and_refuse_a_newer_major() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = Root::Local(dir.path().to_path_buf());
+        let address = "context://ctx_0123456789abcdef0123456789abcdef";
+        let mut v = serde_json::to_value(record("later")).unwrap();
+        v["spec_version"] = "0.7".into();
+        v["written_by"] = serde_json::json!({"tool": "signalql 0.9"});
+        v["bundle"]["spec_version"] = "0.6".into();
+        v["bundle"]["signature"] = "sig".into();
+        v["bundle"]["metadata"]["region"] = "eu".into();
+        v["bundle"]["items"] = serde_json::json!([{
+            "object": "object://a@1", "representation": "body", "media_type": "text/plain",
+            "tokens": 3, "estimator": "chars-div-4-v1", "score": 1, "why": [], "path": [],
+            "state": "current", "origin": "authored", "trust": "verified",
+            "validation": "passed", "roles": ["body"], "content": "abc",
+            "content_hash": "h", "freshness": {"days": 2}
+        }]);
+        v["explanation"]["planner"] = serde_json::json!([1, 2]);
+        let text = serde_json::to_vec(&v).unwrap();
+        std::fs::create_dir_all(dir.path().join("contexts")).unwrap();
+        std::fs::write(dir.path().join(path(key(address).unwrap())), &text).unwrap();
+        let got = get(&root, address).unwrap();
+        assert_eq!(got.bundle.items[0].unknown["freshness"]["days"], 2);
+        assert_eq!(serde_json::to_value(&got).unwrap(), v);
+        // A newer major version, of the record or of the bundle inside, is refused.
+        for (at, version) in [("record", "1.0"), ("bundle", "2.1")] {
+            let mut newer = v.clone();
+            match at {
+                "record" => newer["spec_version"] = version.into(),
+                _ => newer["bundle"]["spec_version"] = version.into(),
+            }
+            std::fs::write(
+                dir.path().join(path(key(address).unwrap())),
+                serde_json::to_vec(&newer).unwrap(),
+            )
+            .unwrap();
+            let e = get(&root, address).unwrap_err();
+            assert_eq!(e.kind.code(), "io_error");
+            assert!(e.message.contains(version), "{}", e.message);
         }
     }
 }

@@ -152,7 +152,9 @@ impl Parser {
             return self.parse_context_task().map(Statement::ContextTask);
         }
         if self.is_kw("explain") {
-            if self.is_kw_at(1, "context") {
+            // EXPLAIN CONTEXT context://… explains a stored bundle; EXPLAIN CONTEXT FOR … is
+            // the plan of a CONTEXT FOR.
+            if self.is_kw_at(1, "context") && !self.is_kw_at(2, "for") {
                 return self.parse_explain_context().map(Statement::ExplainContext);
             }
             return self.parse_explain().map(Statement::Explain);

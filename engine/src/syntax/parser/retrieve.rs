@@ -7,8 +7,8 @@ use super::Parser;
 use crate::error::{Error, Result};
 use crate::syntax::ast::{
     DescribeQuery, DescribeTarget, Duration, ExplainQuery, FieldRef, FunnelOrder, FunnelQuery,
-    RetrieveQuery, SequenceQuery, Source, Span, TimeWindow, Timestamp, Traverse, Trend, TrendDir,
-    WatchQuery, Window,
+    RetrieveQuery, SequenceQuery, Source, Span, Statement, TimeWindow, Timestamp, Traverse, Trend,
+    TrendDir, WatchQuery, Window,
 };
 use crate::syntax::lexer::TokenKind;
 
@@ -412,11 +412,20 @@ impl Parser {
         })
     }
 
-    /// explain_query ::= "EXPLAIN" "ANALYZE"? analytics_query
+    /// explain_query ::= "EXPLAIN" "ANALYZE"? ( analytics_query | find_object | context_task
+    ///                   | describe_query )
     pub(super) fn parse_explain(&mut self) -> Result<ExplainQuery> {
         self.expect_kw("explain")?;
         let analyze = self.eat_kw("analyze").is_some();
-        let statement = self.parse_analytics_query()?;
+        let statement = if self.is_kw("context") {
+            Statement::ContextTask(self.parse_context_task()?)
+        } else if self.is_kw("find") && self.is_kw_at(1, "object") {
+            Statement::FindObject(self.parse_find_object()?)
+        } else if self.is_kw("describe") {
+            Statement::Describe(self.parse_describe_query()?)
+        } else {
+            self.parse_analytics_query()?
+        };
         Ok(ExplainQuery {
             analyze,
             statement: Box::new(statement),
