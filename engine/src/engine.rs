@@ -289,9 +289,10 @@ impl Engine {
             Statement::Watch(w) => Statement::Retrieve((*w.query).clone()),
             s => s.clone(),
         };
-        let mut explained = self.plan_of(&statement).await?;
+        // Boxed, as the statements of answer_statement are.
+        let mut explained = Box::pin(self.plan_of(&statement)).await?;
         if q.analyze {
-            self.analyze(statement, &mut explained).await?;
+            Box::pin(self.analyze(statement, &mut explained)).await?;
         }
         Ok(explained)
     }
@@ -316,7 +317,8 @@ impl Engine {
                     ..Default::default()
                 };
                 let ((described, noted), rec) =
-                    crate::record::recording_with(dry, noting(self.describe_envelope(d))).await;
+                    crate::record::recording_with(dry, noting(Box::pin(self.describe_envelope(d))))
+                        .await;
                 if rec.runs.is_empty() {
                     described?;
                 }
@@ -337,13 +339,13 @@ impl Engine {
                 (logical, physical, None, noted)
             }
             Statement::ContextTask(c) => {
-                let (plan, noted) = noting(self.lower_context(c)).await;
+                let (plan, noted) = noting(Box::pin(self.lower_context(c))).await;
                 let plan = plan?;
                 let physical = crate::execute::physical_plan(&state, &plan).await?;
                 (show(&plan), vec![physical], None, noted)
             }
             s => {
-                let c = self.compile_statement(s.clone()).await?;
+                let c = Box::pin(self.compile_statement(s.clone())).await?;
                 let physical = crate::execute::physical_plan(&state, &c.lowered.plan).await?;
                 let noted = crate::catalog::Noted {
                     skipped: c.skipped,
@@ -430,6 +432,7 @@ impl Engine {
             plan_ms: rec.runs.iter().map(|r| r.plan_ms).sum(),
             execute_ms: rec.runs.iter().map(|r| r.execute_ms).sum(),
             peak_memory_bytes: peak.map(|p| p.peak_reserved() as u64),
+            unknown: Default::default(),
         });
         explained.operators = Some(crate::explain::operators(&rec.runs));
         explained.pruning = Some(crate::explain::pruning(&rec.runs));
@@ -557,6 +560,12 @@ impl Engine {
             self.query_statement(statement).await
         })
         .await
+    }
+
+    /// [`Engine::query_statement`], traced as [`Engine::query`] is (WATCH's polls).
+    pub async fn query_parsed(&self, statement: Statement) -> Result<Envelope> {
+        let text = statement.to_string();
+        self.traced(&text, self.query_statement(statement)).await
     }
 
     /// [`Engine::query`] for a parsed statement.
@@ -932,6 +941,7 @@ impl Engine {
             end: end(started, elapsed_ms),
             elapsed_ms,
             attrs: Default::default(),
+            unknown: Default::default(),
         }];
         for (i, st) in rec.stages.into_iter().enumerate() {
             spans.push(Span {
@@ -942,6 +952,7 @@ impl Engine {
                 end: end(st.start, st.elapsed_ms),
                 elapsed_ms: st.elapsed_ms,
                 attrs: st.attrs,
+                unknown: Default::default(),
             });
         }
         let (answer_rows, tokens, plan_cache, error) = match out {
@@ -973,6 +984,7 @@ impl Engine {
                 scanned_bytes: scan.scanned_bytes,
                 elapsed_ms: interval,
                 based_on_samples: samples,
+                unknown: Default::default(),
             },
             actual: TraceActual {
                 rows: answer_rows,
@@ -981,6 +993,7 @@ impl Engine {
                 elapsed_ms,
                 tokens,
                 peak_memory_bytes,
+                unknown: Default::default(),
             },
             error,
             unknown: Default::default(),

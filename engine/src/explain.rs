@@ -58,6 +58,8 @@ pub struct SourceInfo {
     /// Rows of the files the plan scans, from their footers; null when it scans none.
     #[serde(default)]
     pub rows: Option<u64>,
+    #[serde(flatten, default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub unknown: crate::forms::Unknown,
 }
 
 /// What the statement is expected to return and read, from metadata alone. Null where there is
@@ -76,6 +78,8 @@ pub struct Estimate {
     pub scanned_rows: Option<u64>,
     #[serde(default)]
     pub scanned_bytes: Option<u64>,
+    #[serde(flatten, default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub unknown: crate::forms::Unknown,
 }
 
 /// One operator of a plan that ran, with DataFusion's metrics summed over its partitions.
@@ -96,6 +100,8 @@ pub struct Operator {
     /// Peak memory the operator reserved (its partitions' peaks summed).
     pub memory_bytes: Option<u64>,
     pub spilled_bytes: Option<u64>,
+    #[serde(flatten, default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub unknown: crate::forms::Unknown,
 }
 
 /// The Parquet scans' pruning, summed over every scan of every plan that ran.
@@ -114,6 +120,8 @@ pub struct Pruning {
     /// Rows a pushed-down filter removed while decoding.
     pub pushdown_rows_pruned: u64,
     pub bytes_scanned: u64,
+    #[serde(flatten, default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub unknown: crate::forms::Unknown,
 }
 
 /// What the run did, beside each estimate.
@@ -134,6 +142,8 @@ pub struct Actual {
     /// the same time in one server share the pool); null when the session's pool does not
     /// record it (an application's own session).
     pub peak_memory_bytes: Option<u64>,
+    #[serde(flatten, default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub unknown: crate::forms::Unknown,
 }
 
 /// What simulate answers (context-runtime.md §6.2, as it applies to a query engine): what the
@@ -224,6 +234,7 @@ pub(crate) async fn sources_and_scan_estimate(
                 files: Some(o.files.len() as u64),
                 bytes: Some(o.bytes()),
                 rows,
+                unknown: Default::default(),
             }
         })
         .map(|s| match filtered {
@@ -268,6 +279,7 @@ pub(crate) fn operators(runs: &[Run]) -> Vec<Operator> {
             elapsed_ms: m.elapsed_compute().map(|ns| ns as f64 / 1e6),
             memory_bytes: sum(|v| matches!(v, MetricValue::PeakMemoryUsage { .. })),
             spilled_bytes: m.spilled_bytes().map(|v| v as u64),
+            unknown: Default::default(),
         });
         for c in plan.children() {
             walk(c.as_ref(), index, depth + 1, out);
@@ -425,4 +437,50 @@ pub fn render_simulation(s: &Simulation) -> String {
         out.push_str(&format!("note: {note}\n"));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// An EXPLAIN ANALYZE object from a later 0.x engine, with fields this one does not know at
+    /// every level, reads and writes back unchanged; a 1.x one is refused.
+    #[test]
+    fn the_explain_form_keeps_unknown_fields_and_refuses_a_newer_major() {
+        let v = json!({
+            "spec_version": "0.3",
+            "canonical_query": "FROM events\nRETURN count",
+            "sources": [{"table": "events", "files": 1, "bytes": 10, "rows": 5, "format": "parquet"}],
+            "logical_plan": "…", "physical_plan": "…", "sql": null,
+            "estimate": {"rows": 1, "bytes": null, "scanned_files": 1, "scanned_row_groups": 1,
+                         "scanned_rows": 5, "scanned_bytes": 9, "confidence": 0.5},
+            "limits": {"max_result_rows": 10000},
+            "operators": [{"plan": 0, "depth": 0, "name": "ProjectionExec", "detail": "x",
+                           "rows": 1, "bytes": 8, "elapsed_ms": 0.1, "memory_bytes": null,
+                           "spilled_bytes": null, "cpu_ns": 7}],
+            "pruning": {"files": 1, "files_pruned": 0, "row_groups": 1,
+                        "row_groups_pruned_statistics": 0, "row_groups_pruned_bloom_filter": 0,
+                        "pages_pruned": 0, "page_rows_pruned": 0, "pushdown_rows_pruned": 0,
+                        "bytes_scanned": 9, "dictionary_pruned": 2},
+            "actual": {"rows": 1, "bytes": 8, "scanned_rows": 5, "scanned_bytes": 9,
+                       "elapsed_ms": 1.5, "plan_ms": 0.5, "execute_ms": 1.0,
+                       "peak_memory_bytes": 64, "spill_files": 0},
+            "warnings": ["later"]
+        });
+        let text = serde_json::to_vec(&v).unwrap();
+        let x: Explained =
+            crate::forms::read("EXPLAIN", &text, crate::forms::RUNTIME_FORMS).unwrap();
+        assert_eq!(x.unknown["warnings"], json!(["later"]));
+        assert_eq!(serde_json::to_value(&x).unwrap(), v);
+        let mut newer = v.clone();
+        newer["spec_version"] = "1.2".into();
+        let e = crate::forms::read::<Explained>(
+            "EXPLAIN",
+            &serde_json::to_vec(&newer).unwrap(),
+            crate::forms::RUNTIME_FORMS,
+        )
+        .unwrap_err();
+        assert!(e.message.contains("1.2"), "{}", e.message);
+    }
 }

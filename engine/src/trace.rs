@@ -62,6 +62,8 @@ pub struct Span {
     pub end: String,
     pub elapsed_ms: f64,
     pub attrs: Map<String, Value>,
+    #[serde(flatten, default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub unknown: Unknown,
 }
 
 /// A predicted value and its interval (p = 0.9).
@@ -83,6 +85,8 @@ pub struct TraceEstimate {
     /// The time model's interval; null before any sample.
     pub elapsed_ms: Option<Interval>,
     pub based_on_samples: u64,
+    #[serde(flatten, default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub unknown: Unknown,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -94,6 +98,8 @@ pub struct TraceActual {
     /// Tokens of a bundle's items.
     pub tokens: Option<u64>,
     pub peak_memory_bytes: Option<u64>,
+    #[serde(flatten, default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub unknown: Unknown,
 }
 
 /// Where an engine's traces go, and the time model learnt from them.
@@ -267,6 +273,8 @@ pub struct FieldStatistics {
     pub ci_high: f64,
     pub sample_count: u64,
     pub last_updated: Option<String>,
+    #[serde(flatten, default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub unknown: Unknown,
 }
 
 /// The estimator's statistics (context-runtime.md §3.1's CostModelStatistics).
@@ -328,6 +336,7 @@ pub fn statistics(traces: &[Trace]) -> Statistics {
                     ci_high: 0.0,
                     sample_count: 0,
                     last_updated: None,
+                    unknown: Default::default(),
                 };
             }
             let mut errors: Vec<f64> = pairs.iter().map(|((p, _, _, a), _)| a - p).collect();
@@ -346,6 +355,7 @@ pub fn statistics(traces: &[Trace]) -> Statistics {
                 ci_high: at(0.95),
                 sample_count: n as u64,
                 last_updated: pairs.iter().map(|(_, s)| s.to_string()).max(),
+                unknown: Default::default(),
             }
         })
         .collect();
@@ -355,5 +365,91 @@ pub fn statistics(traces: &[Trace]) -> Statistics {
         fields,
         bucket: None,
         unknown: Default::default(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn trace(elapsed_ms: f64, scanned_rows: u64, estimate: Option<u64>) -> Trace {
+        Trace {
+            spec_version: RUNTIME_FORMS.into(),
+            id: new_id(Utc::now()),
+            statement: "FROM events\nRETURN count".into(),
+            surface: "api".into(),
+            principal: None,
+            started_at: "2026-01-01T00:00:00Z".into(),
+            elapsed_ms,
+            plan_cache: "bypass".into(),
+            spans: Vec::new(),
+            estimate: TraceEstimate {
+                scanned_rows: estimate,
+                ..Default::default()
+            },
+            actual: TraceActual {
+                scanned_rows,
+                elapsed_ms,
+                ..Default::default()
+            },
+            error: None,
+            unknown: Default::default(),
+        }
+    }
+
+    #[test]
+    fn a_trace_keeps_unknown_fields_and_refuses_a_newer_major() {
+        let mut v = serde_json::to_value(trace(3.0, 10, Some(10))).unwrap();
+        v["spec_version"] = "0.2".into();
+        v["replay"] = json!({"seed": 1});
+        v["estimate"]["cost_usd"] = json!(0.0);
+        v["actual"]["cpu_ms"] = json!(2.5);
+        v["spans"] = json!([{"id": "s0", "parent_id": null, "name": "statement",
+            "start": "a", "end": "b", "elapsed_ms": 1.0, "attrs": {}, "kind": "retrieve"}]);
+        let text = serde_json::to_vec(&v).unwrap();
+        let t: Trace = crate::forms::read("trace", &text, RUNTIME_FORMS).unwrap();
+        assert_eq!(t.spans[0].unknown["kind"], "retrieve");
+        assert_eq!(serde_json::to_value(&t).unwrap(), v);
+        v["spec_version"] = "1.0".into();
+        let e =
+            crate::forms::read::<Trace>("trace", &serde_json::to_vec(&v).unwrap(), RUNTIME_FORMS)
+                .unwrap_err();
+        assert_eq!(e.kind.code(), "io_error");
+    }
+
+    /// Statistics by hand: three runs whose scan estimates were 10 (exact), 10 (actual 6) and
+    /// none; and the time model's interval with few samples.
+    #[test]
+    fn statistics_and_the_time_model_by_hand() {
+        let none = statistics(&[]);
+        assert!(
+            none.fields.iter().all(|f| f.sample_count == 0
+                && f.mean_absolute_error == 0.0
+                && f.calibration == 0.0)
+        );
+        let traces = [
+            trace(2.0, 10, Some(10)),
+            trace(4.0, 6, Some(10)),
+            trace(9.0, 1, None),
+        ];
+        let s = statistics(&traces);
+        let rows = s.fields.iter().find(|f| f.field == "scanned_rows").unwrap();
+        assert_eq!(rows.sample_count, 2);
+        assert_eq!(rows.mean_absolute_error, 2.0); // (|10-10| + |6-10|) / 2
+        assert_eq!(rows.calibration, 0.5); // one of the two equals its estimate
+        let elapsed = s.fields.iter().find(|f| f.field == "elapsed_ms").unwrap();
+        assert_eq!(
+            elapsed.sample_count, 0,
+            "these traces carry no time interval"
+        );
+        // k = elapsed / (1 + rows / 100 000): 2/1.0001, 4/1.0001, 9/1 → median 4/1.0001.
+        let m = TimeModel::from_traces(&traces);
+        assert_eq!(m.samples(), 3);
+        let i = m.predict(Some(100_000)).unwrap();
+        assert!((i.point - 2.0 * 4.0 / 1.0001).abs() < 1e-9, "{i:?}");
+        assert!((i.low - 2.0 * (2.0 / 1.0001) / 2.0).abs() < 1e-9);
+        assert!((i.high - 2.0 * 9.0 * 2.0).abs() < 1e-9);
+        assert!(TimeModel::default().predict(Some(1)).is_none());
     }
 }

@@ -66,8 +66,7 @@ impl Watcher {
             Some(h) => BoolExpr::And(Box::new(h), Box::new(self.watch.when.clone())),
             None => self.watch.when.clone(),
         });
-        let compiled = engine.compile_statement(Statement::Retrieve(q)).await?;
-        let envelope = engine.run(&compiled).await?;
+        let envelope = engine.query_parsed(Statement::Retrieve(q)).await?;
         self.polls += 1;
         let holds = !envelope.rows.is_empty();
         let alert = (holds && !self.held).then(|| Alert {

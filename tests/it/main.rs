@@ -29,3 +29,4 @@ mod s3;
 mod serve;
 mod syntax_errors;
 mod syntax_roundtrip;
+mod trace;

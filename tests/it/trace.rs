@@ -1,0 +1,230 @@
+//! Traces (engine/src/trace.rs, docs/runtime.md): one JSON trace per statement run with
+//! `--trace` or `[trace] enabled`, its stages as spans, estimates beside actuals; simulate and
+//! `signalql stats` learn from them; a folder that cannot be written never fails a query.
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+
+const Q: &str = r#"FROM events WHERE event_name = "page_view" DURING LAST 7 d RETURN count"#;
+
+fn signalql(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_signalql"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn traces(folder: &Path) -> Vec<Value> {
+    let mut names: Vec<_> = std::fs::read_dir(folder)
+        .map(|d| d.map(|e| e.unwrap().path()).collect())
+        .unwrap_or_default();
+    names.sort();
+    names
+        .iter()
+        .map(|p| {
+            let t: Value = serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap();
+            assert_eq!(
+                t["id"].as_str().unwrap(),
+                p.file_stem().unwrap().to_str().unwrap(),
+                "a trace is named by its id"
+            );
+            t
+        })
+        .collect()
+}
+
+#[test]
+fn every_run_writes_one_trace_with_its_stages_estimates_and_actuals() {
+    let root = crate::common::sample_events_dataset();
+    let data = root.path().to_str().unwrap();
+    // Without --trace nothing is written.
+    assert!(signalql(&["query", "--data", data, Q]).status.success());
+    assert!(!root.path().join("traces").exists());
+
+    let o = signalql(&["--trace", "query", "--format", "json", "--data", data, Q]);
+    assert!(o.status.success());
+    let env: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let t = traces(&root.path().join("traces"));
+    assert_eq!(t.len(), 1);
+    let t = &t[0];
+    assert_eq!(t["spec_version"], "0.1");
+    assert_eq!(t["surface"], "cli");
+    assert_eq!(t["plan_cache"], "bypass");
+    assert_eq!(t["error"], Value::Null);
+    assert_eq!(
+        t["statement"],
+        "FROM events\nWHERE event_name = \"page_view\"\nDURING LAST 7 d\nRETURN count"
+    );
+    let names: Vec<&str> = t["spans"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    for stage in [
+        "statement",
+        "parse",
+        "bind",
+        "lower",
+        "plan",
+        "execute",
+        "envelope",
+    ] {
+        assert!(names.contains(&stage), "no {stage} span in {names:?}");
+    }
+    for s in &t["spans"].as_array().unwrap()[1..] {
+        assert_eq!(s["parent_id"], "s0");
+    }
+    assert_eq!(t["actual"]["rows"], env["rows"].as_array().unwrap().len());
+    // The scan read what the envelope says it read.
+    assert_eq!(
+        t["actual"]["scanned_rows"],
+        env["metadata"]["cost_estimate"]["scanned_rows"]
+    );
+    assert!(
+        t["estimate"]["scanned_rows"].as_u64().unwrap()
+            >= t["actual"]["scanned_rows"].as_u64().unwrap()
+    );
+    // No run before it: no time estimate.
+    assert_eq!(t["estimate"]["elapsed_ms"], Value::Null);
+    assert_eq!(t["estimate"]["based_on_samples"], 0);
+
+    // A failed statement is traced with its error.
+    let o = signalql(&["--trace", "query", "--data", data, "FROM events RETURN"]);
+    assert!(!o.status.success());
+    let t = traces(&root.path().join("traces"));
+    assert_eq!(t.len(), 2);
+    let failed = t.iter().find(|t| t["error"] != Value::Null).unwrap();
+    assert_eq!(failed["error"]["code"], "parse_error");
+    assert_eq!(failed["statement"], "FROM events RETURN");
+
+    // A context bundle records its tokens, its pack stage and its item count.
+    let copy = tempfile::tempdir().unwrap();
+    crate::common::copy_dir(&signalql::sample_dataset(), copy.path());
+    let o = signalql(&[
+        "--trace",
+        "context",
+        "--data",
+        copy.path().to_str().unwrap(),
+        "--budget",
+        "300",
+        "how are funnels counted",
+    ]);
+    assert!(o.status.success());
+    let bundle: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let t = traces(&copy.path().join("traces"));
+    assert_eq!(t.len(), 1);
+    assert_eq!(
+        t[0]["actual"]["tokens"],
+        bundle["metadata"]["budget"]["used"]
+    );
+    assert_eq!(
+        t[0]["actual"]["rows"],
+        bundle["items"].as_array().unwrap().len()
+    );
+    let pack = t[0]["spans"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "pack")
+        .unwrap();
+    assert_eq!(
+        pack["attrs"]["tokens"],
+        bundle["metadata"]["budget"]["used"]
+    );
+}
+
+/// The time model and the statistics learn from the traced runs: simulate says there are no
+/// samples before any, and gives an interval after; `stats` counts the samples.
+#[test]
+fn simulate_and_stats_learn_from_traced_runs() {
+    let root = crate::common::sample_events_dataset();
+    let data = root.path().to_str().unwrap();
+    let sim = |args: &[&str]| -> Value {
+        let mut all = vec!["simulate", "--data", data];
+        all.extend_from_slice(args);
+        all.push(Q);
+        let o = signalql(&all);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+    let before = sim(&[]);
+    assert_eq!(before["based_on_samples"], 0);
+    assert_eq!(before["expected_elapsed_ms"], Value::Null);
+    assert!(
+        before["note"]
+            .as_str()
+            .unwrap()
+            .contains("no measured runs")
+    );
+    assert!(before["rows"].as_u64().unwrap() > 0);
+    let stats = |root: &str| -> Value {
+        serde_json::from_slice(&signalql(&["stats", "--data", root]).stdout).unwrap()
+    };
+    let zero = stats(data);
+    for f in zero["fields"].as_array().unwrap() {
+        assert_eq!(f["sample_count"], 0, "{f}");
+        assert_eq!(f["mean_absolute_error"], 0.0);
+    }
+    // [trace] enabled in signalql.toml traces without the flag.
+    let config = root.path().join("signalql.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, format!("{text}[trace]\nenabled = true\n")).unwrap();
+    for _ in 0..3 {
+        assert!(signalql(&["query", "--data", data, Q]).status.success());
+    }
+    assert_eq!(traces(&root.path().join("traces")).len(), 3);
+    let after = sim(&[]);
+    assert_eq!(after["based_on_samples"], 3);
+    let i = &after["expected_elapsed_ms"];
+    assert!(i["low"].as_f64().unwrap() <= i["point"].as_f64().unwrap());
+    assert!(i["point"].as_f64().unwrap() <= i["high"].as_f64().unwrap());
+    let s = stats(data);
+    let field = |name: &str| {
+        s["fields"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["field"] == name)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(field("scanned_rows")["sample_count"], 3);
+    // The second and third runs carried a time interval (from the runs before them).
+    assert_eq!(field("elapsed_ms")["sample_count"], 2);
+    let c = field("elapsed_ms")["calibration"].as_f64().unwrap();
+    assert!((0.0..=1.0).contains(&c));
+}
+
+/// A trace folder that cannot be written never fails a query, and is reported once.
+#[test]
+fn an_unwritable_trace_folder_is_reported_once_and_queries_still_run() {
+    let root = crate::common::sample_events_dataset();
+    let blocker = root.path().join("not-a-folder");
+    std::fs::write(&blocker, "a file").unwrap();
+    let config = root.path().join("signalql.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(
+        &config,
+        format!(
+            "{text}[trace]\nenabled = true\nfolder = \"{}\"\n",
+            blocker.join("traces").display()
+        ),
+    )
+    .unwrap();
+    let o = signalql(&[
+        "watch",
+        "--data",
+        root.path().to_str().unwrap(),
+        "--interval",
+        "0",
+        "--max-polls",
+        "3",
+        "WATCH (FROM events RETURN count) WHEN count > 1",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(stderr.matches("cannot write traces").count(), 1, "{stderr}");
+}
