@@ -211,10 +211,10 @@ fn data_name(case: &Case) -> &str {
 /// same envelope (numbers within 1e-9), or an error with the same code and position.
 async fn run_case_on_s3(case: &Case, tiny: &Path, s3: &S3Server) -> Result<(), String> {
     let name = data_name(case);
-    if is_context(case) {
-        // The packing plan over S3 is the local one.
-        let local = plan_text(case, &dataset(name, tiny), StorageOptions::default()).await?;
-        let remote = plan_text(
+    if case.sections.contains_key("explain") || is_context(case) {
+        // EXPLAIN, and CONTEXT FOR's packing plan, over S3 are the local ones.
+        let local = plan_view(case, &dataset(name, tiny), StorageOptions::default()).await?;
+        let remote = plan_view(
             case,
             Path::new(&format!("s3://{S3_BUCKET}/{name}")),
             s3.storage(),
@@ -285,12 +285,58 @@ async fn check_plan(case: &Case, file: &Path, root: &Path) -> Result<(), String>
         return Ok(());
     };
     let got = plan_text(case, root, StorageOptions::default()).await?;
+    matches_or_bless(file, "plan", want, &got)
+}
+
+/// The `--- explain` section, if the case has one, is `EXPLAIN query`'s object as the engine
+/// answers it now, without its physical plan (which depends on the machine's cores) and its
+/// limits; with `SIGNALQL_BLESS=1` it is rewritten instead.
+async fn check_explain(case: &Case, file: &Path, root: &Path) -> Result<(), String> {
+    let Some(want) = case.sections.get("explain") else {
+        return Ok(());
+    };
+    let got = explain_value(case, root, StorageOptions::default()).await?;
+    let got = serde_json::to_string_pretty(&got).map_err(|e| e.to_string())?;
+    matches_or_bless(file, "explain", want, &got)
+}
+
+/// What a case that is not evaluated shows of its plan: EXPLAIN's object for an `--- explain`
+/// case, else the logical plan.
+async fn plan_view(case: &Case, root: &Path, storage: StorageOptions) -> Result<String, String> {
+    match case.sections.contains_key("explain") {
+        true => Ok(explain_value(case, root, storage).await?.to_string()),
+        false => plan_text(case, root, storage).await,
+    }
+}
+
+/// `EXPLAIN query` over `root`, without its physical plan and limits.
+async fn explain_value(case: &Case, root: &Path, storage: StorageOptions) -> Result<Value, String> {
+    let query = case.sections.get("query").ok_or("no --- query section")?;
+    let engine = Engine::open_with(root, options(case, storage)).map_err(|e| e.to_string())?;
+    let answer = engine
+        .answer(&format!("EXPLAIN {query}"))
+        .await
+        .map_err(|e| format!("EXPLAIN failed: {e}"))?;
+    let signalql::Answer::Plan(plan) = answer else {
+        return Err("EXPLAIN did not answer a plan".into());
+    };
+    let mut got = serde_json::to_value(&*plan).map_err(|e| e.to_string())?;
+    let object = got.as_object_mut().ok_or("not an object")?;
+    object.shift_remove("physical_plan");
+    object.shift_remove("limits");
+    Ok(got)
+}
+
+/// `want` (the section `section` of `file`) is `got`; with `SIGNALQL_BLESS=1` a difference
+/// rewrites the section instead.
+fn matches_or_bless(file: &Path, section: &str, want: &str, got: &str) -> Result<(), String> {
     if want.trim_end() == got.trim_end() {
         return Ok(());
     }
     if std::env::var_os("SIGNALQL_BLESS").is_some() {
         let text = std::fs::read_to_string(file).map_err(|e| e.to_string())?;
-        let start = text.find("--- plan\n").ok_or("no --- plan line")? + "--- plan\n".len();
+        let head = format!("--- {section}\n");
+        let start = text.find(&head).ok_or(format!("no {head:?} line"))? + head.len();
         let end = text[start..]
             .find("\n--- ")
             .map_or(text.len(), |i| start + i + 1);
@@ -299,7 +345,7 @@ async fn check_plan(case: &Case, file: &Path, root: &Path) -> Result<(), String>
         return Ok(());
     }
     Err(format!(
-        "plan differs (SIGNALQL_BLESS=1 rewrites it)\nexpected:\n{}\n     got:\n{}",
+        "{section} differs (SIGNALQL_BLESS=1 rewrites it)\nexpected:\n{}\n     got:\n{}",
         want.trim_end(),
         got.trim_end()
     ))
@@ -308,7 +354,8 @@ async fn check_plan(case: &Case, file: &Path, root: &Path) -> Result<(), String>
 async fn run_case(case: &Case, file: &Path, tiny: &Path) -> Result<(), String> {
     let root = dataset(data_name(case), tiny);
     check_plan(case, file, &root).await?;
-    if is_context(case) {
+    check_explain(case, file, &root).await?;
+    if is_context(case) || case.sections.contains_key("explain") {
         return Ok(());
     }
     let result = evaluate(case, &root, StorageOptions::default()).await?;

@@ -623,9 +623,11 @@ impl Engine {
         };
         if let Some((compiled, sources)) = cache.get(&key) {
             let current = sources.iter().all(|s| {
-                self.dataset()
-                    .fingerprint(&s.table)
-                    .is_ok_and(|f| f.as_deref() == Some(s.fingerprint.as_str()))
+                let now = match s.table.as_str() {
+                    METRICS_FILE => Ok(Some(self.metrics_fingerprint())),
+                    table => self.dataset().fingerprint(table),
+                };
+                now.is_ok_and(|f| f.as_deref() == Some(s.fingerprint.as_str()))
             });
             if current {
                 cache.hit(&key);
@@ -633,7 +635,11 @@ impl Engine {
             }
             cache.remove(&key);
         }
+        // Read before binding: a metrics.toml changed while the statement binds is then a
+        // miss next time, never a plan over the old definitions kept as if current.
+        let metrics = self.metrics_fingerprint();
         let compiled = Arc::new(Box::pin(self.compile_statement(statement)).await?);
+        let uses_metrics = !compiled.lowered.metrics.is_empty();
         let sources: Option<Vec<SourceFingerprint>> = compiled
             .sources
             .iter()
@@ -645,7 +651,13 @@ impl Engine {
             })
             .collect();
         match sources {
-            Some(sources) => {
+            Some(mut sources) => {
+                if uses_metrics {
+                    sources.push(SourceFingerprint {
+                        table: METRICS_FILE.into(),
+                        fingerprint: metrics,
+                    });
+                }
                 cache.put(key, sources, Arc::clone(&compiled));
                 Ok((compiled, Outcome::Miss))
             }
@@ -748,6 +760,23 @@ impl Engine {
             }
         }
         err
+    }
+}
+
+/// The source a plan that names governed metrics also depends on: metrics.toml, read anew by
+/// every statement that names a metric.
+const METRICS_FILE: &str = "metrics.toml";
+
+impl Engine {
+    /// A hash of the root's metrics.toml as it is now (`absent` without one, `unreadable` when
+    /// it cannot be read: then no entry matches and the statement binds again, with the error).
+    fn metrics_fingerprint(&self) -> String {
+        use sha2::{Digest, Sha256};
+        match self.dataset().root().read(METRICS_FILE) {
+            Ok(Some(bytes)) => hex::encode(&Sha256::digest(&bytes)[..16]),
+            Ok(None) => "absent".into(),
+            Err(_) => "unreadable".into(),
+        }
     }
 }
 

@@ -55,7 +55,8 @@ pub struct SourceInfo {
     /// Files and bytes of the table's listing (after time-partition pruning).
     pub files: Option<u64>,
     pub bytes: Option<u64>,
-    /// Rows of the files the plan scans, from their footers; null when it scans none.
+    /// Rows of the files the plan scans, from their footers (a file read by two scans counted
+    /// once); null when it scans none.
     #[serde(default)]
     pub rows: Option<u64>,
     #[serde(flatten, default, skip_serializing_if = "serde_json::Map::is_empty")]
@@ -223,12 +224,15 @@ pub(crate) async fn sources_and_scan_estimate(
     let sources = opened
         .iter()
         .map(|o| {
-            let mine: Vec<&Footprint> = files
+            // A file two scans read holds its rows once.
+            let mut mine: Vec<&(String, Footprint)> = files
                 .iter()
                 .filter(|(l, _)| o.files.iter().any(|(f, _)| bare(f) == *l))
-                .map(|(_, f)| f)
                 .collect();
-            let rows = (!mine.is_empty()).then(|| footprint::total(mine).rows);
+            mine.sort_by(|a, b| a.0.cmp(&b.0));
+            mine.dedup_by(|a, b| a.0 == b.0);
+            let rows =
+                (!mine.is_empty()).then(|| footprint::total(mine.iter().map(|(_, f)| f)).rows);
             SourceInfo {
                 table: o.table.clone(),
                 files: Some(o.files.len() as u64),

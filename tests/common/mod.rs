@@ -122,3 +122,31 @@ pub fn copy_dir(from: &Path, to: &Path) {
         }
     }
 }
+
+/// A Parquet file of `columns` (each a name and an array, all nullable) at `path`, written by
+/// the Parquet writer with `properties` (row-group sizes, say).
+pub fn write_parquet(
+    path: &Path,
+    columns: Vec<(&str, datafusion::arrow::array::ArrayRef)>,
+    properties: Option<datafusion::parquet::file::properties::WriterProperties>,
+) {
+    use datafusion::arrow::array::RecordBatch;
+    use datafusion::arrow::datatypes::{Field, Schema};
+    use std::sync::Arc;
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let schema = Arc::new(Schema::new(
+        columns
+            .iter()
+            .map(|(n, a)| Field::new(*n, a.data_type().clone(), true))
+            .collect::<Vec<_>>(),
+    ));
+    let batch = RecordBatch::try_new(
+        Arc::clone(&schema),
+        columns.into_iter().map(|(_, a)| a).collect(),
+    )
+    .unwrap();
+    let file = std::fs::File::create(path).unwrap();
+    let mut w = datafusion::parquet::arrow::ArrowWriter::try_new(file, schema, properties).unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+}

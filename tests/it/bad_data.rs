@@ -6,8 +6,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use datafusion::arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
-use datafusion::arrow::datatypes::{DataType, Field, Schema};
+use datafusion::arrow::array::{ArrayRef, Int64Array, StringArray};
+use datafusion::arrow::datatypes::{DataType, Field};
 use signalql::catalog::ingest::ingest_events;
 use signalql::{Engine, EngineOptions, Error};
 
@@ -93,22 +93,7 @@ fn drifting_property_types_widen_instead_of_bricking_the_dataset() {
 
 /// A Parquet file of `columns` (each a name and an array) at `path`.
 fn write_parquet(path: &Path, columns: Vec<(&str, ArrayRef)>) {
-    use datafusion::parquet::arrow::ArrowWriter;
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    let schema = Arc::new(Schema::new(
-        columns
-            .iter()
-            .map(|(n, a)| Field::new(*n, a.data_type().clone(), true))
-            .collect::<Vec<_>>(),
-    ));
-    let batch = RecordBatch::try_new(
-        Arc::clone(&schema),
-        columns.into_iter().map(|(_, a)| a).collect(),
-    )
-    .unwrap();
-    let mut w = ArrowWriter::try_new(std::fs::File::create(path).unwrap(), schema, None).unwrap();
-    w.write(&batch).unwrap();
-    w.close().unwrap();
+    crate::common::write_parquet(path, columns, None);
 }
 
 fn events_file(path: &Path, properties: ArrayRef) {

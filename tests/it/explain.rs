@@ -112,11 +112,8 @@ fn explain_hides_sizes_from_a_restricted_caller() {
 /// Ten days of 100 events each, one row group per day (rows in time order), written by the
 /// Parquet writer directly; T is the end of the tenth day.
 fn ten_days() -> tempfile::TempDir {
-    use datafusion::arrow::array::{
-        ArrayRef, RecordBatch, StringArray, StructArray, TimestampMicrosecondArray,
-    };
-    use datafusion::arrow::datatypes::{DataType, Field, Schema};
-    use datafusion::parquet::arrow::ArrowWriter;
+    use datafusion::arrow::array::{ArrayRef, StringArray, StructArray, TimestampMicrosecondArray};
+    use datafusion::arrow::datatypes::{DataType, Field};
     use datafusion::parquet::file::properties::WriterProperties;
     use std::sync::Arc;
     let root = tempfile::tempdir().unwrap();
@@ -146,25 +143,14 @@ fn ten_days() -> tempfile::TempDir {
         ("user_id", Arc::new(StringArray::from(users))),
         ("properties", Arc::new(properties)),
     ];
-    let schema = Arc::new(Schema::new(
-        columns
-            .iter()
-            .map(|(n, a)| Field::new(*n, a.data_type().clone(), true))
-            .collect::<Vec<_>>(),
-    ));
-    let batch = RecordBatch::try_new(
-        Arc::clone(&schema),
-        columns.into_iter().map(|(_, a)| a).collect(),
-    )
-    .unwrap();
-    std::fs::create_dir_all(root.path().join("events")).unwrap();
-    let file = std::fs::File::create(root.path().join("events/part-0.parquet")).unwrap();
     let props = WriterProperties::builder()
         .set_max_row_group_row_count(Some(100))
         .build();
-    let mut w = ArrowWriter::try_new(file, schema, Some(props)).unwrap();
-    w.write(&batch).unwrap();
-    w.close().unwrap();
+    crate::common::write_parquet(
+        &root.path().join("events/part-0.parquet"),
+        columns,
+        Some(props),
+    );
     std::fs::write(
         root.path().join("signalql.toml"),
         "now = \"2026-01-11T00:00:00Z\"\n",

@@ -104,6 +104,10 @@ async fn the_mcp_server_survives_a_panic_inside_a_query() {
 #[tokio::test]
 async fn an_mcp_client_session_uses_every_tool() {
     let root = dataset();
+    // Every tool call is traced (docs/runtime.md).
+    let config = root.path().join("signalql.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, format!("{text}[trace]\nenabled = true\n")).unwrap();
     let (client, _child) = serve(root.path(), None).await;
 
     let info = client.peer_info().unwrap();
@@ -227,6 +231,25 @@ async fn an_mcp_client_session_uses_every_tool() {
     .await;
     assert!(err);
     assert_eq!(e["error"]["code"], "unknown_context");
+
+    // One trace per call that ran a statement, each from the MCP surface; the failed ones
+    // carry their error.
+    let traces: Vec<Value> = std::fs::read_dir(root.path().join("traces"))
+        .unwrap()
+        .map(|e| serde_json::from_slice(&std::fs::read(e.unwrap().path()).unwrap()).unwrap())
+        .collect();
+    assert_eq!(
+        traces.len(),
+        9,
+        "query ×2, explain, describe ×2, context, explain_context ×2, the parse error"
+    );
+    assert!(traces.iter().all(|t| t["surface"] == "mcp"));
+    assert!(
+        traces
+            .iter()
+            .any(|t| t["error"]["code"] == "unknown_context")
+    );
+    assert!(traces.iter().any(|t| t["plan_cache"] == "hit"));
 
     client.cancel().await.unwrap();
 }

@@ -191,3 +191,36 @@ async fn a_changed_policy_is_a_miss() {
     std::fs::write(&policy, loosened).unwrap();
     assert_eq!(run(&as_acme(), q).await, ("miss".into(), all));
 }
+
+/// A statement naming a governed metric depends on metrics.toml too: a changed definition is a
+/// miss, and the new definition answers (the count of page_view events, by the filter).
+#[tokio::test]
+async fn a_changed_metric_definition_is_a_miss() {
+    let root = dataset();
+    let metrics = |filter: &str| {
+        format!(
+            "[[metric]]\nname = \"views\"\nversion = \"1.0.0\"\ndescription = \"d\"\n\
+             unit = \"events\"\nexpression = \"count\"\nfilter = '{filter}'\n"
+        )
+    };
+    let file = root.path().join("metrics.toml");
+    std::fs::write(&file, metrics(r#"event_name = "page_view""#)).unwrap();
+    let cache = Arc::new(PlanCache::default());
+    let e = engine(root.path(), &cache, EngineOptions::default());
+    let q = "FROM metric(views) RETURN metric_value";
+    let (first, views) = run(&e, q).await;
+    assert_eq!(first, "miss");
+    assert_eq!(run(&e, Q).await.1, views, "the metric counts page views");
+    assert_eq!(run(&e, q).await, ("hit".into(), views));
+    std::fs::write(&file, metrics(r#"event_name = "purchase""#)).unwrap();
+    let (outcome, purchases) = run(&e, q).await;
+    assert_eq!(outcome, "miss");
+    let direct = run(
+        &e,
+        r#"FROM events WHERE event_name = "purchase" RETURN count"#,
+    )
+    .await
+    .1;
+    assert_eq!(purchases, direct);
+    assert_ne!(purchases, views);
+}

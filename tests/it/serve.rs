@@ -99,6 +99,13 @@ fn served_callers_see_what_their_tokens_allow() {
         assert_eq!(o[k]["body"]["error"]["limit"], "max_request_bytes");
         assert_eq!(o[k]["body"]["error"]["max"], 10 << 20);
     }
+    // One plan cache for the server, keyed by principal: each caller's first COUNT is a miss,
+    // admin's second a hit, with the same answer.
+    let cache = |k: &str| o[k]["body"]["metadata"]["plan_cache"].clone();
+    assert_eq!(cache("acme"), "miss");
+    assert_eq!(cache("admin"), "miss");
+    assert_eq!(cache("admin_again"), "hit");
+    assert_eq!(o["admin_again"]["body"]["rows"], o["admin"]["body"]["rows"]);
     // A bundle over what acme may see: o_borealis (another project) is not in it.
     let bundle = &o["context"]["body"];
     assert!(bundle["id"].as_str().unwrap().starts_with("context://ctx_"));

@@ -91,6 +91,7 @@ async def main():
     out["bad_token"] = query(COUNT, "not-a-token")
     out["acme"] = query(COUNT, TOKENS["acme"])
     out["admin"] = query(COUNT, TOKENS["admin"])
+    out["admin_again"] = query(COUNT, TOKENS["admin"])
     out["masked"] = query("FROM events DURING LAST 30 d RETURN count_distinct(user_id)", TOKENS["masked"])
     out["acme_denied"] = query("FROM events DURING LAST 30 d GROUP BY session_id RETURN session_id, count", TOKENS["acme"])
     out["acme_parse_error"] = query("FROM events RETURN", TOKENS["acme"])
