@@ -1,5 +1,5 @@
-//! The `signalql` command line: query, bench, context, fmt, compile, ingest, describe, watch,
-//! mcp and gen.
+//! The `signalql` command line: query, bench, context, fmt, compile, explain, simulate, stats,
+//! ingest, describe, watch, mcp, serve and gen.
 //!
 //! Exit status: 0 on success, 1 on any error (printed as `{"error": {...}}` on stdout with
 //! `--format json`, as text on stderr otherwise), 2 on a usage error (from clap).
@@ -207,7 +207,7 @@ enum Command {
         query: String,
     },
     /// Serve the dataset to an AI agent over MCP (stdio): tools query, describe, context,
-    /// explain_context and format.
+    /// explain_context, explain, simulate, stats and format.
     Mcp {
         #[arg(long)]
         data: Option<PathBuf>,

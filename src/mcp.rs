@@ -1,10 +1,12 @@
 //! `signalql mcp`: an MCP server over stdio (the official Rust SDK, rmcp) with the tools
-//! `query`, `describe`, `context`, `explain_context` and `format`. The same server answers at
+//! `query`, `describe`, `context`, `explain_context`, `explain`, `simulate`, `stats` and
+//! `format`. The same server answers at
 //! `/mcp` of `signalql serve` (src/serve.rs), where each request's bearer token selects the
 //! caller whose engine answers it.
 //!
 //! Each tool answers with one text content holding JSON: the result envelope (`query`,
-//! `describe`), the bundle (`context`), the explanation (`explain_context`) or
+//! `describe`), the bundle (`context`), the explanation (`explain_context`), the EXPLAIN object
+//! (`explain`), the simulation (`simulate`), the estimator statistics (`stats`) or
 //! `{"canonical": …}` (`format`). A failure is an MCP tool error (`isError: true`) whose text
 //! is the engine's `{"error": {"code", "message", "line"?, "column"?, …}}`.
 
