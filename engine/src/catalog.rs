@@ -62,6 +62,8 @@ pub struct Noted {
     pub access_filtered: bool,
     /// Each table opened, once (EXPLAIN's `sources`, the plan cache's source fingerprint).
     pub opened: Vec<Opened>,
+    /// Optional tables the statement looked for and the dataset does not have.
+    pub absent: Vec<String>,
 }
 
 /// A table a statement opened: its files as listed.
@@ -108,6 +110,11 @@ impl Noted {
                 self.skipped.push(f.clone());
             }
         }
+        for a in &other.absent {
+            if !self.absent.contains(a) {
+                self.absent.push(a.clone());
+            }
+        }
     }
 }
 
@@ -145,9 +152,31 @@ pub async fn optional_table(
 ) -> Result<Option<TableInfo>> {
     match catalog.table(ctx, name).await {
         Ok(t) => Ok(Some(t)),
-        Err(DatasetError::MissingTable { .. }) => Ok(None),
+        Err(DatasetError::MissingTable { .. }) => {
+            // A plan made without the table depends on its absence (the plan cache).
+            let _ = NOTED.try_with(|s| {
+                let mut s = s.borrow_mut();
+                if !s.absent.iter().any(|a| a == name) {
+                    s.absent.push(name.to_string());
+                }
+            });
+            Ok(None)
+        }
         Err(e) => Err(e.into()),
     }
+}
+
+/// Notes, for [`noting`], what a statement whose plan came from the plan cache would have
+/// noted opening its tables.
+pub(crate) fn note_cached(skipped: &[SkippedFile], access_filtered: bool, opened: &[Opened]) {
+    let _ = NOTED.try_with(|s| {
+        s.borrow_mut().merge(&Noted {
+            skipped: skipped.to_vec(),
+            access_filtered,
+            opened: opened.to_vec(),
+            absent: Vec::new(),
+        })
+    });
 }
 
 #[async_trait]

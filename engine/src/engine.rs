@@ -83,6 +83,9 @@ pub struct Compiled {
     pub sql: Result<String>,
     /// Files the tables it reads were opened without (`skip_invalid_files`).
     pub skipped: Vec<signalql_catalog::SkippedFile>,
+    /// Optional tables it looked for and the dataset does not have (its plan depends on
+    /// their absence).
+    pub absent: Vec<String>,
     /// A table it reads is filtered or masked for the caller (policy.toml).
     pub access_filtered: bool,
     /// The tables it reads: name, files, bytes.
@@ -199,6 +202,7 @@ impl Engine {
             skipped: noted.skipped,
             access_filtered: noted.access_filtered,
             sources: noted.opened,
+            absent: noted.absent,
         })
     }
 
@@ -319,7 +323,11 @@ impl Engine {
                 let ((described, noted), rec) =
                     crate::record::recording_with(dry, noting(Box::pin(self.describe_envelope(d))))
                         .await;
-                if rec.runs.is_empty() {
+                // Dry plans give no rows, so DESCRIBE entity(T) cannot tell here whether T
+                // exists; every other error is the statement's.
+                if rec.runs.is_empty()
+                    || !matches!(d.target, crate::syntax::ast::DescribeTarget::Entity(_))
+                {
                     described?;
                 }
                 let logical = match rec.runs.len() {
@@ -351,6 +359,7 @@ impl Engine {
                     skipped: c.skipped,
                     access_filtered: c.access_filtered,
                     opened: c.sources,
+                    absent: c.absent,
                 };
                 (show(&c.lowered.plan), vec![physical], c.sql.ok(), noted)
             }
@@ -434,8 +443,17 @@ impl Engine {
             peak_memory_bytes: peak.map(|p| p.peak_reserved() as u64),
             unknown: Default::default(),
         });
-        explained.operators = Some(crate::explain::operators(&rec.runs));
-        explained.pruning = Some(crate::explain::pruning(&rec.runs));
+        let mut operators = crate::explain::operators(&rec.runs);
+        if filtered {
+            // An operator below a policy's filter counts rows the caller may not see, and so
+            // do the scans' pruning figures.
+            for o in &mut operators {
+                o.rows = None;
+                o.bytes = None;
+            }
+        }
+        explained.operators = Some(operators);
+        explained.pruning = (!filtered).then(|| crate::explain::pruning(&rec.runs));
         Ok(())
     }
 
@@ -625,12 +643,24 @@ impl Engine {
             let current = sources.iter().all(|s| {
                 let now = match s.table.as_str() {
                     METRICS_FILE => Ok(Some(self.metrics_fingerprint())),
-                    table => self.dataset().fingerprint(table),
+                    table => match self.dataset().fingerprint(table) {
+                        Err(signalql_catalog::DatasetError::MissingTable { .. }) => {
+                            Ok(Some(ABSENT.to_string()))
+                        }
+                        other => other,
+                    },
                 };
                 now.is_ok_and(|f| f.as_deref() == Some(s.fingerprint.as_str()))
             });
             if current {
                 cache.hit(&key);
+                // What the statement would have noted opening its tables (access_filtered,
+                // skipped files) holds for this run too.
+                crate::catalog::note_cached(
+                    &compiled.skipped,
+                    compiled.access_filtered,
+                    &compiled.sources,
+                );
                 return Ok((compiled, Outcome::Hit));
             }
             cache.remove(&key);
@@ -652,6 +682,10 @@ impl Engine {
             .collect();
         match sources {
             Some(mut sources) => {
+                sources.extend(compiled.absent.iter().map(|table| SourceFingerprint {
+                    table: table.clone(),
+                    fingerprint: ABSENT.into(),
+                }));
                 if uses_metrics {
                     sources.push(SourceFingerprint {
                         table: METRICS_FILE.into(),
@@ -767,6 +801,9 @@ impl Engine {
 /// every statement that names a metric.
 const METRICS_FILE: &str = "metrics.toml";
 
+/// The fingerprint of a table a plan was made without.
+const ABSENT: &str = "absent";
+
 impl Engine {
     /// A hash of the root's metrics.toml as it is now (`absent` without one, `unreadable` when
     /// it cannot be read: then no entry matches and the statement binds again, with the error).
@@ -805,7 +842,11 @@ impl Runtime {
         };
         Runtime {
             policy_fingerprint: access.map_or_else(|| "none".into(), |a| a.fingerprint()),
-            tracer: Arc::new(crate::trace::Tracer::new(folder, rel)),
+            tracer: Arc::new(crate::trace::Tracer::new(
+                folder,
+                rel,
+                access.map(|a| a.principal.clone()),
+            )),
             tracing: options.trace || config.enabled,
             surface: match options.surface {
                 "" => "api",

@@ -107,16 +107,20 @@ pub struct Tracer {
     folder: Root,
     /// The folder of the traces in `folder`.
     rel: String,
+    /// The principal of the engine, when a policy governs the dataset: the model and the
+    /// statistics read only its own traces (others' would tell what they ran and read).
+    principal: Option<String>,
     reported: AtomicBool,
     model: Mutex<Option<TimeModel>>,
 }
 
 impl Tracer {
     /// Traces written to the folder `rel` of `folder`.
-    pub fn new(folder: Root, rel: impl Into<String>) -> Tracer {
+    pub fn new(folder: Root, rel: impl Into<String>, principal: Option<String>) -> Tracer {
         Tracer {
             folder,
             rel: rel.into(),
+            principal,
             reported: AtomicBool::new(false),
             model: Mutex::new(None),
         }
@@ -128,8 +132,7 @@ impl Tracer {
             Ok(m) => m,
             Err(_) => return (None, 0),
         };
-        let m = model
-            .get_or_insert_with(|| TimeModel::from_traces(&read_traces(&self.folder, &self.rel)));
+        let m = model.get_or_insert_with(|| TimeModel::from_traces(&self.traces()));
         (m.predict(scanned_rows), m.samples() as u64)
     }
 
@@ -159,9 +162,14 @@ impl Tracer {
         }
     }
 
-    /// The traces written so far (the newest [`SAMPLES_READ`]).
+    /// The traces written so far (the newest [`SAMPLES_READ`]); with a policy, the engine's
+    /// principal's only.
     pub fn traces(&self) -> Vec<Trace> {
-        read_traces(&self.folder, &self.rel)
+        let mut traces = read_traces(&self.folder, &self.rel);
+        if self.principal.is_some() {
+            traces.retain(|t| t.principal == self.principal);
+        }
+        traces
     }
 }
 
@@ -232,6 +240,10 @@ impl TimeModel {
     /// Learns from a completed run (failed runs are not samples).
     pub fn observe(&mut self, t: &Trace) {
         if t.error.is_none() && t.actual.elapsed_ms.is_finite() {
+            // The newest SAMPLES_READ, as read from the folder.
+            if self.ks.len() >= SAMPLES_READ {
+                self.ks.remove(0);
+            }
             self.ks
                 .push(t.actual.elapsed_ms / size(t.estimate.scanned_rows));
         }

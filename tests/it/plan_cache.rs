@@ -224,3 +224,60 @@ async fn a_changed_metric_definition_is_a_miss() {
     assert_eq!(purchases, direct);
     assert_ne!(purchases, views);
 }
+
+/// A plan made while an optional table was missing depends on its absence: acme's signals are
+/// read through a filter over the entities it may see, and with no entities table there is
+/// none. Once the table lands, the cached plan is not reused, and the answer is the by-hand
+/// copy tests/data/policy/as_acme_agent's.
+#[tokio::test]
+async fn a_table_that_lands_after_planning_is_a_miss() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/policy");
+    let root = tempfile::tempdir().unwrap();
+    crate::common::copy_dir(&src.join("root"), root.path());
+    let entities = root.path().join("entities");
+    let aside = root.path().join("entities-aside");
+    std::fs::rename(&entities, &aside).unwrap();
+    let cache = Arc::new(PlanCache::default());
+    let acme = engine(
+        root.path(),
+        &cache,
+        EngineOptions {
+            principal: Some("acme_agent".into()),
+            ..Default::default()
+        },
+    );
+    let q = r#"FROM events WHERE signal(churn_risk) = "high" DURING LAST 30 d RETURN count"#;
+    let (first, before) = run(&acme, q).await;
+    assert_eq!(first, "miss");
+    assert_eq!(run(&acme, q).await, ("hit".into(), before));
+    std::fs::rename(&aside, &entities).unwrap();
+    let (outcome, after) = run(&acme, q).await;
+    assert_eq!(outcome, "miss", "the entities table landed");
+    let copy = Engine::open(src.join("as_acme_agent")).unwrap();
+    assert_eq!(
+        after,
+        copy.query(q).await.unwrap().rows[0][0].as_i64().unwrap()
+    );
+
+    // EXPLAIN ANALYZE as acme, planned anew and then from the cache, shows no figure that
+    // counts hidden rows.
+    for _ in 0..2 {
+        let answer = acme
+            .answer("EXPLAIN ANALYZE FROM events DURING LAST 30 d RETURN count")
+            .await
+            .unwrap();
+        let signalql::Answer::Plan(x) = answer else {
+            panic!("not a plan")
+        };
+        let a = x.actual.as_ref().unwrap();
+        assert_eq!((a.scanned_rows, a.scanned_bytes), (None, None));
+        assert!(x.pruning.is_none());
+        assert!(
+            x.operators
+                .as_ref()
+                .unwrap()
+                .iter()
+                .all(|o| o.rows.is_none())
+        );
+    }
+}
