@@ -65,12 +65,7 @@ pub struct Engine {
     exec: Executor,
     now: Option<DateTime<Utc>>,
     plan_cache: Option<Arc<PlanCache>>,
-    /// A hash of the principal's rules (the plan cache's policy fingerprint).
-    policy_fingerprint: String,
-    /// The engine's trace folder: written when `tracing`, read for simulate and statistics.
-    tracer: Arc<crate::trace::Tracer>,
-    tracing: bool,
-    surface: &'static str,
+    runtime: Runtime,
 }
 
 /// The plan cache of a server's engines (engine/src/plan_cache.rs).
@@ -118,10 +113,7 @@ impl Engine {
             exec: Executor::new(session, limits).with_root(root),
             now: options.now,
             plan_cache: options.plan_cache,
-            policy_fingerprint: runtime.policy_fingerprint,
-            tracer: runtime.tracer,
-            tracing: runtime.tracing,
-            surface: runtime.surface,
+            runtime,
         })
     }
 
@@ -136,10 +128,7 @@ impl Engine {
             exec: Executor::new(session, limits).with_root(root),
             now: options.now,
             plan_cache: options.plan_cache,
-            policy_fingerprint: runtime.policy_fingerprint,
-            tracer: runtime.tracer,
-            tracing: runtime.tracing,
-            surface: runtime.surface,
+            runtime,
         })
     }
 
@@ -288,11 +277,7 @@ impl Engine {
         &self,
         q: &crate::syntax::ast::ExplainQuery,
     ) -> Result<crate::explain::Explained> {
-        let statement = match q.statement.as_ref() {
-            // A WATCH's plan is its query's.
-            Statement::Watch(w) => Statement::Retrieve((*w.query).clone()),
-            s => s.clone(),
-        };
+        let statement = planned(q.statement.as_ref());
         // Boxed, as the statements of answer_statement are.
         let mut explained = Box::pin(self.plan_of(&statement)).await?;
         if q.analyze {
@@ -370,12 +355,7 @@ impl Engine {
         if let [one] = physical.as_slice()
             && !filtered
         {
-            let stats = datafusion::physical_plan::StatisticsContext::default().compute(
-                one.as_ref(),
-                &datafusion::physical_plan::StatisticsArgs::new(),
-            )?;
-            estimate.rows = stats.num_rows.get_value().map(|n| *n as u64);
-            estimate.bytes = stats.total_byte_size.get_value().map(|n| *n as u64);
+            (estimate.rows, estimate.bytes) = crate::explain::result_estimate(one.as_ref())?;
         }
         let physical_plan = physical
             .iter()
@@ -408,29 +388,16 @@ impl Engine {
         statement: Statement,
         explained: &mut crate::explain::Explained,
     ) -> Result<()> {
-        let pool = Arc::clone(&self.session().runtime_env().memory_pool);
-        let peak = datafusion::execution::memory_pool::PeakRecordingPool::from_pool(pool.as_ref());
-        if let Some(p) = peak {
-            p.reset_peak();
-        }
+        let peak = crate::record::PeakWatch::start(self.session());
         let start = std::time::Instant::now();
         // Boxed: answering a statement may be answering an EXPLAIN.
         let ((answer, noted), rec) =
             crate::record::recording(noting(Box::pin(self.answer_statement(statement)))).await;
         let answer = answer?;
         let elapsed_ms = start.elapsed().as_secs_f64() * 1e3;
-        let rows = match &answer {
-            Answer::Envelope(e) => e.rows.len(),
-            Answer::Bundle(b) => b.items.len(),
-            Answer::Explanation(x) => x.items.len(),
-            Answer::Plan(_) => 0,
-        } as u64;
+        let rows = answer.rows();
         let filtered = noted.access_filtered;
-        let scanned = rec
-            .runs
-            .iter()
-            .map(|r| crate::execute::scan_metrics(r.physical.as_ref()))
-            .fold((0, 0), |(a, b), (c, d)| (a + c, b + d));
+        let scanned = crate::execute::scanned_by(&rec.runs);
         let known = |v: u64| Some(v).filter(|_| !filtered);
         explained.actual = Some(crate::explain::Actual {
             rows,
@@ -440,7 +407,7 @@ impl Engine {
             elapsed_ms,
             plan_ms: rec.runs.iter().map(|r| r.plan_ms).sum(),
             execute_ms: rec.runs.iter().map(|r| r.execute_ms).sum(),
-            peak_memory_bytes: peak.map(|p| p.peak_reserved() as u64),
+            peak_memory_bytes: peak.peak(),
             unknown: Default::default(),
         });
         let mut operators = crate::explain::operators(&rec.runs);
@@ -632,7 +599,7 @@ impl Engine {
         };
         let key = PlanCacheKey {
             canonical_query: statement.to_string(),
-            policy_fingerprint: self.policy_fingerprint.clone(),
+            policy_fingerprint: self.runtime.policy_fingerprint.clone(),
             principal: self.principal().map(str::to_string),
             limits: self.limits().to_json().to_string(),
             parser_version: crate::plan_cache::PARSER_VERSION.into(),
@@ -797,6 +764,15 @@ impl Engine {
     }
 }
 
+/// The statement whose plan EXPLAIN and simulate show for `statement`: a WATCH's is its
+/// query's.
+fn planned(statement: &Statement) -> Statement {
+    match statement {
+        Statement::Watch(w) => Statement::Retrieve((*w.query).clone()),
+        s => s.clone(),
+    }
+}
+
 /// The source a plan that names governed metrics also depends on: metrics.toml, read anew by
 /// every statement that names a metric.
 const METRICS_FILE: &str = "metrics.toml";
@@ -811,18 +787,20 @@ impl Engine {
         use sha2::{Digest, Sha256};
         match self.dataset().root().read(METRICS_FILE) {
             Ok(Some(bytes)) => hex::encode(&Sha256::digest(&bytes)[..16]),
-            Ok(None) => "absent".into(),
+            Ok(None) => ABSENT.into(),
             Err(_) => "unreadable".into(),
         }
     }
 }
 
-/// What an engine needs beside its catalog and session for the runtime seams: the policy
-/// fingerprint of its principal, its tracer, its surface.
+/// What an engine needs beside its catalog and session for the runtime seams.
 struct Runtime {
+    /// A hash of the principal's rules (the plan cache's policy fingerprint).
     policy_fingerprint: String,
+    /// The engine's trace folder: written when `tracing`, read for simulate and statistics.
     tracer: Arc<crate::trace::Tracer>,
     tracing: bool,
+    /// Where the engine answers, for its traces.
     surface: &'static str,
 }
 
@@ -942,20 +920,16 @@ impl Engine {
     ) -> Result<T> {
         // Boxed: a statement's future is large, and the CLI polls it on the main thread.
         let statement = Box::pin(statement);
-        if !self.tracing || crate::record::active() {
+        if !self.runtime.tracing || crate::record::active() {
             return statement.await;
         }
-        let tracer = self.tracer.as_ref();
-        let pool = Arc::clone(&self.session().runtime_env().memory_pool);
-        let peak = datafusion::execution::memory_pool::PeakRecordingPool::from_pool(pool.as_ref());
-        if let Some(p) = peak {
-            p.reset_peak();
-        }
+        let tracer = self.runtime.tracer.as_ref();
+        let peak = crate::record::PeakWatch::start(self.session());
         let started = Utc::now();
         let start = std::time::Instant::now();
         let ((out, noted), rec) = crate::record::recording(noting(statement)).await;
         let elapsed_ms = start.elapsed().as_secs_f64() * 1e3;
-        let peak = peak.map(|p| p.peak_reserved() as u64);
+        let peak = peak.peak();
         let trace =
             Box::pin(self.trace_of(text, started, elapsed_ms, &out, &noted, rec, peak, tracer))
                 .await;
@@ -985,21 +959,13 @@ impl Engine {
                 .await
                 .unwrap_or_default();
         let rows = match physical.as_slice() {
-            [one] => datafusion::physical_plan::StatisticsContext::default()
-                .compute(
-                    one.as_ref(),
-                    &datafusion::physical_plan::StatisticsArgs::new(),
-                )
+            [one] => crate::explain::result_estimate(one.as_ref())
                 .ok()
-                .and_then(|s| s.num_rows.get_value().map(|n| *n as u64)),
+                .and_then(|(rows, _)| rows),
             _ => None,
         };
         let (interval, samples) = tracer.predict(scan.scanned_rows);
-        let scanned = rec
-            .runs
-            .iter()
-            .map(|r| crate::execute::scan_metrics(r.physical.as_ref()))
-            .fold((0, 0), |(a, b), (c, d)| (a + c, b + d));
+        let scanned = crate::execute::scanned_by(&rec.runs);
         let end = |start: DateTime<Utc>, ms: f64| {
             crate::lower::time::rfc3339(start + chrono::Duration::microseconds((ms * 1e3) as i64))
         };
@@ -1042,7 +1008,7 @@ impl Engine {
             spec_version: crate::forms::runtime_forms(),
             id: crate::trace::new_id(started),
             statement: parse(text).map_or_else(|_| text.to_string(), |s| s.to_string()),
-            surface: self.surface.into(),
+            surface: self.runtime.surface.into(),
             principal: self.principal().map(str::to_string),
             started_at: crate::lower::time::rfc3339(started),
             elapsed_ms,
@@ -1073,19 +1039,18 @@ impl Engine {
     /// The estimator statistics over the traces in the engine's trace folder (`signalql
     /// stats`); every field with zero samples when nothing was traced yet.
     pub fn statistics(&self) -> crate::trace::Statistics {
-        crate::trace::statistics(&self.tracer.traces())
+        crate::trace::statistics(&self.runtime.tracer.traces())
     }
 
     /// simulate: what `statement` would read and how long it would take, from metadata only
     /// (docs/runtime.md).
     pub async fn simulate(&self, statement: &Statement) -> Result<crate::explain::Simulation> {
         let statement = match statement {
-            Statement::Explain(q) => q.statement.as_ref().clone(),
-            Statement::Watch(w) => Statement::Retrieve((*w.query).clone()),
-            s => s.clone(),
+            Statement::Explain(q) => planned(&q.statement),
+            s => planned(s),
         };
         let plan = self.plan_of(&statement).await?;
-        let (elapsed_ms, samples) = self.tracer.predict(plan.estimate.scanned_rows);
+        let (elapsed_ms, samples) = self.runtime.tracer.predict(plan.estimate.scanned_rows);
         Ok(crate::explain::Simulation::new(plan, elapsed_ms, samples))
     }
 }

@@ -244,9 +244,7 @@ impl Executor {
         physical: &dyn ExecutionPlan,
         e: datafusion::error::DataFusionError,
     ) -> Error {
-        let mut files = Vec::new();
-        scanned_files(physical, &mut files);
-        for (url, meta) in files {
+        for (url, meta) in scanned_files(physical) {
             let Ok(store) = state.runtime_env().object_store(&url) else {
                 continue;
             };
@@ -301,25 +299,20 @@ fn is_file_data_error(e: &datafusion::error::DataFusionError) -> bool {
 /// The files the scans of `plan` read: (store, object).
 fn scanned_files(
     plan: &dyn ExecutionPlan,
-    out: &mut Vec<(
-        datafusion::execution::object_store::ObjectStoreUrl,
-        object_store::ObjectMeta,
-    )>,
-) {
-    use datafusion::datasource::physical_plan::FileScanConfig;
-    use datafusion::datasource::source::DataSourceExec;
-    if let Some(exec) = plan.downcast_ref::<DataSourceExec>()
-        && let Some(config) = exec.data_source().downcast_ref::<FileScanConfig>()
-    {
-        for group in &config.file_groups {
-            for f in group.iter() {
-                out.push((config.object_store_url.clone(), f.object_meta.clone()));
-            }
-        }
-    }
-    for child in plan.children() {
-        scanned_files(child.as_ref(), out);
-    }
+) -> Vec<(
+    datafusion::execution::object_store::ObjectStoreUrl,
+    object_store::ObjectMeta,
+)> {
+    crate::footprint::file_scans(plan)
+        .into_iter()
+        .flat_map(|config| {
+            config.file_groups.iter().flat_map(move |group| {
+                group
+                    .iter()
+                    .map(move |f| (config.object_store_url.clone(), f.object_meta.clone()))
+            })
+        })
+        .collect()
 }
 
 /// Reads every row of a Parquet file; the error is why it cannot be read. (parquet 59
@@ -345,8 +338,15 @@ async fn read_whole(
     Ok(())
 }
 
+/// Rows and bytes the scans of every plan in `runs` read.
+pub(crate) fn scanned_by(runs: &[crate::record::Run]) -> (u64, u64) {
+    runs.iter()
+        .map(|r| scan_metrics(r.physical.as_ref()))
+        .fold((0, 0), |(a, b), (c, d)| (a + c, b + d))
+}
+
 /// Rows and bytes read by the scans (the leaves) of an executed plan.
-pub(crate) fn scan_metrics(plan: &dyn ExecutionPlan) -> (u64, u64) {
+fn scan_metrics(plan: &dyn ExecutionPlan) -> (u64, u64) {
     if plan.children().is_empty() {
         return plan.metrics().map_or((0, 0), |m| {
             let rows = m.output_rows().unwrap_or(0) as u64;

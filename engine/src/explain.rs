@@ -263,6 +263,16 @@ pub(crate) async fn sources_and_scan_estimate(
     Ok((sources, estimate))
 }
 
+/// DataFusion's estimate of the rows and bytes `plan` returns, from the files' statistics.
+pub(crate) fn result_estimate(plan: &dyn ExecutionPlan) -> Result<(Option<u64>, Option<u64>)> {
+    let stats = datafusion::physical_plan::StatisticsContext::default()
+        .compute(plan, &datafusion::physical_plan::StatisticsArgs::new())?;
+    Ok((
+        stats.num_rows.get_value().map(|n| *n as u64),
+        stats.total_byte_size.get_value().map(|n| *n as u64),
+    ))
+}
+
 /// Each operator of each plan that ran.
 pub(crate) fn operators(runs: &[Run]) -> Vec<Operator> {
     fn walk(plan: &dyn ExecutionPlan, index: usize, depth: usize, out: &mut Vec<Operator>) {

@@ -60,10 +60,8 @@ pub async fn of_plan(
     state: &SessionState,
     plan: &dyn ExecutionPlan,
 ) -> Result<Vec<(String, Footprint)>> {
-    let mut scans = Vec::new();
-    collect_scans(plan, &mut scans);
     let mut out = Vec::new();
-    for config in scans {
+    for config in file_scans(plan) {
         let Some(source) = config.file_source().downcast_ref::<ParquetSource>() else {
             continue;
         };
@@ -159,15 +157,21 @@ pub fn total<'a>(files: impl IntoIterator<Item = &'a Footprint>) -> Footprint {
     t
 }
 
-fn collect_scans<'a>(plan: &'a dyn ExecutionPlan, out: &mut Vec<&'a FileScanConfig>) {
-    if let Some(exec) = plan.downcast_ref::<DataSourceExec>()
-        && let Some(config) = exec.data_source().downcast_ref::<FileScanConfig>()
-    {
-        out.push(config);
+/// The file scans of `plan` (its `DataSourceExec`s over files), in plan order.
+pub(crate) fn file_scans(plan: &dyn ExecutionPlan) -> Vec<&FileScanConfig> {
+    fn walk<'a>(plan: &'a dyn ExecutionPlan, out: &mut Vec<&'a FileScanConfig>) {
+        if let Some(exec) = plan.downcast_ref::<DataSourceExec>()
+            && let Some(config) = exec.data_source().downcast_ref::<FileScanConfig>()
+        {
+            out.push(config);
+        }
+        for child in plan.children() {
+            walk(child.as_ref(), out);
+        }
     }
-    for child in plan.children() {
-        collect_scans(child.as_ref(), out);
-    }
+    let mut out = Vec::new();
+    walk(plan, &mut out);
+    out
 }
 
 /// The file columns a scan reads: those its projection refers to (the projection may hold

@@ -49,6 +49,30 @@ pub struct Recording {
     pub dry: bool,
 }
 
+/// The peak of a session's memory pool from now on (DataFusion's `PeakRecordingPool`, which
+/// the engine's sessions wrap their pool in; an application's session may not).
+pub(crate) struct PeakWatch(Arc<dyn datafusion::execution::memory_pool::MemoryPool>);
+
+impl PeakWatch {
+    /// Resets the pool's peak to what is reserved now.
+    pub(crate) fn start(session: &datafusion::prelude::SessionContext) -> PeakWatch {
+        let watch = PeakWatch(Arc::clone(&session.runtime_env().memory_pool));
+        if let Some(p) = watch.recorder() {
+            p.reset_peak();
+        }
+        watch
+    }
+
+    fn recorder(&self) -> Option<&datafusion::execution::memory_pool::PeakRecordingPool> {
+        datafusion::execution::memory_pool::PeakRecordingPool::from_pool(self.0.as_ref())
+    }
+
+    /// The peak since [`PeakWatch::start`]; `None` when the pool records none.
+    pub(crate) fn peak(&self) -> Option<u64> {
+        self.recorder().map(|p| p.peak_reserved() as u64)
+    }
+}
+
 /// Runs `statement` in this task with what it does recorded.
 pub async fn recording<F: Future>(statement: F) -> (F::Output, Recording) {
     recording_with(Recording::default(), statement).await

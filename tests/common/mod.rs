@@ -150,3 +150,15 @@ pub fn write_parquet(
     w.write(&batch).unwrap();
     w.close().unwrap();
 }
+
+/// The tools `signalql mcp` and `signalql serve`'s `/mcp` list, sorted.
+pub const MCP_TOOLS: [&str; 8] = [
+    "context",
+    "describe",
+    "explain",
+    "explain_context",
+    "format",
+    "query",
+    "simulate",
+    "stats",
+];

@@ -5,6 +5,18 @@ use std::process::Command;
 
 use serde_json::Value;
 
+/// The fields DESIGN.md §7 names for EXPLAIN's object.
+const FIELDS: [&str; 8] = [
+    "spec_version",
+    "canonical_query",
+    "sources",
+    "logical_plan",
+    "physical_plan",
+    "sql",
+    "estimate",
+    "limits",
+];
+
 fn signalql(args: &[&str], failpoint: bool) -> std::process::Output {
     let mut c = Command::new(env!("CARGO_BIN_EXE_signalql"));
     c.args(args);
@@ -22,16 +34,7 @@ fn explain_answers_the_plan_without_running_it() {
     let o = signalql(&["query", "--format", "json", q], true);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
     let x: Value = serde_json::from_slice(&o.stdout).unwrap();
-    for k in [
-        "spec_version",
-        "canonical_query",
-        "sources",
-        "logical_plan",
-        "physical_plan",
-        "sql",
-        "estimate",
-        "limits",
-    ] {
+    for k in FIELDS {
         assert!(x.get(k).is_some(), "no {k} in {x}");
     }
     assert_eq!(x["spec_version"], "0.1");
@@ -254,16 +257,7 @@ fn explain_answers_every_statement_kind() {
         ("DESCRIBE events", "events"),
     ] {
         let x = json_of(&signalql(&["explain", "--data", data, q], true));
-        for k in [
-            "spec_version",
-            "canonical_query",
-            "sources",
-            "logical_plan",
-            "physical_plan",
-            "sql",
-            "estimate",
-            "limits",
-        ] {
+        for k in FIELDS {
             assert!(x.get(k).is_some(), "{q}: no {k}");
         }
         let sources: Vec<&str> = x["sources"]

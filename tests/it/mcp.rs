@@ -116,19 +116,7 @@ async fn an_mcp_client_session_uses_every_tool() {
     let tools = client.list_all_tools().await.unwrap();
     let mut names: Vec<String> = tools.iter().map(|t| t.name.to_string()).collect();
     names.sort();
-    assert_eq!(
-        names,
-        [
-            "context",
-            "describe",
-            "explain",
-            "explain_context",
-            "format",
-            "query",
-            "simulate",
-            "stats"
-        ]
-    );
+    assert_eq!(names, common::MCP_TOOLS);
     for t in &tools {
         let schema = serde_json::to_value(&*t.input_schema).unwrap();
         assert_eq!(schema["type"], "object", "{}", t.name);

@@ -133,19 +133,7 @@ fn served_callers_see_what_their_tokens_allow() {
     assert_eq!(o["after_burst"]["status"], 200);
     // The official MCP client over streamable HTTP.
     let acme = &o["mcp_acme"];
-    assert_eq!(
-        acme["tools"],
-        serde_json::json!([
-            "context",
-            "describe",
-            "explain",
-            "explain_context",
-            "format",
-            "query",
-            "simulate",
-            "stats"
-        ])
-    );
+    assert_eq!(acme["tools"], serde_json::json!(crate::common::MCP_TOOLS));
     let r = &acme["results"];
     assert_eq!(r[0]["json"]["rows"], serde_json::json!([["acme", 126]]));
     let described = r[1]["json"].to_string();
