@@ -293,6 +293,13 @@ enum GenWhat {
         rows: u64,
         #[arg(long, default_value_t = 1)]
         seed: u64,
+        /// sessions (bursts of one user's events, funnels in order) or flat (every row drawn
+        /// on its own, users uniform: large distinct counts per group).
+        #[arg(long, default_value = "sessions", value_parser = ["sessions", "flat"])]
+        shape: String,
+        /// Number of users (default one per 40 rows).
+        #[arg(long)]
+        users: Option<u64>,
         #[arg(long)]
         out: PathBuf,
     },
@@ -681,7 +688,14 @@ fn run(cli: Cli) -> Result<(), Error> {
             ))
         }
         Command::Gen {
-            what: GenWhat::Events { rows, seed, out },
+            what:
+                GenWhat::Events {
+                    rows,
+                    seed,
+                    shape,
+                    users,
+                    out,
+                },
         } => {
             let bar = indicatif::ProgressBar::new(rows);
             bar.set_style(
@@ -690,9 +704,16 @@ fn run(cli: Cli) -> Result<(), Error> {
                 )
                 .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
             );
+            use signalql::catalog::generator::Shape;
             let opts = signalql::catalog::generator::GenOptions {
                 rows,
                 seed,
+                shape: if shape == "flat" {
+                    Shape::Flat
+                } else {
+                    Shape::Sessions
+                },
+                users,
                 ..signalql::catalog::generator::GenOptions::new(&out)
             };
             let summary = signalql::catalog::generator::generate_events(&opts, Some(&bar))

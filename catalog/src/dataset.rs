@@ -13,6 +13,7 @@ use datafusion::datasource::file_format::parquet::ParquetFormat;
 use datafusion::datasource::listing::{
     ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
 };
+use datafusion::datasource::physical_plan::parquet::metadata::DFParquetMetadata;
 use datafusion::execution::SessionState;
 use datafusion::prelude::SessionContext;
 use futures::FutureExt;
@@ -107,8 +108,8 @@ pub struct Dataset {
     /// unchanged: opening infers the schema from every file's footer, which a repeated query
     /// (WATCH, an agent's follow-ups, an MCP session) need not pay again.
     opened: Arc<Mutex<HashMap<String, Opened>>>,
-    /// The schema of each file read before, by (location, size).
-    file_schemas: Arc<Mutex<HashMap<(String, u64), SchemaRef>>>,
+    /// The schema and row count of each file read before, by (location, size).
+    file_schemas: Arc<Mutex<HashMap<(String, u64), (SchemaRef, u64)>>>,
 }
 
 /// A table opened before: the readable files listed and the files skipped at listing, then
@@ -146,6 +147,9 @@ pub struct TableInfo {
     /// The fingerprint of the listing it was opened from ([`fingerprint`]); `None` for a
     /// Delta table or an application's own table.
     pub fingerprint: Option<String>,
+    /// The rows of its files, from their footers; `None` when not read (a Delta or an
+    /// application's table).
+    pub rows: Option<u64>,
 }
 
 /// The fingerprint of a table's files as listed: a hash of each file's location, size and
@@ -468,6 +472,7 @@ impl Dataset {
             skipped,
             restriction: None,
             fingerprint: None,
+            rows: None,
         })
     }
 
@@ -485,7 +490,7 @@ impl Dataset {
         let mut keys: Vec<String> = Vec::new();
         for (location, _) in files {
             let rel = place.root.relative(location);
-            for (k, _) in crate::hive::partitions_of(rel.strip_prefix(&prefix).unwrap_or(&rel)) {
+            for (k, _) in crate::folder::partitions_of(rel.strip_prefix(&prefix).unwrap_or(&rel)) {
                 if !keys.contains(&k) {
                     keys.push(k);
                 }
@@ -517,7 +522,7 @@ impl Dataset {
                 }
                 let dt = match config.and_then(|c| c.partitions.get(&k)) {
                     None => DataType::Utf8,
-                    Some(name) => crate::hive::partition_type(name).ok_or_else(|| {
+                    Some(name) => crate::folder::partition_type(name).ok_or_else(|| {
                         bad(format!(
                             "`{k} = {name:?}`: expected string, date, int64, int32, float64 \
                              or boolean"
@@ -576,24 +581,31 @@ impl Dataset {
     /// The readable files of a table as (location, size), and those left out with
     /// `skip_invalid_files`; without it, an unreadable file is [`DatasetError::BadFile`].
     /// The third is the listing's fingerprint ([`fingerprint`]).
-    pub fn table_files(
-        &self,
-        table: &str,
-        place: &Place,
-    ) -> Result<(Vec<(String, u64)>, Vec<SkippedFile>, String), DatasetError> {
+    pub fn table_files(&self, table: &str, place: &Place) -> Result<Listing, DatasetError> {
         let mut files = Vec::new();
         let mut skipped = Vec::new();
+        let mut modified = HashMap::new();
         let listed = self.listed_files(table, place)?;
         let print = fingerprint(&listed);
         for f in listed {
             match f.broken {
-                None => files.push((f.location, f.size)),
+                None => {
+                    if let Some(t) = f.modified {
+                        modified.insert(f.location.clone(), t);
+                    }
+                    files.push((f.location, f.size))
+                }
                 Some(reason) => {
                     self.invalid(table, &place.root, &f.location, reason, &mut skipped)?
                 }
             }
         }
-        Ok((files, skipped, print))
+        Ok(Listing {
+            files,
+            skipped,
+            print,
+            modified,
+        })
     }
 
     /// The fingerprint of `table`'s files as they are listed now ([`fingerprint`]), the one
@@ -655,7 +667,12 @@ impl Dataset {
         if self.is_delta(table, &place)? {
             return self.delta_table(ctx, table, &place).await;
         }
-        let (mut candidates, listing_skipped, print) = self.table_files(table, &place)?;
+        let Listing {
+            files: mut candidates,
+            skipped: listing_skipped,
+            print,
+            modified,
+        } = self.table_files(table, &place)?;
         let root = &place.root;
         let key = self
             .config
@@ -666,7 +683,7 @@ impl Dataset {
             let prefix = format!("{}/", place.folder);
             let day_of = |location: &str| {
                 let rel = root.relative(location);
-                crate::hive::partitions_of(rel.strip_prefix(&prefix).unwrap_or(&rel))
+                crate::folder::partitions_of(rel.strip_prefix(&prefix).unwrap_or(&rel))
                     .into_iter()
                     .find(|(k, _)| *k == key)
                     .and_then(|(_, v)| NaiveDate::parse_from_str(v.get(..10)?, "%Y-%m-%d").ok())
@@ -699,12 +716,18 @@ impl Dataset {
         let mut files = Vec::new();
         let mut schemas = Vec::new();
         let mut urls = Vec::new();
+        let mut rows = 0;
         for (location, size) in &candidates {
             let url_text = root.location_url(location);
             let url = ListingTableUrl::parse(&url_text)
                 .map_err(|e| unreadable(format!("{url_text}: {e}")))?;
-            match self.file_schema(&state, &url, location, *size).await {
-                Ok(schema) => {
+            let modified = modified.get(location).copied();
+            match self
+                .file_schema(&state, &url, location, *size, modified)
+                .await
+            {
+                Ok((schema, n)) => {
+                    rows += n;
                     schemas.push((root.relative(location), schema));
                     files.push((location.clone(), *size));
                     urls.push(url);
@@ -726,46 +749,38 @@ impl Dataset {
                 })?,
             );
         let partitions = self.partitions(table, &place, &files, &schema)?;
-        let provider: Arc<dyn TableProvider> = if partitions.is_empty() {
-            let options = ListingOptions::new(Arc::new(ParquetFormat::default()))
-                .with_file_extension(".parquet");
-            let config = ListingTableConfig::new_with_multi_paths(urls)
-                .with_listing_options(options)
-                .with_schema(Arc::clone(&schema));
-            Arc::new(ListingTable::try_new(config).map_err(|e| unreadable(e.to_string()))?)
-        } else {
-            let prefix = format!("{}/", place.folder);
-            let hive_files = files
-                .iter()
-                .map(|(location, size)| {
-                    let rel = root.relative(location);
-                    let found =
-                        crate::hive::partitions_of(rel.strip_prefix(&prefix).unwrap_or(&rel));
-                    crate::hive::HiveFile {
-                        path: location.clone(),
-                        size: *size,
-                        values: partitions
-                            .iter()
-                            .map(|(k, _)| {
-                                found.iter().find(|(fk, _)| fk == k).map(|(_, v)| v.clone())
-                            })
-                            .collect(),
-                    }
-                })
-                .collect();
-            Arc::new(
-                crate::hive::HiveTable::try_new(
-                    Arc::clone(&schema),
-                    partitions.clone(),
-                    urls[0].object_store(),
-                    hive_files,
-                )
-                .map_err(unreadable)?,
+        let prefix = format!("{}/", place.folder);
+        let folder_files = files
+            .iter()
+            .zip(&schemas)
+            .map(|((location, size), (_, file_schema))| {
+                let rel = root.relative(location);
+                let found = crate::folder::partitions_of(rel.strip_prefix(&prefix).unwrap_or(&rel));
+                crate::folder::FolderFile {
+                    path: location.clone(),
+                    size: *size,
+                    modified: modified.get(location).copied(),
+                    schema: Arc::clone(file_schema),
+                    values: partitions
+                        .iter()
+                        .map(|(k, _)| found.iter().find(|(fk, _)| fk == k).map(|(_, v)| v.clone()))
+                        .collect(),
+                }
+            })
+            .collect();
+        let provider: Arc<dyn TableProvider> = Arc::new(
+            crate::folder::FolderTable::try_new(
+                Arc::clone(&schema),
+                partitions.clone(),
+                urls[0].object_store(),
+                folder_files,
             )
-        };
+            .map_err(unreadable)?,
+        );
         let time_partition = self.time_partition(table, &partitions)?;
         let mut info = self.viewed(table, provider, time_partition, files, skipped)?;
         info.fingerprint = Some(print);
+        info.rows = Some(rows);
         if let Ok(mut opened) = self.opened.lock() {
             opened.insert(
                 table.to_string(),
@@ -797,15 +812,18 @@ impl Dataset {
         Ok((Arc::new(provider), place.root.relative(location)))
     }
 
-    /// The Arrow schema of one file (as DataFusion reads it), after checking its footer; the
-    /// error is why the file cannot be read.
+    /// The Arrow schema of one file (as DataFusion reads it) and its rows, after checking its
+    /// footer; the error is why the file cannot be read. The file is named by its listing
+    /// (size and modification time: no request of its own), and its footer lands in
+    /// DataFusion's file-metadata cache under that name, where the scans find it.
     async fn file_schema(
         &self,
         state: &SessionState,
         url: &ListingTableUrl,
         location: &str,
         size: u64,
-    ) -> Result<SchemaRef, String> {
+        modified: Option<DateTime<Utc>>,
+    ) -> Result<(SchemaRef, u64), String> {
         let key = (location.to_string(), size);
         if let Some(s) = self
             .file_schemas
@@ -822,23 +840,47 @@ impl Dataset {
         let path = url.prefix().clone();
         let read = async {
             use object_store::ObjectStoreExt;
-            let meta = store.head(&path).await.map_err(|e| e.to_string())?;
+            let meta = match modified {
+                Some(last_modified) => object_store::ObjectMeta {
+                    location: path,
+                    last_modified,
+                    size,
+                    e_tag: None,
+                    version: None,
+                },
+                None => store.head(&path).await.map_err(|e| e.to_string())?,
+            };
             check_footer(store.as_ref(), &meta).await?;
-            ParquetFormat::default()
-                .infer_schema(state, &store, &[meta])
+            let unreadable = |e: datafusion::error::DataFusionError| {
+                format!("not a readable Parquet file: {}", e.strip_backtrace())
+            };
+            let schema = ParquetFormat::default()
+                .infer_schema(state, &store, std::slice::from_ref(&meta))
                 .await
-                .map_err(|e| format!("not a readable Parquet file: {}", e.strip_backtrace()))
+                .map_err(unreadable)?;
+            let cache = state.runtime_env().cache_manager.get_file_metadata_cache();
+            let metadata = DFParquetMetadata::new(store.as_ref(), &meta)
+                .with_file_metadata_cache(Some(cache))
+                .fetch_metadata()
+                .await
+                .map_err(unreadable)?;
+            let rows = metadata
+                .row_groups()
+                .iter()
+                .map(|g| g.num_rows().max(0) as u64)
+                .sum::<u64>();
+            Ok::<_, String>((schema, rows))
         };
-        let schema = std::panic::AssertUnwindSafe(read)
+        let read = std::panic::AssertUnwindSafe(read)
             .catch_unwind()
             .await
             .unwrap_or_else(
                 |_| Err("not a readable Parquet file (its footer is corrupt)".into()),
             )?;
         if let Ok(mut m) = self.file_schemas.lock() {
-            m.insert(key, Arc::clone(&schema));
+            m.insert(key, read.clone());
         }
-        Ok(schema)
+        Ok(read)
     }
 
     /// The table as opened before, if its files are the same ones (a file is named by its
@@ -911,4 +953,13 @@ async fn check_footer(
         ));
     }
     Ok(())
+}
+
+/// A table's files as listed: (location, size) of the readable ones, sorted; the unreadable
+/// ones; the listing's fingerprint; each file's modification time.
+pub struct Listing {
+    pub files: Vec<(String, u64)>,
+    pub skipped: Vec<SkippedFile>,
+    pub print: String,
+    pub modified: HashMap<String, DateTime<Utc>>,
 }

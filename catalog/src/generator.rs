@@ -42,6 +42,33 @@ pub struct GenOptions {
     pub end: DateTime<Utc>,
     /// Length of the span in days (timestamps are in `[end - days, end)`).
     pub days: u32,
+    /// How events are drawn: sessions of users (the default) or independent rows.
+    pub shape: Shape,
+    /// Number of users; `None`: one per 40 rows.
+    pub users: Option<u64>,
+}
+
+/// How [`generate_events`] draws events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Shape {
+    /// Sessions: bursts of one user's events, users acquired over the span, funnels in order
+    /// (the module's model).
+    #[default]
+    Sessions,
+    /// Every row independent: a user drawn uniformly from all users (all present from the
+    /// start), an event name, platform and path drawn by weight, times following the same
+    /// hourly intensity. Each day sees most users, so distinct counts per group are large.
+    Flat,
+}
+
+impl Shape {
+    /// The name `signalql gen events --shape` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Shape::Sessions => "sessions",
+            Shape::Flat => "flat",
+        }
+    }
 }
 
 impl GenOptions {
@@ -53,6 +80,8 @@ impl GenOptions {
             out: out.into(),
             end: default_end(),
             days: 90,
+            shape: Shape::Sessions,
+            users: None,
         }
     }
 }
@@ -187,6 +216,8 @@ const PATHS: [&str; 14] = [
 const PATH_WEIGHTS: [u32; 12] = [24, 12, 12, 6, 5, 3, 4, 3, 2, 6, 8, 5];
 const PATH_SIGNUP: u8 = 12;
 const PATH_CHECKOUT: u8 = 13;
+/// Event-name weights of the flat shape, in [`EVENT_NAMES`] order.
+const FLAT_KIND_WEIGHTS: [u32; 10] = [500, 120, 60, 30, 20, 20, 15, 20, 180, 35];
 const NONE: u8 = u8::MAX;
 const ANON: u32 = u32::MAX;
 
@@ -316,12 +347,16 @@ struct Generator {
     rows: u64,
     produced: u64,
     sessions: u64,
+    shape: Shape,
 }
 
 impl Generator {
     fn new(opts: &GenOptions) -> Self {
         let mut rng = ChaCha8Rng::seed_from_u64(opts.seed);
-        let n_users = (opts.rows / 40).clamp(1, u32::MAX as u64 - 1) as usize;
+        let n_users = opts
+            .users
+            .unwrap_or(opts.rows / 40)
+            .clamp(1, u32::MAX as u64 - 1) as usize;
         let mut users = Vec::with_capacity(n_users);
         for _ in 0..n_users {
             let plan = pick(&mut rng, &PLAN_WEIGHTS);
@@ -354,6 +389,44 @@ impl Generator {
             rows: opts.rows,
             produced: 0,
             sessions: 0,
+            shape: opts.shape,
+        }
+    }
+
+    /// One row of the flat shape: every field drawn on its own.
+    fn flat_row(&mut self) -> Row {
+        self.sessions += 1;
+        let u = (self.produced as f64 + self.rng.random::<f64>()) / self.rows as f64;
+        let user = self.rng.random_range(0..self.users.len() as u32);
+        let rng = &mut self.rng;
+        let kind = pick(rng, &FLAT_KIND_WEIGHTS);
+        let path = if kind == PAGE_VIEW {
+            pick(rng, &PATH_WEIGHTS)
+        } else {
+            NONE
+        };
+        let amount = if kind == CHECKOUT || kind == PURCHASE {
+            amount_cents(rng)
+        } else {
+            -1
+        };
+        let platform = pick(rng, &PLATFORM_WEIGHTS);
+        let ts = self.clock.at(u).min(self.clock.end_us - 1);
+        let p = &mut self.users[user as usize];
+        p.seen = true;
+        if p.first_ts == i64::MIN || ts < p.first_ts {
+            p.first_ts = ts;
+        }
+        self.produced += 1;
+        Row {
+            ts,
+            session: self.sessions,
+            user,
+            kind,
+            platform,
+            path,
+            country: p.country,
+            amount,
         }
     }
 
@@ -491,6 +564,13 @@ impl Generator {
 
     /// Generates the next `n` rows (fewer only at the end).
     fn next_rows(&mut self, n: usize, out: &mut Vec<Row>) {
+        if self.shape == Shape::Flat {
+            while out.len() < n && self.produced < self.rows {
+                let row = self.flat_row();
+                out.push(row);
+            }
+            return;
+        }
         let mut session_rows = Vec::with_capacity(64);
         while out.len() < n && self.produced < self.rows {
             session_rows.clear();
@@ -561,8 +641,19 @@ fn write_config(opts: &GenOptions) -> Result<()> {
     if path.exists() {
         return Ok(());
     }
+    // A shape or user count other than the default names itself in the header (the default
+    // keeps the header of the datasets generated before shapes existed).
+    let shape = if opts.shape == Shape::Sessions && opts.users.is_none() {
+        String::new()
+    } else {
+        format!(
+            ", shape = {}, users = {}",
+            opts.shape.name(),
+            opts.users.unwrap_or(opts.rows / 40)
+        )
+    };
     let text = format!(
-        "# Written by `signalql gen` (rows = {}, seed = {}, days = {}).\n\
+        "# Written by `signalql gen` (rows = {}, seed = {}, days = {}{shape}).\n\
          description = \"Synthetic product-analytics events ({} rows, seed {})\"\n\
          now = \"{}\"\n\n[units]\n\"properties.amount\" = \"USD\"\n",
         opts.rows,

@@ -56,6 +56,8 @@ pub struct ListedFile {
     /// What changes when the file is rewritten: the modification time locally, the ETag
     /// (else the modification time) on S3. Part of a table's fingerprint.
     pub version: Option<String>,
+    /// The modification time (DataFusion's footer cache is checked against it).
+    pub modified: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 /// S3 settings beyond the environment. The client is configured by the AWS environment
@@ -269,6 +271,7 @@ impl Root {
                                     .clone()
                                     .unwrap_or_else(|| m.last_modified.to_rfc3339()),
                             ),
+                            modified: Some(m.last_modified),
                         })
                         .collect::<Vec<_>>())
                 }
@@ -683,6 +686,10 @@ fn local_parquet_files(dir: &Path) -> Result<Vec<ListedFile>, StorageError> {
                         let d = t.duration_since(std::time::UNIX_EPOCH).ok()?;
                         Some(d.as_nanos().to_string())
                     }),
+                    modified: meta
+                        .modified()
+                        .ok()
+                        .map(chrono::DateTime::<chrono::Utc>::from),
                 }),
                 Ok(_) => {}
                 Err(e) if name.ends_with(".parquet") => {
@@ -692,6 +699,7 @@ fn local_parquet_files(dir: &Path) -> Result<Vec<ListedFile>, StorageError> {
                         location,
                         size: 0,
                         version: None,
+                        modified: None,
                         broken: Some(if dangling {
                             "a symbolic link to a missing file".to_string()
                         } else {

@@ -75,6 +75,8 @@ pub struct Opened {
     /// The fingerprint of the listing it was opened from; `None`: not fingerprinted (a Delta
     /// or application table), so a plan reading it is not cached.
     pub fingerprint: Option<String>,
+    /// The rows of its files, from their footers, when read at open.
+    pub rows: Option<u64>,
 }
 
 impl Opened {
@@ -128,6 +130,7 @@ pub(crate) fn note(table: &TableInfo) {
                 table: table.name.clone(),
                 files: table.files.clone(),
                 fingerprint: table.fingerprint.clone(),
+                rows: table.rows,
             });
         }
         for f in &table.skipped {
@@ -236,6 +239,7 @@ impl Catalog for ApplicationCatalog {
                 skipped: Vec::new(),
                 restriction: None,
                 fingerprint: None,
+                rows: None,
             });
         }
         let t = self.dataset.table(ctx, name).await?;

@@ -231,8 +231,11 @@ pub(crate) async fn sources_and_scan_estimate(
                 .collect();
             mine.sort_by(|a, b| a.0.cmp(&b.0));
             mine.dedup_by(|a, b| a.0 == b.0);
-            let rows =
-                (!mine.is_empty()).then(|| footprint::total(mine.iter().map(|(_, f)| f)).rows);
+            // The table's rows as opened (every file's footer); else those of the files
+            // its scans read.
+            let rows = o.rows.or_else(|| {
+                (!mine.is_empty()).then(|| footprint::total(mine.iter().map(|(_, f)| f)).rows)
+            });
             SourceInfo {
                 table: o.table.clone(),
                 files: Some(o.files.len() as u64),

@@ -89,6 +89,10 @@ pub fn for_dataset(dataset: &Dataset, limits: &Limits) -> Result<SessionContext>
     // pushdown was measured on 10M generated rows and did not help: top paths 155 ms on
     // vs 139 ms off, the other example workloads equal; see benches/README.md.)
     let mut config = SessionConfig::new().with_information_schema(false);
+    // A folder table's scan is narrowed to the row groups its window keeps (catalog::folder),
+    // often a few MB of one file; DataFusion splits a scan over the cores only above
+    // `repartition_file_min_size` (10 MB by default), so the engine's default is 1 MiB.
+    config.options_mut().optimizer.repartition_file_min_size = 1 << 20;
     for (key, value) in &dataset.config().datafusion {
         config.options_mut().set(key, value).map_err(|e| {
             Error::io(format!(

@@ -10,7 +10,7 @@ use datafusion::arrow::datatypes::{
     DataType, Field, Fields, Float64Type, Schema, TimeUnit, TimestampMicrosecondType,
 };
 use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use signalql_catalog::generator::{GenOptions, default_end, generate_events};
+use signalql_catalog::generator::{GenOptions, Shape, default_end, generate_events};
 
 /// 2026-06-13T00:00:00Z and 2026-03-15T00:00:00Z (90 days before), in microseconds.
 const END_US: i64 = 1_781_308_800_000_000;
@@ -23,6 +23,8 @@ fn opts(out: &Path, rows: u64, seed: u64) -> GenOptions {
         out: out.to_path_buf(),
         end: default_end(),
         days: 90,
+        shape: Shape::Sessions,
+        users: None,
     }
 }
 
@@ -98,6 +100,49 @@ fn same_seed_same_bytes_other_seed_other_bytes() {
         std::fs::read(a.path().join("signalql.toml")).unwrap(),
         std::fs::read(b.path().join("signalql.toml")).unwrap()
     );
+}
+
+/// The flat shape: every one of the 500 users appears (20 000 rows, 40 per user on average:
+/// the chance a given user is never drawn is (499/500)^20000 ≈ e^-40), the header names the
+/// shape, times are in range and sorted, and the same seed gives the same bytes.
+#[test]
+fn flat_shape_draws_users_uniformly() {
+    let flat = |dir: &Path| GenOptions {
+        shape: Shape::Flat,
+        users: Some(500),
+        ..opts(dir, 20_000, 3)
+    };
+    let a = tempfile::tempdir().unwrap();
+    let b = tempfile::tempdir().unwrap();
+    let summary = generate_events(&flat(a.path()), None).unwrap();
+    generate_events(&flat(b.path()), None).unwrap();
+    assert_eq!((summary.rows, summary.users), (20_000, 500));
+    let bytes = |dir: &Path| std::fs::read(dir.join("events/part-00000.parquet")).unwrap();
+    assert_eq!(bytes(a.path()), bytes(b.path()));
+    let header = std::fs::read_to_string(a.path().join("signalql.toml")).unwrap();
+    assert!(
+        header.starts_with(
+            "# Written by `signalql gen` (rows = 20000, seed = 3, days = 90, shape = flat, users = 500)."
+        ),
+        "{header}"
+    );
+    let mut users = BTreeSet::new();
+    let mut names = BTreeSet::new();
+    let mut last = i64::MIN;
+    for batch in read_all(&summary.paths) {
+        let name = batch.column(0).as_string::<i32>();
+        let user = batch.column(1).as_string::<i32>();
+        let ts = batch.column(3).as_primitive::<TimestampMicrosecondType>();
+        for i in 0..batch.num_rows() {
+            assert!((BEGIN_US..END_US).contains(&ts.value(i)));
+            assert!(ts.value(i) >= last, "file not sorted by timestamp");
+            last = ts.value(i);
+            users.insert(user.value(i).to_string());
+            names.insert(name.value(i).to_string());
+        }
+    }
+    assert_eq!(users.len(), 500);
+    assert_eq!(names.len(), 10, "{names:?}");
 }
 
 #[test]

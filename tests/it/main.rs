@@ -26,6 +26,7 @@ mod plan_cache;
 mod policy;
 mod query_fuzz;
 mod s3;
+mod scan;
 mod serve;
 mod syntax_errors;
 mod syntax_roundtrip;

@@ -1,0 +1,483 @@
+//! The table over a dataset folder's Parquet files: exactly the files the dataset lists
+//! (committed, readable), each read with its own schema as the hint, so that the strings
+//! inside structs (`properties`, `traits`, `attributes`) are decoded as `Utf8View` straight
+//! from their dictionary pages instead of copied out as `Utf8`; Hive partition values
+//! (docs/mapping.md) when the table has partition columns; and each file's byte range
+//! narrowed, at plan time, to the row groups its statistics do not rule out, so the scan is
+//! split over every core by what it will read, not by the files' whole sizes (docs/scan.md).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Fields, Schema, SchemaRef};
+use datafusion::catalog::{Session, TableProvider};
+use datafusion::common::{DFSchema, Result, ScalarValue, Statistics, project_schema};
+use datafusion::datasource::file_format::FileFormat;
+use datafusion::datasource::file_format::parquet::ParquetFormat;
+use datafusion::datasource::listing::PartitionedFile;
+use datafusion::datasource::listing::helpers::{expr_applicable_for_cols, filter_partitioned_file};
+use datafusion::datasource::physical_plan::parquet::metadata::DFParquetMetadata;
+use datafusion::datasource::physical_plan::parquet::{
+    ParquetAccessPlan, ParquetFileMetrics, RowGroupAccessPlanFilter,
+};
+use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder};
+use datafusion::datasource::table_schema::TableSchema;
+use datafusion::execution::object_store::ObjectStoreUrl;
+use datafusion::logical_expr::utils::conjunction;
+use datafusion::logical_expr::{Expr, TableProviderFilterPushDown, TableType};
+use datafusion::parquet::file::metadata::ParquetMetaData;
+use datafusion::physical_optimizer::pruning::{PruningPredicate, PruningPredicateBuilder};
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::empty::EmptyExec;
+use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
+use object_store::ObjectMeta;
+
+/// The value Hive writes for a NULL partition value.
+const HIVE_NULL: &str = "__HIVE_DEFAULT_PARTITION__";
+
+/// `schema` with every string inside a struct (at any depth, also in the structs of a list)
+/// as `Utf8View`. Top-level columns are left as they are: DataFusion reads those as views
+/// already (`schema_force_view_types`). Dictionary-encoded children stay dictionaries (the
+/// Parquet reader has no `Dictionary(_, Utf8View)`).
+pub fn nested_strings_as_views(schema: &Schema) -> Schema {
+    let fields: Vec<FieldRef> = schema
+        .fields()
+        .iter()
+        .map(|f| match nested_views(f.data_type(), false) {
+            Some(dt) => Arc::new(f.as_ref().clone().with_data_type(dt)),
+            None => Arc::clone(f),
+        })
+        .collect();
+    Schema::new_with_metadata(fields, schema.metadata().clone())
+}
+
+/// `dt` with its nested strings as views (`inside`: `dt` is itself a struct child); `None`
+/// when nothing changes.
+fn nested_views(dt: &DataType, inside: bool) -> Option<DataType> {
+    match dt {
+        DataType::Utf8 | DataType::LargeUtf8 if inside => Some(DataType::Utf8View),
+        DataType::Struct(children) => {
+            let mut changed = false;
+            let fields: Vec<FieldRef> = children
+                .iter()
+                .map(|c| match nested_views(c.data_type(), true) {
+                    Some(t) => {
+                        changed = true;
+                        Arc::new(c.as_ref().clone().with_data_type(t))
+                    }
+                    None => Arc::clone(c),
+                })
+                .collect();
+            changed.then(|| DataType::Struct(Fields::from(fields)))
+        }
+        DataType::List(item) if matches!(item.data_type(), DataType::Struct(_)) => {
+            nested_views(item.data_type(), inside)
+                .map(|t| DataType::List(Arc::new(item.as_ref().clone().with_data_type(t))))
+        }
+        DataType::LargeList(item) if matches!(item.data_type(), DataType::Struct(_)) => {
+            nested_views(item.data_type(), inside)
+                .map(|t| DataType::LargeList(Arc::new(item.as_ref().clone().with_data_type(t))))
+        }
+        _ => None,
+    }
+}
+
+/// The `key=value` folders of a file's path below its table folder (`rel`: the path relative
+/// to the table folder), in order.
+pub fn partitions_of(rel: &str) -> Vec<(String, String)> {
+    let mut parts: Vec<&str> = rel.split('/').collect();
+    parts.pop();
+    parts
+        .into_iter()
+        .filter_map(|p| p.split_once('='))
+        .map(|(k, v)| (k.to_string(), decode(v)))
+        .collect()
+}
+
+/// Percent-decoding of a partition value (`a%2Fb` → `a/b`), as Hive and Spark encode them.
+fn decode(v: &str) -> String {
+    let bytes = v.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%'
+            && i + 2 < bytes.len()
+            && let Ok(hex) = std::str::from_utf8(&bytes[i + 1..i + 3])
+            && let Ok(b) = u8::from_str_radix(hex, 16)
+        {
+            out.push(b);
+            i += 3;
+            continue;
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8(out).unwrap_or_else(|_| v.to_string())
+}
+
+/// The type a `[tables.T.partitions]` entry names.
+pub fn partition_type(name: &str) -> Option<DataType> {
+    Some(match name {
+        "string" | "utf8" | "text" => DataType::Utf8,
+        "date" => DataType::Date32,
+        "int" | "int64" | "integer" => DataType::Int64,
+        "int32" => DataType::Int32,
+        "float" | "float64" | "double" => DataType::Float64,
+        "bool" | "boolean" => DataType::Boolean,
+        _ => return None,
+    })
+}
+
+/// A table over a fixed list of Parquet files.
+#[derive(Debug)]
+pub struct FolderTable {
+    /// The files' columns as the table reads them (nested strings as views).
+    file_schema: SchemaRef,
+    partition_fields: Vec<FieldRef>,
+    schema: SchemaRef,
+    store: ObjectStoreUrl,
+    files: Vec<PartitionedFile>,
+    /// Per file (index into `files`): its footer and statistics, read at the first scan.
+    footers: Mutex<HashMap<usize, Footer>>,
+}
+
+#[derive(Debug, Clone)]
+struct Footer {
+    metadata: Arc<ParquetMetaData>,
+    statistics: Arc<Statistics>,
+}
+
+/// One file of a table: its object-store path, size, modification time (the footer cache
+/// is checked against it), its own Arrow schema (columns in file order) and its partition
+/// values (as text; `None` when the file's path has no folder for the key).
+pub struct FolderFile {
+    pub path: String,
+    pub size: u64,
+    pub modified: Option<DateTime<Utc>>,
+    pub schema: SchemaRef,
+    pub values: Vec<Option<String>>,
+}
+
+impl FolderTable {
+    /// The table over `files` (whose merged columns are `file_schema`) with the partition
+    /// columns `partitions` (name, type), read through `store`. A partition value that is not
+    /// of its column's type is the error, naming the file.
+    pub fn try_new(
+        file_schema: SchemaRef,
+        partitions: Vec<(String, DataType)>,
+        store: ObjectStoreUrl,
+        files: Vec<FolderFile>,
+    ) -> std::result::Result<Self, String> {
+        let file_schema = Arc::new(nested_strings_as_views(&file_schema));
+        let partition_fields: Vec<FieldRef> = partitions
+            .iter()
+            .map(|(n, t)| Arc::new(Field::new(n, t.clone(), true)))
+            .collect();
+        let mut fields: Vec<FieldRef> = file_schema.fields().iter().cloned().collect();
+        fields.extend(partition_fields.iter().cloned());
+        let schema = Arc::new(Schema::new(fields));
+        let mut parted = Vec::with_capacity(files.len());
+        for f in files {
+            let values = f
+                .values
+                .iter()
+                .zip(&partitions)
+                .map(|(v, (name, dt))| match v.as_deref() {
+                    None | Some(HIVE_NULL) => ScalarValue::try_from(dt),
+                    Some(text) => {
+                        ScalarValue::try_from_string(text.to_string(), dt).map_err(|_| {
+                            datafusion::error::DataFusionError::Plan(format!(
+                                "the partition folder {name}={text} of {} is not a {dt}",
+                                f.path
+                            ))
+                        })
+                    }
+                })
+                .collect::<Result<Vec<_>>>()
+                .map_err(|e| e.strip_backtrace())?;
+            let mut file = PartitionedFile::new(f.path, f.size)
+                .with_partition_values(values)
+                .with_arrow_schema(Arc::new(nested_strings_as_views(&f.schema)));
+            if let Some(t) = f.modified {
+                file.object_meta.last_modified = t;
+            }
+            parted.push(file);
+        }
+        Ok(FolderTable {
+            file_schema,
+            partition_fields,
+            schema,
+            store,
+            files: parted,
+            footers: Mutex::default(),
+        })
+    }
+
+    fn partition_names(&self) -> Vec<&str> {
+        self.partition_fields
+            .iter()
+            .map(|f| f.name().as_str())
+            .collect()
+    }
+
+    /// The footer and statistics of file `index`: read once (through DataFusion's file
+    /// metadata cache, which the scan's own reads then hit), then kept.
+    async fn footer(&self, state: &dyn Session, index: usize) -> Result<Footer> {
+        if let Some(f) = self
+            .footers
+            .lock()
+            .ok()
+            .and_then(|m| m.get(&index).cloned())
+        {
+            return Ok(f);
+        }
+        let meta: &ObjectMeta = &self.files[index].object_meta;
+        let store = state.runtime_env().object_store(&self.store)?;
+        let cache = state.runtime_env().cache_manager.get_file_metadata_cache();
+        let metadata = DFParquetMetadata::new(store.as_ref(), meta)
+            .with_file_metadata_cache(Some(cache))
+            .fetch_metadata()
+            .await?;
+        let statistics = Arc::new(DFParquetMetadata::statistics_from_parquet_metadata(
+            &metadata,
+            &self.file_schema,
+        )?);
+        let footer = Footer {
+            metadata,
+            statistics,
+        };
+        if let Ok(mut m) = self.footers.lock() {
+            m.insert(index, footer.clone());
+        }
+        Ok(footer)
+    }
+
+    /// The pruning predicate of `filters` (those not on partition columns only) over the
+    /// table's columns, when they make one.
+    fn pruning(&self, state: &dyn Session, filters: &[Expr]) -> Option<Arc<PruningPredicate>> {
+        let expr = conjunction(filters.iter().cloned())?;
+        let df_schema = DFSchema::try_from(Arc::clone(&self.schema)).ok()?;
+        let physical = state.create_physical_expr(expr, &df_schema).ok()?;
+        PruningPredicateBuilder::new()
+            .with_file_schema(Arc::clone(&self.schema))
+            .build(physical)
+    }
+}
+
+/// What planning keeps of a file: byte ranges, and how many of its row groups it left out.
+struct Kept {
+    ranges: Vec<(i64, i64)>,
+    pruned: usize,
+}
+
+/// The byte ranges of `metadata`'s row groups that `predicate` does not rule out, one per
+/// run of consecutive row groups kept; each range holds the offsets of exactly its row
+/// groups' first pages, which is how DataFusion assigns a row group to a range. `None`: the
+/// whole file (no predicate, or row groups not laid out in order).
+fn kept_ranges(
+    metadata: &ParquetMetaData,
+    schema: &Schema,
+    predicate: Option<&PruningPredicate>,
+    file_size: u64,
+    location: &str,
+) -> Option<Kept> {
+    let predicate = predicate?;
+    let groups = metadata.row_groups();
+    let offsets: Vec<i64> = groups
+        .iter()
+        .map(|g| {
+            let c = g.column(0);
+            c.dictionary_page_offset()
+                .unwrap_or_else(|| c.data_page_offset())
+        })
+        .collect();
+    if groups.is_empty() || offsets.windows(2).any(|w| w[0] >= w[1]) {
+        return None;
+    }
+    let mut access = RowGroupAccessPlanFilter::new(ParquetAccessPlan::new_all(groups.len()));
+    let metrics = ParquetFileMetrics::new(0, location, &ExecutionPlanMetricsSet::new());
+    access.prune_by_statistics(
+        schema,
+        metadata.file_metadata().schema_descr(),
+        groups,
+        predicate,
+        &metrics,
+    );
+    let kept: Vec<usize> = access.row_group_indexes().collect();
+    let pruned = groups.len() - kept.len();
+    let mut ranges: Vec<(i64, i64)> = Vec::new();
+    let end_of = |i: usize| offsets.get(i + 1).copied().unwrap_or(file_size as i64);
+    for i in kept {
+        match ranges.last_mut() {
+            Some(last) if last.1 == offsets[i] => last.1 = end_of(i),
+            _ => ranges.push((offsets[i], end_of(i))),
+        }
+    }
+    Some(Kept { ranges, pruned })
+}
+
+#[async_trait]
+impl TableProvider for FolderTable {
+    fn schema(&self) -> SchemaRef {
+        Arc::clone(&self.schema)
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    /// Filters on partition columns only are applied exactly, by choosing files; the others
+    /// are applied above the scan (and pushed into the Parquet reader by DataFusion). A
+    /// table without partition columns applies none itself (a filter on no column at all,
+    /// such as `true`, is not a partition filter there).
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> Result<Vec<TableProviderFilterPushDown>> {
+        let names = self.partition_names();
+        Ok(filters
+            .iter()
+            .map(|f| {
+                if !names.is_empty() && expr_applicable_for_cols(&names, f) {
+                    TableProviderFilterPushDown::Exact
+                } else {
+                    TableProviderFilterPushDown::Inexact
+                }
+            })
+            .collect())
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let names = self.partition_names();
+        let (on_partitions, others): (Vec<Expr>, Vec<Expr>) = filters
+            .iter()
+            .cloned()
+            .partition(|f| !names.is_empty() && expr_applicable_for_cols(&names, f));
+        let df_schema = DFSchema::from_unqualified_fields(
+            self.partition_fields.iter().cloned().collect(),
+            Default::default(),
+        )?;
+        let predicate = self.pruning(state, &others);
+        let format = ParquetFormat::default();
+        let source = format.file_source(
+            TableSchema::builder(Arc::clone(&self.file_schema))
+                .with_table_partition_cols(self.partition_fields.clone())
+                .build(),
+        );
+        let mut files = Vec::new();
+        for (index, f) in self.files.iter().enumerate() {
+            let Some(kept) = filter_partitioned_file(f.clone(), &on_partitions, &df_schema)? else {
+                continue;
+            };
+            let footer = self.footer(state, index).await?;
+            let location = kept.object_meta.location.to_string();
+            match kept_ranges(
+                &footer.metadata,
+                &self.schema,
+                predicate.as_deref(),
+                kept.object_meta.size,
+                &location,
+            ) {
+                None => files.push(kept.with_statistics(Arc::clone(&footer.statistics))),
+                Some(k) => {
+                    // The row groups left out here are counted where the scan counts its
+                    // own pruning, so EXPLAIN ANALYZE reports them as pruned by statistics.
+                    let metrics = ParquetFileMetrics::new(0, &location, source.metrics());
+                    metrics.row_groups_pruned_statistics.add_pruned(k.pruned);
+                    if k.ranges.is_empty() {
+                        metrics.files_ranges_pruned_statistics.add_pruned(1);
+                    }
+                    // Statistics of the whole file describe a superset of a range's rows.
+                    let inexact = Arc::new(footer.statistics.as_ref().clone().to_inexact());
+                    for (start, end) in k.ranges {
+                        files.push(
+                            kept.clone()
+                                .with_range(start, end)
+                                .with_statistics(Arc::clone(&inexact)),
+                        );
+                    }
+                }
+            }
+        }
+        if files.is_empty() {
+            let projected = project_schema(&self.schema, projection)?;
+            return Ok(Arc::new(EmptyExec::new(projected)));
+        }
+        let groups = FileGroup::new(files).split_files(state.config().target_partitions());
+        let config = FileScanConfigBuilder::new(self.store.clone(), source)
+            .with_file_groups(groups)
+            .with_projection_indices(projection.cloned())?
+            .with_limit(if others.is_empty() { limit } else { None })
+            .build();
+        format.create_physical_plan(state, config).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partitions_come_from_the_folders_in_order() {
+        assert_eq!(
+            partitions_of("dt=2026-06-01/platform=ios/part-0.parquet"),
+            vec![
+                ("dt".to_string(), "2026-06-01".to_string()),
+                ("platform".to_string(), "ios".to_string())
+            ]
+        );
+        assert_eq!(partitions_of("part-0.parquet"), vec![]);
+        assert_eq!(partitions_of("plain/part-0.parquet"), vec![]);
+        assert_eq!(
+            partitions_of("path=a%2Fb/x.parquet"),
+            vec![("path".to_string(), "a/b".to_string())]
+        );
+    }
+
+    #[test]
+    fn partition_types() {
+        assert_eq!(partition_type("date"), Some(DataType::Date32));
+        assert_eq!(partition_type("int64"), Some(DataType::Int64));
+        assert_eq!(partition_type("nope"), None);
+    }
+
+    #[test]
+    fn strings_inside_structs_become_views() {
+        let props = DataType::Struct(Fields::from(vec![
+            Field::new("path", DataType::Utf8, true),
+            Field::new("n", DataType::Int64, true),
+            Field::new(
+                "inner",
+                DataType::Struct(Fields::from(vec![Field::new(
+                    "s",
+                    DataType::LargeUtf8,
+                    true,
+                )])),
+                true,
+            ),
+        ]));
+        let schema = Schema::new(vec![
+            Field::new("name", DataType::Utf8, true),
+            Field::new("properties", props, true),
+        ]);
+        let viewed = nested_strings_as_views(&schema);
+        assert_eq!(viewed.field(0).data_type(), &DataType::Utf8);
+        let DataType::Struct(children) = viewed.field(1).data_type() else {
+            panic!("not a struct")
+        };
+        assert_eq!(children[0].data_type(), &DataType::Utf8View);
+        assert_eq!(children[1].data_type(), &DataType::Int64);
+        let DataType::Struct(inner) = children[2].data_type() else {
+            panic!("not a struct")
+        };
+        assert_eq!(inner[0].data_type(), &DataType::Utf8View);
+    }
+}
