@@ -9,7 +9,6 @@
 //! `(group, value)` pairs of all groups, so memory grows with the distinct pairs, and
 //! [`GroupsAccumulator::size`] reports it to the pool.
 
-use std::collections::HashSet;
 use std::sync::{Arc, LazyLock};
 
 use datafusion::arrow::array::{
@@ -17,7 +16,7 @@ use datafusion::arrow::array::{
 };
 use datafusion::arrow::buffer::OffsetBuffer;
 use datafusion::arrow::datatypes::{DataType, Field, FieldRef};
-use datafusion::common::{Result, ScalarValue, exec_err};
+use datafusion::common::{HashSet, Result, ScalarValue, exec_err};
 use datafusion::logical_expr::function::{AccumulatorArgs, StateFieldsArgs};
 use datafusion::logical_expr::utils::format_state_name;
 use datafusion::logical_expr::{
@@ -134,17 +133,39 @@ impl AggregateUDFImpl for CountDistinctText {
     }
 }
 
-/// The distinct `(group, value)` pairs of all groups. A key is the group index (8 bytes,
-/// little-endian) followed by the value's bytes.
+/// The distinct values of each group: one set per group (an empty set allocates nothing),
+/// so a group's inserts stay within its own, usually small, table. A value of at most
+/// [`SHORT`] bytes is kept inline as a `u128` laid out as an Arrow string view (length, then
+/// the bytes; an inline `Utf8View` value is its view), with no allocation and no hashing of
+/// bytes; a longer one on the heap. Measured against one table of `(group, value)` pairs for
+/// all groups and against DataFusion's `count(DISTINCT)` in benches/README.md (issue 21).
 #[derive(Debug, Default)]
 struct DistinctPairs {
-    set: HashSet<Box<[u8]>>,
-    /// Distinct values per group.
-    counts: Vec<i64>,
-    /// The heap bytes of the keys, as the allocator rounds them.
+    short: Vec<HashSet<u128>>,
+    long: Vec<HashSet<Box<[u8]>>>,
+    /// The slots of every group's tables (kept as they grow, so `size` is O(1)).
+    short_slots: usize,
+    long_slots: usize,
+    /// The heap bytes of the long values, as the allocator rounds them.
     key_bytes: usize,
-    /// A reused key buffer.
-    key: Vec<u8>,
+}
+
+/// The longest value kept inline, as in an Arrow string view.
+const SHORT: usize = 12;
+
+/// `value` (at most [`SHORT`] bytes) as an inline Arrow string view.
+fn pack(value: &[u8]) -> u128 {
+    let mut b = [0u8; 16];
+    b[..4].copy_from_slice(&(value.len() as u32).to_le_bytes());
+    b[4..4 + value.len()].copy_from_slice(value);
+    u128::from_le_bytes(b)
+}
+
+/// The bytes of a packed value.
+fn unpack(packed: &u128) -> ([u8; 16], usize) {
+    let b = packed.to_le_bytes();
+    let len = u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize;
+    (b, len)
 }
 
 /// What the allocator takes for a key of `len` bytes (glibc: 16-byte chunks of at least 32,
@@ -153,27 +174,32 @@ fn heap_size(len: usize) -> usize {
     (len + 8).next_multiple_of(16).max(32)
 }
 
-fn group_of(key: &[u8]) -> usize {
-    let mut g = [0u8; 8];
-    g.copy_from_slice(&key[..8]);
-    u64::from_le_bytes(g) as usize
-}
-
-fn value_of(key: &[u8]) -> &str {
-    // Keys are made from `&str` values only.
-    std::str::from_utf8(&key[8..]).unwrap_or_default()
-}
-
 impl DistinctPairs {
-    fn insert(&mut self, group: usize, value: &str) {
-        self.key.clear();
-        self.key.extend_from_slice(&(group as u64).to_le_bytes());
-        self.key.extend_from_slice(value.as_bytes());
-        if !self.set.contains(self.key.as_slice()) {
-            self.key_bytes += heap_size(self.key.len());
-            self.set.insert(self.key.as_slice().into());
-            self.counts[group] += 1;
+    fn resize(&mut self, groups: usize) {
+        if self.short.len() < groups {
+            self.short.resize_with(groups, HashSet::default);
+            self.long.resize_with(groups, HashSet::default);
         }
+    }
+
+    fn insert_short(&mut self, group: usize, packed: u128) {
+        let set = &mut self.short[group];
+        let before = set.capacity();
+        set.insert(packed);
+        self.short_slots += set.capacity() - before;
+    }
+
+    fn insert(&mut self, group: usize, value: &str) {
+        if value.len() <= SHORT {
+            return self.insert_short(group, pack(value.as_bytes()));
+        }
+        let set = &mut self.long[group];
+        let (before, len) = (set.capacity(), set.len());
+        set.get_or_insert_with(value.as_bytes(), |v: &[u8]| Box::from(v));
+        if set.len() > len {
+            self.key_bytes += heap_size(value.len());
+        }
+        self.long_slots += set.capacity() - before;
     }
 
     fn add_column(
@@ -182,6 +208,21 @@ impl DistinctPairs {
         group_indices: &[usize],
         filter: Option<&BooleanArray>,
     ) {
+        if let StringColumn::View(views) = values {
+            // An inline view is the value itself (its unused bytes are zero).
+            let raw = views.views();
+            for (i, &g) in group_indices.iter().enumerate() {
+                if passes(filter, i) && views.is_valid(i) {
+                    let view = raw[i];
+                    if (view as u32 as usize) <= SHORT {
+                        self.insert_short(g, view);
+                    } else {
+                        self.insert(g, views.value(i));
+                    }
+                }
+            }
+            return;
+        }
         for (i, &g) in group_indices.iter().enumerate() {
             if passes(filter, i)
                 && let Some(v) = values.get(i)
@@ -191,36 +232,42 @@ impl DistinctPairs {
         }
     }
 
-    /// Takes the groups `emit_to` names out: their counts, and their values (by group) when
-    /// `with_values`. The groups left are renumbered from 0.
-    fn take(&mut self, emit_to: EmitTo, with_values: bool) -> (Vec<i64>, Vec<Vec<Box<[u8]>>>) {
-        let counts = emit_to.take_needed(&mut self.counts);
-        let n = counts.len();
-        let mut values: Vec<Vec<Box<[u8]>>> = if with_values {
-            counts
-                .iter()
-                .map(|c| Vec::with_capacity(*c as usize))
-                .collect()
-        } else {
-            Vec::new()
-        };
-        let all = std::mem::take(&mut self.set);
-        self.key_bytes = 0;
-        for key in all {
-            let g = group_of(&key);
-            if g < n {
-                if with_values {
-                    values[g].push(key);
-                }
-            } else {
-                let mut kept = key.into_vec();
-                kept[..8].copy_from_slice(&((g - n) as u64).to_le_bytes());
-                self.key_bytes += heap_size(kept.len());
-                self.set.insert(kept.into_boxed_slice());
-            }
-        }
-        (counts, values)
+    fn count(&self, g: usize) -> i64 {
+        (self.short[g].len() + self.long[g].len()) as i64
     }
+
+    /// Takes the groups `emit_to` names out (the groups left are renumbered from 0).
+    fn take(&mut self, emit_to: EmitTo) -> (Vec<HashSet<u128>>, Vec<HashSet<Box<[u8]>>>) {
+        let short = emit_to.take_needed(&mut self.short);
+        let long = emit_to.take_needed(&mut self.long);
+        self.short_slots -= short.iter().map(HashSet::capacity).sum::<usize>();
+        self.long_slots -= long.iter().map(HashSet::capacity).sum::<usize>();
+        self.key_bytes -= long
+            .iter()
+            .flatten()
+            .map(|k| heap_size(k.len()))
+            .sum::<usize>();
+        (short, long)
+    }
+}
+
+/// The state column of `groups`' values.
+fn state_of(short: &[HashSet<u128>], long: &[HashSet<Box<[u8]>>]) -> Result<ListArray> {
+    let packed: Vec<([u8; 16], usize)> = short.iter().flatten().map(unpack).collect();
+    let mut p = 0;
+    let mut values: Vec<&str> = Vec::with_capacity(packed.len());
+    for (s, l) in short.iter().zip(long) {
+        for (b, len) in &packed[p..p + s.len()] {
+            // Packed from `&str` values only.
+            values.push(std::str::from_utf8(&b[4..4 + len]).unwrap_or_default());
+        }
+        p += s.len();
+        values.extend(l.iter().map(|k| std::str::from_utf8(k).unwrap_or_default()));
+    }
+    state_lists(
+        short.iter().zip(long).map(|(s, l)| s.len() + l.len()),
+        values.into_iter(),
+    )
 }
 
 impl GroupsAccumulator for DistinctPairs {
@@ -234,24 +281,25 @@ impl GroupsAccumulator for DistinctPairs {
         let [values] = values else {
             return exec_err!("{NAME} takes one argument");
         };
-        self.counts.resize(total_num_groups, 0);
+        self.resize(total_num_groups);
         let values = StringColumn::try_new(values.as_ref())?;
         self.add_column(&values, group_indices, opt_filter);
         Ok(())
     }
 
     fn evaluate(&mut self, emit_to: EmitTo) -> Result<ArrayRef> {
-        let (counts, _) = self.take(emit_to, false);
-        Ok(Arc::new(Int64Array::from(counts)))
+        let (short, long) = self.take(emit_to);
+        Ok(Arc::new(Int64Array::from_iter_values(
+            short
+                .iter()
+                .zip(&long)
+                .map(|(s, l)| (s.len() + l.len()) as i64),
+        )))
     }
 
     fn state(&mut self, emit_to: EmitTo) -> Result<Vec<ArrayRef>> {
-        let (_, values) = self.take(emit_to, true);
-        let list = state_lists(
-            values.iter().map(Vec::len),
-            values.iter().flatten().map(|k| value_of(k)),
-        )?;
-        Ok(vec![Arc::new(list)])
+        let (short, long) = self.take(emit_to);
+        Ok(vec![Arc::new(state_of(&short, &long)?)])
     }
 
     fn merge_batch(
@@ -266,7 +314,7 @@ impl GroupsAccumulator for DistinctPairs {
         let Some(lists) = lists.as_list_opt::<i32>() else {
             return exec_err!("{NAME}: the state is not a list");
         };
-        self.counts.resize(total_num_groups, 0);
+        self.resize(total_num_groups);
         let items = StringColumn::try_new(lists.values().as_ref())?;
         let offsets = lists.value_offsets();
         for (i, &g) in group_indices.iter().enumerate() {
@@ -304,12 +352,13 @@ impl GroupsAccumulator for DistinctPairs {
     }
 
     fn size(&self) -> usize {
-        // The table's slots (a boxed slice each, and a control byte), the keys on the heap,
-        // the counts and the key buffer.
-        self.set.capacity() * (size_of::<Box<[u8]>>() + 1)
+        // The tables' slots (a value and a control byte each), the long values on the heap,
+        // and the per-group tables themselves.
+        self.short_slots * (size_of::<u128>() + 1)
+            + self.long_slots * (size_of::<Box<[u8]>>() + 1)
             + self.key_bytes
-            + self.counts.capacity() * size_of::<i64>()
-            + self.key.capacity()
+            + self.short.capacity() * size_of::<HashSet<u128>>()
+            + self.long.capacity() * size_of::<HashSet<Box<[u8]>>>()
             + size_of_val(self)
     }
 }
@@ -332,15 +381,14 @@ impl Accumulator for OneGroup {
     }
 
     fn state(&mut self) -> Result<Vec<ScalarValue>> {
-        let list = state_lists(
-            std::iter::once(self.pairs.set.len()),
-            self.pairs.set.iter().map(|k| value_of(k)),
-        )?;
+        self.pairs.resize(1);
+        let list = state_of(&self.pairs.short, &self.pairs.long)?;
         Ok(vec![ScalarValue::List(Arc::new(list))])
     }
 
     fn evaluate(&mut self) -> Result<ScalarValue> {
-        Ok(ScalarValue::Int64(Some(self.pairs.set.len() as i64)))
+        self.pairs.resize(1);
+        Ok(ScalarValue::Int64(Some(self.pairs.count(0))))
     }
 
     fn size(&self) -> usize {
@@ -375,9 +423,24 @@ mod tests {
     #[test]
     fn every_string_type_partial_states_and_first_n() {
         let values: Vec<Option<&str>> = (0..300)
-            .map(|i| ["a", "b", "", "ccc", "é", "b"].get(i % 7).copied())
+            .map(|i| {
+                [
+                    "a",
+                    "b",
+                    "",
+                    "ccc",
+                    "é",
+                    "b",
+                    "a value longer than twelve bytes",
+                    "exactly12byt",
+                    "thirteen byte",
+                ]
+                .get(i % 10)
+                .copied()
+            })
             .collect();
         let groups: Vec<usize> = (0..300).map(|i| (i * 11) % 9).collect();
+        assert_eq!("exactly12byt".len(), SHORT);
         let want = expected(&values, &groups, 9);
         let arrays: Vec<ArrayRef> = vec![
             Arc::new(StringArray::from(values.clone())),
