@@ -1,21 +1,26 @@
-"""Run the issue-7 workloads through signalql, DuckDB and plain DataFusion SQL on generated Parquet, check that they agree, and print medians and ratios.
+"""Run the issue-7 workloads through signalql, DuckDB, chDB, Polars and plain DataFusion SQL on generated Parquet, check that they agree, and print medians and ratios.
 
-Run it through `benches/compare`, which installs the pinned duckdb and datafusion Python packages
-into benches/.venv first:
+Run it through `benches/compare`, which installs the pinned duckdb, datafusion, chdb and polars
+Python packages into benches/.venv first:
 
     benches/compare --rows 2000000 --data benches/out/rows2m
     benches/compare                                   # 10M events, 100k objects, temporary dir
     benches/compare --only W6 --only W7 --runs 9 --json benches/out/funnels.json
+    benches/compare --shape flat --users 200000 --data benches/out/flat10m
 
 Workloads: names and SignalQL texts from benches/workloads.toml (which the criterion bench reads
-too), the peers' SQL built below (the DataFusion funnel SQL is in workloads.toml as well).
+too), the peers' SQL and Polars queries built below (the DataFusion funnel SQL is in
+workloads.toml as well). W8 (CONTEXT FOR) has DuckDB and DataFusion scan floors only.
 
-Data: `signalql gen events --rows N --seed S --out ROOT` and `signalql gen objects --objects M
---seed S --out OBJROOT` (OBJROOT is ROOT unless --objects-data says otherwise), each skipped when
-the folder already holds that dataset. Only what the selected workloads read is generated.
+Data: `signalql gen events --rows N --seed S [--shape flat] [--users U] --out ROOT` and `signalql
+gen objects --objects M --seed S --out OBJROOT` (OBJROOT is ROOT unless --objects-data says
+otherwise), each skipped when the folder already holds that dataset (for events: the rows, seed,
+shape and users recorded in ROOT/signalql.toml). Only what the selected workloads read is
+generated.
 
 What is timed, per workload: one warm-up round, then --runs rounds. A round runs each engine once,
-in turn (signalql, every DuckDB formulation, DataFusion SQL), so machine noise spreads evenly.
+in turn (signalql, every DuckDB, chDB and Polars formulation, DataFusion SQL), so machine noise
+spreads evenly.
 
 * signalql: one `signalql bench --warmup 1 --runs 1 --data ROOT --now T QUERY` process per round.
   The in-process time is its `times_s[0]`: one whole answer (parse, open the tables, plan,
@@ -24,22 +29,29 @@ in turn (signalql, every DuckDB formulation, DataFusion SQL), so machine noise s
   (`ru_maxrss` from wait4, through a small launcher process: see SPAWN) are recorded too.
 * DuckDB: `con.execute(sql).fetchall()` in this Python process on one connection, with views over
   `read_parquet(...)`.
+* chDB: `session.query(sql, "ArrowTable")` on one `chdb.session.Session()` in this Python process,
+  the SQL reading `file('ROOT/events/*.parquet', Parquet)` (the files are read by every query).
+* Polars: `lazy_frame.collect()` in this Python process, the LazyFrame built once per workload
+  over `pl.scan_parquet(files)` (the files are read by every collect).
 * DataFusion SQL: `ctx.sql(sql).collect()` (datafusion-python) in this Python process on one
   SessionContext with Parquet listing tables registered.
+Only signalql's memory is measured: the peers share this process.
 
 The warm-up round's results are compared first, for every selected workload, before anything is
 timed: the same column names, the same row count and equal rows after normalising (timestamps to
-epoch seconds, numbers to a relative tolerance of 1e-9, structs flattened). Any disagreement, or an
-engine that fails, exits 1 without timing. W8 (CONTEXT FOR) has no peer answer: its check is that
-the bundle is non-empty and its items' token estimates sum to at most the budget, and that the
-two scans agree.
+epoch seconds, numbers to a relative tolerance of 1e-9, structs flattened); every formulation of
+every peer is compared. Any disagreement, or an engine or formulation that fails, exits 1 without
+timing. W8 (CONTEXT FOR) has no peer answer: its check is that the bundle is non-empty and its
+items' token estimates sum to at most the budget, and that the two scans agree.
 """
 
 import argparse
 import datetime as dt
+import glob
 import json
 import math
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -86,11 +98,13 @@ def window(dialect, start):
     """`"timestamp"` in [start, T)."""
     if dialect == "duckdb":
         return f"\"timestamp\" >= TIMESTAMPTZ '{start}+00' AND \"timestamp\" < TIMESTAMPTZ '{T}+00'"
+    if dialect == "chdb":
+        return f"\"timestamp\" >= toDateTime64('{start}', 6, 'UTC') AND \"timestamp\" < toDateTime64('{T}', 6, 'UTC')"
     return f"\"timestamp\" >= TIMESTAMP '{start}+00:00' AND \"timestamp\" < TIMESTAMP '{T}+00:00'"
 
 
 def prop(dialect, name):
-    return f"properties.{name}" if dialect == "duckdb" else f"properties['{name}']"
+    return f"properties.{name}" if dialect in ("duckdb", "chdb") else f"properties['{name}']"
 
 
 # --- funnels ----------------------------------------------------------------------------------
@@ -299,6 +313,302 @@ def duckdb_funnels(grouped, files):
     }
 
 
+# --- chDB (in-process ClickHouse) -------------------------------------------------------------
+#
+# The queries read `file('ROOT/events/*.parquet', Parquet)` (re-read by every query, as
+# signalql re-opens its tables; nothing registered). `properties` reads as a named Tuple, so
+# `properties.plan` is tuple element access. The funnels order each user's events by
+# (timestamp µs, rank of `_file` among the sorted file names, `_row_number`), the engine's
+# order; the file names are listed once the data exists (chdb_funnels is called lazily).
+
+
+def chdb_table(files):
+    return f"file('{files}', Parquet)"
+
+
+def count_distinct_sql(d, x):
+    return f"uniqExact({x})" if d == "chdb" else f"count(DISTINCT {x})"
+
+
+def chdb_daily_active_sql(files):
+    """W2 in one aggregation: per platform a map day -> distinct users, then every day of the
+    window (ARRAY JOIN over the 30 day numbers; a missing day reads the map's default 0). The
+    platforms are those of the window's aggregate, so the series is as dense as the engine's."""
+    days = (dt.date.fromisoformat(LAST_DAY[:10]) - dt.date.fromisoformat(DAY30[:10])).days + 1
+    return f"""
+SELECT toDateTime64(toDateTime('{DAY30}', 'UTC') + toIntervalDay(i), 6, 'UTC') AS "timestamp",
+       p AS "properties.platform", m[i] AS "count_distinct(user_id)"
+FROM (
+  SELECT p, mapFromArrays(groupArray(day), groupArray(n)) AS m
+  FROM (
+    SELECT toUInt32(dateDiff('day', toDateTime('{DAY30}', 'UTC'), toStartOfDay("timestamp"))) AS day,
+           {prop('chdb', 'platform')} AS p, uniqExact(user_id) AS n
+    FROM {chdb_table(files)}
+    WHERE event_name = 'session_start' AND {window('chdb', DAY30)}
+    GROUP BY day, p)
+  GROUP BY p)
+ARRAY JOIN range({days}) AS i
+ORDER BY 1, 2 NULLS LAST"""
+
+
+CHDB_WITHIN_US = 7 * 86400 * 1_000_000
+
+
+def chdb_funnel_tail(grouped):
+    """u(user_id, lv, g, s2, s3) to the result rows. One pass over the per-group aggregate
+    (ARRAY JOIN of the three steps): ClickHouse inlines a CTE at every use, so a UNION ALL of
+    three selects would compute the funnel three times."""
+    sel, order = ('g AS "properties.plan", ', "g NULLS LAST, ") if grouped else ("", "")
+    return f""",
+a AS (
+  SELECT g, count() AS u1, countIf(lv >= 2) AS u2, countIf(lv >= 3) AS u3,
+         quantileExactInclusive(0.5)(s2) AS m2, quantileExactInclusive(0.5)(s3) AS m3
+  FROM u GROUP BY g)
+SELECT {sel}x.1 AS step, x.2 AS event, x.3 AS users,
+       x.3 / nullIf(x.4, 0) AS conversion_rate, x.3 / nullIf(x.5, 0) AS step_conversion_rate,
+       x.6 AS median_seconds_to_convert
+FROM a
+ARRAY JOIN [(1, 'visit', u1, u1, u1, CAST(NULL AS Nullable(Float64))),
+            (2, 'signup', u2, u1, u1, m2),
+            (3, 'activated', u3, u1, u2, m3)] AS x
+ORDER BY {order}step"""
+
+
+def chdb_funnel_arrays_sql(grouped, files, names, level="arrays"):
+    """Per user one sorted array of the funnel's events (key, step code, group); on it, by
+    position j: pv[j] the latest visit at or before j and ps[j] the latest signup at or before j
+    (`arrayFill` carries the last non-zero position forward). A chain for step 2 ends at the
+    signup j with t[j] - t[pv[j]] <= 7 d (the latest visit before j is the best start); one for
+    step 3 at the activated j with t[j] - t[pv[ps[j]]] <= 7 d (the latest visit with a signup
+    between it and j). The reported chain of a step is the first such j (`arrayFirstIndex`), its
+    start that latest visit, which is docs/funnels.md's rule (the chain ending first, the
+    latest start on ties).
+
+    level="windowFunnel": the user's level is instead ClickHouse's `windowFunnel` (it returns only
+    a level; the seconds and the group still come from the arrays), run by `arrayReduce` over the
+    sorted array with a timestamp that carries the position: (µs since the window start) × 2^21 +
+    j, window 7 d × 2^21 + 2^21 - 1. Positions only grow along a chain, so a chain's last event is
+    within 7 d of its first exactly when its encoded timestamp is within the encoded window (for
+    users with fewer than 2^21 funnel events; the check would show it otherwise). On the raw µs
+    timestamps windowFunnel orders events of one instant by condition (visit, signup, activated),
+    not by position in the files, and counts chains the engine does not (benches/README.md)."""
+    grp = prop("chdb", "plan") if grouped else "CAST(NULL AS Nullable(String))"
+    wf = level == "windowFunnel"
+    start_us = int(_utc(DAY28).timestamp()) * 1_000_000
+    wf_col = (f""",
+         arrayReduce('windowFunnel({CHDB_WITHIN_US << 21 | ((1 << 21) - 1)})',
+                     arrayMap((x, j) -> toUInt64(bitShiftLeft(x - {start_us}, 21) + j), t, i),
+                     arrayMap(x -> x = 1, c), arrayMap(x -> x = 2, c), arrayMap(x -> x = 3, c)) AS wf"""
+              if wf else "")
+    lv = "wf" if wf else "multiIf(j3 > 0, 3, j2 > 0, 2, 1)"
+    reached = (lambda k: f"wf >= {k}") if wf else (lambda k: f"j{k} > 0")
+    return f"""
+WITH ev AS (
+  SELECT user_id, toUnixTimestamp64Micro("timestamp") AS us, indexOf({names}, _file) AS fno,
+         _row_number AS frow, multiIf(event_name = 'visit', 1, event_name = 'signup', 2, 3) AS c,
+         {grp} AS g
+  FROM {chdb_table(files)}
+  WHERE user_id IS NOT NULL AND event_name IN ('visit', 'signup', 'activated')
+    AND {window('chdb', DAY28)}),
+l AS (
+  SELECT user_id, arraySort(groupArray((us, fno, frow, c, g))) AS e
+  FROM ev GROUP BY user_id),
+p AS (
+  SELECT *, arrayMap(x -> x.1, e) AS t, arrayMap(x -> x.4, e) AS c, arrayMap(x -> x.5, e) AS gs,
+         arrayEnumerate(e) AS i{wf_col}
+  FROM l),
+q AS (
+  SELECT *, arrayFill(x -> x > 0, arrayMap((x, j) -> if(x = 1, j, 0), c, i)) AS pv,
+            arrayFill(x -> x > 0, arrayMap((x, j) -> if(x = 2, j, 0), c, i)) AS ps
+  FROM p WHERE has(c, 1){" AND wf >= 1" if wf else ""}),
+r AS (
+  SELECT *, arrayFirstIndex(x -> x = 1, c) AS j1,
+         arrayFirstIndex((x, j) -> x = 2 AND pv[j] > 0 AND t[j] - t[pv[j]] <= {CHDB_WITHIN_US}, c, i) AS j2,
+         arrayFirstIndex((x, j) -> x = 3 AND ps[j] > 0 AND pv[ps[j]] > 0
+                                   AND t[j] - t[pv[ps[j]]] <= {CHDB_WITHIN_US}, c, i) AS j3
+  FROM q),
+u AS (
+  SELECT user_id, {lv} AS lv,
+         multiIf({reached(3)}, gs[pv[ps[j3]]], {reached(2)}, gs[pv[j2]], gs[j1]) AS g,
+         if({reached(2)} AND j2 > 0, (t[j2] - t[pv[j2]]) / 1e6, NULL) AS s2,
+         if({reached(3)} AND j3 > 0, (t[j3] - t[pv[ps[j3]]]) / 1e6, NULL) AS s3
+  FROM r)""" + chdb_funnel_tail(grouped)
+
+
+def event_files(files):
+    """The events' Parquet files in path order (the engine's file order for timestamp ties)."""
+    return sorted(glob.glob(files))
+
+
+def chdb_funnels(grouped, files):
+    """W6/W7's chDB formulations; called once the data exists (they name its files)."""
+    names = "[" + ", ".join("'" + os.path.basename(f).replace("'", "\\'") + "'" for f in event_files(files)) + "]"
+    return {
+        "arrays": chdb_funnel_arrays_sql(grouped, files, names),
+        "windowFunnel": chdb_funnel_arrays_sql(grouped, files, names, level="windowFunnel"),
+    }
+
+
+# --- Polars -----------------------------------------------------------------------------------
+#
+# Lazy queries over `pl.scan_parquet(files)` (the sorted file list: a row index over it then
+# orders rows by (file path, row in file), the engine's tie order); `collect()` is timed, so the
+# files are read by every query. Each builder takes the polars module and the file list and
+# returns a LazyFrame; the column names are signalql's.
+
+
+def _utc(s):
+    return dt.datetime.fromisoformat(s).replace(tzinfo=dt.timezone.utc)
+
+
+def pl_window(pl, start):
+    return pl.col("timestamp").is_between(_utc(start), _utc(T), closed="left")
+
+
+def pl_prop(pl, name):
+    return pl.col("properties").struct.field(name)
+
+
+def pl_count_distinct(pl, x):
+    return pl.col(x).drop_nulls().n_unique()  # count(DISTINCT x): NULL is not a value
+
+
+def polars_daily_active(pl, files):
+    a = (pl.scan_parquet(files)
+         .filter((pl.col("event_name") == "session_start") & pl_window(pl, DAY30))
+         .group_by(pl.col("timestamp").dt.truncate("1d").alias("d"), pl_prop(pl, "platform").alias("p"))
+         .agg(pl_count_distinct(pl, "user_id").alias("n")))
+    days = pl.LazyFrame({"d": pl.datetime_range(_utc(DAY30), _utc(LAST_DAY), "1d", time_unit="us",
+                                                time_zone="UTC", eager=True)})
+    return (days.join(a.select("p").unique(), how="cross")
+            .join(a, on=["d", "p"], how="left", nulls_equal=True)
+            .select(pl.col("d").alias("timestamp"), pl.col("p").alias("properties.platform"),
+                    pl.col("n").fill_null(0).alias("count_distinct(user_id)"))
+            .sort(["timestamp", "properties.platform"], nulls_last=True))
+
+
+def polars_stats(pl, x):
+    return pl.struct(n=x.count(), sum=x.sum(), sum_sq=(x * x).sum(), mean=x.mean(), variance=x.var(ddof=1),
+                     stddev=x.std(ddof=1), min=x.min(), max=x.max())
+
+
+PL_WITHIN_US = 7 * 86400 * 1_000_000
+
+
+def polars_funnel_events(pl, files, grouped):
+    """The funnel's events: user, µs timestamp, step code (1 visit, 2 signup, 3 activated),
+    group value and the row's position over the sorted files (`frow`)."""
+    return (pl.scan_parquet(files, row_index_name="frow")
+            .filter(pl.col("user_id").is_not_null()
+                    & pl.col("event_name").is_in(["visit", "signup", "activated"])
+                    & pl_window(pl, DAY28))
+            .select("user_id", pl.col("timestamp").dt.epoch("us").alias("t"), "frow",
+                    pl.col("event_name").replace_strict({"visit": 1, "signup": 2, "activated": 3},
+                                                        return_dtype=pl.Int8).alias("c"),
+                    (pl_prop(pl, "plan") if grouped else pl.lit(None, dtype=pl.String)).alias("g")))
+
+
+def polars_funnel_tail(pl, u, grouped):
+    """u(user_id, lv, g, s2, s3) to the result rows (rates NULL where the denominator is 0)."""
+    a = u.group_by("g").agg(pl.len().cast(pl.Int64).alias("u1"),
+                            (pl.col("lv") >= 2).sum().cast(pl.Int64).alias("u2"),
+                            (pl.col("lv") >= 3).sum().cast(pl.Int64).alias("u3"),
+                            pl.col("s2").median().alias("m2"), pl.col("s3").median().alias("m3"))
+
+    def rate(n, d):
+        return pl.when(pl.col(d) > 0).then(pl.col(n) / pl.col(d)).otherwise(None)
+
+    def step(k, name, users, prev, m):
+        return a.select("g", pl.lit(k, dtype=pl.Int64).alias("step"), pl.lit(name).alias("event"),
+                        pl.col(users).alias("users"), rate(users, "u1").alias("conversion_rate"),
+                        rate(users, prev).alias("step_conversion_rate"),
+                        (pl.col(m) if m else pl.lit(None, dtype=pl.Float64)).alias("median_seconds_to_convert"))
+
+    rows = pl.concat([step(1, "visit", "u1", "u1", None), step(2, "signup", "u2", "u1", "m2"),
+                      step(3, "activated", "u3", "u2", "m3")])
+    if grouped:
+        return rows.sort(["g", "step"], nulls_last=True).rename({"g": "properties.plan"})
+    return rows.sort("step").drop("g")
+
+
+def polars_funnel_window(pl, files, grouped):
+    """Window expressions over each user's events in order (sorted by user, timestamp, frow; i the
+    position after the sort): pv the latest visit at or before the row (`forward_fill` over the
+    user), psv the pv of the latest signup at or before the row. A signup ends a step-2 chain when
+    t - t[pv] <= 7 d, an activated a step-3 chain when t - t[psv] <= 7 d (the latest visit with a
+    signup between it and the row); per user the first of each is the reported chain, its start
+    that visit (as chDB's `arrays`)."""
+    ev = (polars_funnel_events(pl, files, grouped)
+          .sort(["user_id", "t", "frow"])
+          .with_row_index("i")
+          .with_columns(pl.when(pl.col("c") == 1).then(pl.col("i")).forward_fill().over("user_id").alias("pv"))
+          .with_columns(pl.when(pl.col("c") == 2).then(pl.col("pv")).forward_fill().over("user_id").alias("psv"))
+          .with_columns(pl.col("t").gather(pl.col("pv")).alias("t_pv"), pl.col("g").gather(pl.col("pv")).alias("g_pv"),
+                        pl.col("t").gather(pl.col("psv")).alias("t_psv"), pl.col("g").gather(pl.col("psv")).alias("g_psv"))
+          .with_columns(((pl.col("c") == 2) & (pl.col("t") - pl.col("t_pv") <= PL_WITHIN_US)).fill_null(False).alias("ok2"),
+                        ((pl.col("c") == 3) & (pl.col("t") - pl.col("t_psv") <= PL_WITHIN_US)).fill_null(False).alias("ok3")))
+    per = (ev.group_by("user_id")
+           .agg((pl.col("c") == 1).any().alias("has1"),
+                pl.col("g").filter(pl.col("c") == 1).first().alias("g1"),
+                pl.col("ok2").any().alias("has2"), pl.col("ok3").any().alias("has3"),
+                pl.col("g_pv").filter(pl.col("ok2")).first().alias("g2"),
+                pl.col("g_psv").filter(pl.col("ok3")).first().alias("g3"),
+                ((pl.col("t") - pl.col("t_pv")) / 1e6).filter(pl.col("ok2")).first().alias("s2"),
+                ((pl.col("t") - pl.col("t_psv")) / 1e6).filter(pl.col("ok3")).first().alias("s3"))
+           .filter(pl.col("has1")))
+    u = per.select("user_id",
+                   pl.when(pl.col("has3")).then(3).when(pl.col("has2")).then(2).otherwise(1).alias("lv"),
+                   pl.when(pl.col("has3")).then(pl.col("g3")).when(pl.col("has2")).then(pl.col("g2"))
+                   .otherwise(pl.col("g1")).alias("g"),
+                   "s2", "s3")
+    return polars_funnel_tail(pl, u, grouped)
+
+
+def polars_funnel_asof(pl, files, grouped):
+    """As-of joins: the events numbered k in the engine's order (sorted by timestamp, frow); per
+    visit the next signup of the user (`join_asof` forward, by user_id), kept when within 7 d;
+    from that signup the next activated, kept when within 7 d of the visit (the greedy chain).
+    Per user and step the reported chain is the one with the least end key, the latest visit on
+    ties (one Int64 key: end key × 2^32 + (2^32 - 1 - start key)); step 1 and the group of a
+    user who reaches only step 1 come from the first visit."""
+    big = 1 << 32
+    ev = (polars_funnel_events(pl, files, grouped).sort(["t", "frow"]).with_row_index("k")
+          .with_columns(pl.col("k").cast(pl.Int64)))
+    v = ev.filter(pl.col("c") == 1).select("user_id", "k", "t", "g")
+    s = ev.filter(pl.col("c") == 2).select("user_id", pl.col("k").alias("k2"), pl.col("t").alias("t2"))
+    x = ev.filter(pl.col("c") == 3).select("user_id", pl.col("k").alias("k3"), pl.col("t").alias("t3"))
+    c2 = (v.join_asof(s, left_on="k", right_on="k2", by="user_id", strategy="forward", allow_exact_matches=False,
+                    check_sortedness=False)
+          .filter(pl.col("t2") - pl.col("t") <= PL_WITHIN_US))
+    c3 = (c2.sort("k2")
+          .join_asof(x, left_on="k2", right_on="k3", by="user_id", strategy="forward", allow_exact_matches=False,
+                    check_sortedness=False)
+          .with_columns(pl.when(pl.col("t3") - pl.col("t") <= PL_WITHIN_US).then(pl.col("k3")).alias("k3"))
+          .with_columns((pl.col("k2") * big + (big - 1 - pl.col("k"))).alias("e2"),
+                        (pl.col("k3") * big + (big - 1 - pl.col("k"))).alias("e3")))
+    u1 = v.group_by("user_id").agg(pl.col("g").sort_by("k").first().alias("g1"))
+    u23 = c3.group_by("user_id").agg(
+        pl.col("g").filter(pl.col("e2") == pl.col("e2").min()).first().alias("g2"),
+        ((pl.col("t2") - pl.col("t")) / 1e6).filter(pl.col("e2") == pl.col("e2").min()).first().alias("s2"),
+        pl.col("e3").is_not_null().any().alias("has3"),
+        pl.col("g").filter(pl.col("e3") == pl.col("e3").min()).first().alias("g3"),
+        ((pl.col("t3") - pl.col("t")) / 1e6).filter(pl.col("e3") == pl.col("e3").min()).first().alias("s3"))
+    u = (u1.join(u23, on="user_id", how="left")
+         .select("user_id",
+                 pl.when(pl.col("has3")).then(3).when(pl.col("s2").is_not_null()).then(2).otherwise(1).alias("lv"),
+                 pl.when(pl.col("has3")).then(pl.col("g3")).when(pl.col("s2").is_not_null()).then(pl.col("g2"))
+                 .otherwise(pl.col("g1")).alias("g"),
+                 "s2", "s3"))
+    return polars_funnel_tail(pl, u, grouped)
+
+
+def polars_funnels(grouped):
+    return {
+        "window": lambda pl, files: polars_funnel_window(pl, files, grouped),
+        "asof": lambda pl, files: polars_funnel_asof(pl, files, grouped),
+    }
+
+
 # --- workloads --------------------------------------------------------------------------------
 
 
@@ -322,67 +632,107 @@ ORDER BY 1, 2 NULLS LAST"""
 
 
 def stats_sql(d, x):
-    """stats(x) spelled out with built-in aggregates (neither peer has the UDF)."""
+    """stats(x) spelled out with built-in aggregates (no peer has the UDF)."""
     fields = [("n", f"count({x})"), ("sum", f"sum({x})"), ("sum_sq", f"sum({x} * {x})"),
               ("mean", f"avg({x})"), ("variance", f"var_samp({x})"), ("stddev", f"stddev_samp({x})"),
               ("min", f"min({x})"), ("max", f"max({x})")]
     if d == "duckdb":
         return "struct_pack(" + ", ".join(f"{k} := {v}" for k, v in fields) + ")"
+    if d == "chdb":
+        fields = [(k, v.replace("var_samp", "varSamp").replace("stddev_samp", "stddevSamp")) for k, v in fields]
+        types = ", ".join(f"{k} {'UInt64' if k == 'n' else 'Nullable(Float64)'}" for k, _ in fields)
+        return "CAST(tuple(" + ", ".join(v for _, v in fields) + f"), 'Tuple({types})')"
     return "named_struct(" + ", ".join(f"'{k}', {v}" for k, v in fields) + ")"
 
 
 def percentile_sql(d, x, p):
     # signalql's percentile is exact with linear interpolation (PostgreSQL percentile_cont).
     # DuckDB's quantile_cont is the same; DataFusion's percentile_cont rounds the interpolation
-    # fraction to 1e-6 (see the tolerance of W5).
+    # fraction to 1e-6 (see the tolerance of W5). ClickHouse's quantileExactInclusive is the same
+    # interpolation (R7), exact.
+    if d == "chdb":
+        return f"quantileExactInclusive({p})({x})"
     return f"quantile_cont({x}, {p})" if d == "duckdb" else f"percentile_cont({x}, {p})"
 
 
 def make_workloads(files):
-    """The workloads in run order: name and SignalQL text from workloads.toml, the peers' SQL."""
+    """The workloads in run order: name and SignalQL text from workloads.toml, the peers' SQL and
+    Polars queries. `duckdb`, `chdb` and `polars` hold one formulation or a dict of them by name
+    (`chdb` may be a callable giving either, for SQL that lists the files; a Polars formulation is
+    a callable (polars, sorted file list) -> LazyFrame); W8 has neither chDB nor Polars."""
     wl = []
 
-    def entry(num, duckdb, datafusion, **extra):
-        wl.append({**WORKLOAD[num], "duckdb": duckdb, "datafusion": datafusion, **extra})
+    def ev(d):
+        return chdb_table(files) if d == "chdb" else "events"
 
-    def add(num, sql, **extra):
-        entry(num, sql("duckdb"), sql("datafusion"), **extra)
+    def entry(num, duckdb, datafusion, chdb=None, polars=None, **extra):
+        wl.append({**WORKLOAD[num], "duckdb": duckdb, "chdb": chdb, "polars": polars, "datafusion": datafusion,
+                   **extra})
+
+    def add(num, sql, polars, **extra):
+        entry(num, sql("duckdb"), sql("datafusion"), chdb=sql("chdb"), polars=polars, **extra)
 
     add("W1",
-        lambda d: f"SELECT count(*) AS \"count\" FROM events WHERE event_name = 'purchase' AND {window(d, DAY30)}")
-    add("W2", daily_active_sql)
+        lambda d: f"SELECT count(*) AS \"count\" FROM {ev(d)} WHERE event_name = 'purchase' AND {window(d, DAY30)}",
+        lambda pl, fs: (pl.scan_parquet(fs).filter((pl.col("event_name") == "purchase") & pl_window(pl, DAY30))
+                        .select(pl.len().alias("count"))))
+    add("W2", lambda d: chdb_daily_active_sql(files) if d == "chdb" else daily_active_sql(d), polars_daily_active)
     add("W3",
         lambda d: f"""
-SELECT {prop(d, 'path')} AS "properties.path", count(*) AS "count" FROM events
+SELECT {prop(d, 'path')} AS "properties.path", count(*) AS "count" FROM {ev(d)}
 WHERE event_name = 'page_view' AND {window(d, DAY7)}
-GROUP BY 1 HAVING count(*) > 1000 ORDER BY 2 DESC, 1 NULLS LAST LIMIT 10""")
+GROUP BY 1 HAVING count(*) > 1000 ORDER BY 2 DESC, 1 NULLS LAST LIMIT 10""",
+        lambda pl, fs: (pl.scan_parquet(fs).filter((pl.col("event_name") == "page_view") & pl_window(pl, DAY7))
+                        .group_by(pl_prop(pl, "path").alias("properties.path")).agg(pl.len().alias("count"))
+                        .filter(pl.col("count") > 1000)
+                        .sort(["count", "properties.path"], descending=[True, False], nulls_last=True).head(10)))
     add("W4",
         lambda d: f"""
 SELECT {prop(d, 'experiment_variant')} AS "properties.experiment_variant",
-  count(DISTINCT user_id) AS "count_distinct(user_id)",
+  {count_distinct_sql(d, 'user_id')} AS "count_distinct(user_id)",
   {stats_sql(d, prop(d, 'amount'))} AS "stats(properties.amount)"
-FROM events
+FROM {ev(d)}
 WHERE event_name = 'purchase' AND {prop(d, 'amount')} IS NOT NULL AND {window(d, DAY14)}
-GROUP BY 1 ORDER BY 1 NULLS LAST""")
+GROUP BY 1 ORDER BY 1 NULLS LAST""",
+        lambda pl, fs: (pl.scan_parquet(fs)
+                        .filter((pl.col("event_name") == "purchase") & pl_prop(pl, "amount").is_not_null()
+                                & pl_window(pl, DAY14))
+                        .group_by(pl_prop(pl, "experiment_variant").alias("properties.experiment_variant"))
+                        .agg(pl_count_distinct(pl, "user_id").alias("count_distinct(user_id)"),
+                             polars_stats(pl, pl_prop(pl, "amount")).alias("stats(properties.amount)"))
+                        .sort("properties.experiment_variant", nulls_last=True)))
     add("W5",
         lambda d: f"""
 SELECT {prop(d, 'platform')} AS "properties.platform",
   {percentile_sql(d, prop(d, 'amount'), 0.5)} AS "percentile(properties.amount, 0.5)",
   {percentile_sql(d, prop(d, 'amount'), 0.95)} AS "percentile(properties.amount, 0.95)"
-FROM events WHERE event_name = 'purchase' AND {window(d, DAY30)}
+FROM {ev(d)} WHERE event_name = 'purchase' AND {window(d, DAY30)}
 GROUP BY 1 ORDER BY 1 NULLS LAST""",
+        lambda pl, fs: (pl.scan_parquet(fs).filter((pl.col("event_name") == "purchase") & pl_window(pl, DAY30))
+                        .group_by(pl_prop(pl, "platform").alias("properties.platform"))
+                        .agg(pl_prop(pl, "amount").quantile(0.5, interpolation="linear")
+                             .alias("percentile(properties.amount, 0.5)"),
+                             pl_prop(pl, "amount").quantile(0.95, interpolation="linear")
+                             .alias("percentile(properties.amount, 0.95)"))
+                        .sort("properties.platform", nulls_last=True)),
         # DataFusion rounds the interpolation fraction to 1e-6: an error of at most 5e-7 x the gap
         # between the two neighbouring values; generated amounts lie in [5, 500] USD.
         abs_tol={"datafusion": 1e-3})
-    entry("W6", duckdb_funnels(False, files), funnel_datafusion_sql(False))
-    entry("W7", duckdb_funnels(True, files), funnel_datafusion_sql(True))
+    entry("W6", duckdb_funnels(False, files), funnel_datafusion_sql(False),
+          chdb=lambda: chdb_funnels(False, files), polars=polars_funnels(False))
+    entry("W7", duckdb_funnels(True, files), funnel_datafusion_sql(True),
+          chdb=lambda: chdb_funnels(True, files), polars=polars_funnels(True))
     # The peers' figure is the scan floor: reading the representation text column once.
     scan = "SELECT sum(length(content)) AS chars FROM representations"
     entry("W8", scan, scan, context=True)
     add("X1",
         lambda d: f"""
-SELECT event_name, count(*) AS "count", count(DISTINCT user_id) AS "count_distinct(user_id)"
-FROM events WHERE {window(d, DAY30)} GROUP BY 1 ORDER BY 1 NULLS LAST""")
+SELECT event_name, count(*) AS "count", {count_distinct_sql(d, 'user_id')} AS "count_distinct(user_id)"
+FROM {ev(d)} WHERE {window(d, DAY30)} GROUP BY 1 ORDER BY 1 NULLS LAST""",
+        lambda pl, fs: (pl.scan_parquet(fs).filter(pl_window(pl, DAY30))
+                        .group_by("event_name")
+                        .agg(pl.len().alias("count"), pl_count_distinct(pl, "user_id").alias("count_distinct(user_id)"))
+                        .sort("event_name", nulls_last=True)))
     return wl
 
 
@@ -411,6 +761,11 @@ def parse_args():
     ap.add_argument("--rows", type=int, default=10_000_000, help="events to generate (default 10M)")
     ap.add_argument("--objects", type=int, default=100_000, help="objects to generate for W8 (default 100k)")
     ap.add_argument("--seed", type=int, default=42, help="generator seed for events and objects (default 42)")
+    ap.add_argument("--shape", choices=("sessions", "flat"), default="sessions",
+                    help="events generator shape (`signalql gen events --shape`; default sessions)")
+    ap.add_argument("--users", type=int,
+                    help="users for the events generator (default: the generator's one per 40 rows for "
+                         "sessions, 200000 for flat)")
     ap.add_argument("--runs", type=int, default=5, help="timed rounds per workload, after one warm-up round (default 5)")
     ap.add_argument("--bin", default=DEFAULT_BIN, help=f"signalql binary (default {DEFAULT_BIN})")
     ap.add_argument("--data", help="dataset root to use and keep (default: a temporary directory, removed)")
@@ -421,23 +776,58 @@ def parse_args():
     args = ap.parse_args()
     if args.runs < 1:
         ap.error("--runs must be at least 1")
+    if args.users is not None and args.users < 1:
+        ap.error("--users must be at least 1")
+    if args.shape == "flat" and args.users is None:
+        args.users = 200_000
     return args
 
 
-def generate_events(binary, rows, seed, root):
-    """`signalql gen events` unless ROOT already holds the same rows and seed."""
+def generated_events(marker):
+    """What `signalql gen events` recorded in ROOT/signalql.toml: rows, seed, shape and users,
+    from a `[gen]` table if there is one, else from the header comment `# Written by `signalql
+    gen` (rows = N, seed = S, days = D[, shape = flat, users = U]).` (shape and users appear only
+    when not the defaults: sessions, one user per 40 rows). None for a file not written by it."""
+    with open(marker, "rb") as f:
+        text = f.read().decode()
+    try:
+        gen = tomllib.loads(text).get("gen")
+    except tomllib.TOMLDecodeError:
+        gen = None
+    if not isinstance(gen, dict):
+        head = text.partition("\n")[0]
+        if "signalql gen" not in head:
+            return None
+        gen = dict(re.findall(r"(\w+) = ([^,()]+)", head))
+    try:
+        rows = int(gen["rows"])
+        return {"rows": rows, "seed": int(gen["seed"]), "shape": str(gen.get("shape", "sessions")).strip('"'),
+                "users": int(gen.get("users", rows // 40))}
+    except (KeyError, ValueError):
+        return None
+
+
+def generate_events(binary, rows, seed, shape, users, root):
+    """`signalql gen events` unless ROOT already holds the same rows, seed, shape and users."""
     marker = os.path.join(root, "signalql.toml")
+    want = {"rows": rows, "seed": seed, "shape": shape, "users": rows // 40 if users is None else users}
     if os.path.exists(marker):
-        with open(marker) as f:
-            head = f.readline()
-        if f"rows = {rows}," in head and f"seed = {seed}," in head:
-            print(f"reusing events under {root} ({head.strip()[2:]})", file=sys.stderr)
+        have = generated_events(marker)
+        if have == want:
+            print(f"reusing events under {root} ({', '.join(f'{k} = {v}' for k, v in have.items())})",
+                  file=sys.stderr)
             return
-        raise SystemExit(f"{root} holds another dataset ({head.strip()}); pick another --data or --rows/--seed")
+        raise SystemExit(f"{root} holds another dataset ({have or 'not generated by signalql gen'}; wanted {want});"
+                         " pick another --data or --rows/--seed/--shape/--users")
+    cmd = [binary, "gen", "events", "--rows", str(rows), "--seed", str(seed)]
+    if shape != "sessions":
+        cmd += ["--shape", shape]
+    if users is not None:
+        cmd += ["--users", str(users)]
     t0 = time.perf_counter()
-    subprocess.run([binary, "gen", "events", "--rows", str(rows), "--seed", str(seed), "--out", root],
-                   check=True, stdout=subprocess.DEVNULL)
-    print(f"generated {rows} events in {time.perf_counter() - t0:.1f} s under {root}", file=sys.stderr)
+    subprocess.run(cmd + ["--out", root], check=True, stdout=subprocess.DEVNULL)
+    print(f"generated {rows} events ({shape}{'' if users is None else f', {users} users'}) in "
+          f"{time.perf_counter() - t0:.1f} s under {root}", file=sys.stderr)
 
 
 def generate_objects(binary, con, n, seed, root):
@@ -606,8 +996,11 @@ def median(xs):
 
 def main():
     args = parse_args()
+    import chdb
+    import chdb.session
     import datafusion
     import duckdb
+    import polars as pl
 
     if not os.path.exists(args.bin):
         raise SystemExit(f"no signalql binary at {args.bin}; run `cargo build --release` first")
@@ -631,8 +1024,9 @@ def main():
         con = duckdb.connect()
         con.execute("SET TimeZone = 'UTC'")
         ctx = datafusion.SessionContext()
+        chs = chdb.session.Session()
         if need_events:
-            generate_events(args.bin, args.rows, args.seed, root)
+            generate_events(args.bin, args.rows, args.seed, args.shape, args.users, root)
             # filename/file_row_number: the funnels break timestamp ties by position in the files.
             con.execute(f"CREATE VIEW events AS SELECT * FROM read_parquet('{files}', filename = true, file_row_number = true)")
             ctx.register_parquet("events", os.path.join(root, "events") + "/")
@@ -647,9 +1041,17 @@ def main():
             """(label, callable) in the order of a round."""
             data = objroot if w.get("context") else root
             es = [("signalql", lambda: run_signalql(args.bin, data, w["signalql"]))]
-            dk = w["duckdb"] if isinstance(w["duckdb"], dict) else {"": w["duckdb"]}
-            for variant, sql in dk.items():
-                es.append(("duckdb" + (f":{variant}" if variant else ""), lambda sql=sql: run_duckdb(sql)))
+            for peer, run in (("duckdb", run_duckdb), ("chdb", run_chdb), ("polars", run_polars)):
+                forms = w.get(peer)
+                if forms is None:
+                    continue
+                if peer == "chdb" and callable(forms):
+                    forms = forms()  # SQL that names the files: built now that they exist
+                forms = forms if isinstance(forms, dict) else {"": forms}
+                for variant, q in forms.items():
+                    if peer == "polars":
+                        q = q(pl, event_files(files))  # the LazyFrame, built once per engines() call
+                    es.append((peer + (f":{variant}" if variant else ""), lambda q=q, run=run: run(q)))
             es.append(("datafusion", lambda: run_datafusion(w["datafusion"])))
             return es
 
@@ -662,10 +1064,21 @@ def main():
             batches = df.collect()
             return {"batches": batches, "df": df}
 
+        def run_chdb(sql):
+            return {"arrow": chs.query(sql, "ArrowTable")}
+
+        def run_polars(lf):
+            return {"frame": lf.collect()}
+
         def peer_answer(r):
             """Rows and column names of a peer's answer (outside the timed call)."""
             if "batches" in r:
                 return {"rows": [x for b in r["batches"] for x in b.to_pylist()], "names": r["df"].schema().names}
+            if "arrow" in r:
+                t = r["arrow"]
+                return {"rows": [tuple(row.values()) for row in t.to_pylist()], "names": t.column_names}
+            if "frame" in r:
+                return {"rows": r["frame"].rows(), "names": r["frame"].columns}
             return r
 
         # Warm-up round of every workload, and the agreement check, before any timing.
@@ -727,11 +1140,17 @@ def main():
             s["max_rss_kib"] = max(s["rss_kib"] + [s["warmup"]["rss_kib"]])
             for p in rec["peers"].values():
                 p["median_s"] = median(p["times_s"])
-            duck = {k: v for k, v in rec["peers"].items() if k.startswith("duckdb")}
-            best = min(duck, key=lambda k: duck[k]["median_s"])
-            rec["duckdb_best"] = best
-            rec["duckdb_median_s"] = duck[best]["median_s"]
-            rec["datafusion_median_s"] = rec["peers"]["datafusion"]["median_s"]
+            # Per peer its fastest formulation (None where the peer has none: chDB and Polars on W8);
+            # the fastest peer over every formulation of every peer.
+            for peer in ("duckdb", "chdb", "polars", "datafusion"):
+                forms = {k: v for k, v in rec["peers"].items() if k.partition(":")[0] == peer}
+                best = min(forms, key=lambda k: forms[k]["median_s"]) if forms else None
+                if peer != "datafusion":
+                    rec[f"{peer}_best"] = best
+                rec[f"{peer}_median_s"] = forms[best]["median_s"] if best else None
+            fastest = min(rec["peers"], key=lambda k: rec["peers"][k]["median_s"])
+            rec["fastest_peer"] = fastest
+            rec["fastest_peer_median_s"] = rec["peers"][fastest]["median_s"]
             print(f"{w['name']}: signalql {s['median_s'] * 1e3:.1f} ms, "
                   + ", ".join(f"{k} {v['median_s'] * 1e3:.1f} ms" for k, v in rec["peers"].items()),
                   file=sys.stderr)
@@ -739,10 +1158,14 @@ def main():
         print_table(args, results, objroot)
         if args.json:
             with open(args.json, "w") as f:
-                json.dump({"rows": args.rows, "objects": args.objects, "seed": args.seed, "runs": args.runs,
+                json.dump({"rows": args.rows, "shape": args.shape, "users": args.users, "objects": args.objects,
+                           "seed": args.seed, "runs": args.runs,
                            "binary": args.bin, "data": root, "objects_data": objroot, "cores": os.cpu_count(),
                            "loadavg_start": load0, "loadavg_end": os.getloadavg(),
                            "duckdb_version": duckdb.__version__, "datafusion_version": datafusion.__version__,
+                           "chdb_version": chdb.__version__,
+                           "clickhouse_version": str(chs.query("SELECT version()", "CSV")).strip().strip('"'),
+                           "polars_version": pl.__version__,
                            "agree": True, "results": list(results.values())}, f, indent=2)
         return 0
     finally:
@@ -752,34 +1175,47 @@ def main():
 
 def print_table(args, results, objroot):
     print()
-    print(f"rows={args.rows} objects={args.objects} seed={args.seed} runs={args.runs} (median of the "
-          f"rounds after 1 warm-up round); times in ms; cores={os.cpu_count()}; load average "
+    shape = args.shape + (f" users={args.users}" if args.users is not None else "")
+    print(f"rows={args.rows} shape={shape} objects={args.objects} seed={args.seed} runs={args.runs} (median of "
+          f"the rounds after 1 warm-up round); times in ms; cores={os.cpu_count()}; load average "
           f"{os.getloadavg()[1]:.2f} (5 min); all engines agree")
-    hdr = ("workload", "signalql", "duckdb", "datafusion", "duckdb/sq", "datafusion/sq",
-           "sq process wall", "sq peak RSS MiB", "duckdb form")
+    peers = ("duckdb", "chdb", "polars", "datafusion")
+    hdr = ("workload", "signalql", *peers, "fastest peer", *(f"{p}/sq" for p in peers), "fastest/sq",
+           "sq process wall", "sq peak RSS MiB", "formulations")
     print("| " + " | ".join(hdr) + " |")
     print("|" + "|".join("---" for _ in hdr) + "|")
+    ms = lambda x: "-" if x is None else f"{x * 1e3:.1f}"
+    ratio = lambda x, sq: "-" if x is None else f"{x / sq:.2f}"
     for name, r in results.items():
-        sq, dk, df = r["signalql"]["median_s"], r["duckdb_median_s"], r["datafusion_median_s"]
-        form = r["duckdb_best"].partition(":")[2] or "-"
-        if len(r["peers"]) > 2:
-            form += " (" + ", ".join(f"{k.partition(':')[2]} {v['median_s'] * 1e3:.1f}"
-                                     for k, v in r["peers"].items() if k.startswith("duckdb")) + ")"
-        print(f"| {name} | {sq * 1e3:.1f} | {dk * 1e3:.1f} | {df * 1e3:.1f} | {dk / sq:.2f} | {df / sq:.2f} | "
-              f"{r['signalql']['wall_median_s'] * 1e3:.1f} | {r['signalql']['max_rss_kib'] / 1024:.0f} | {form} |")
+        sq = r["signalql"]["median_s"]
+        times = [r[f"{p}_median_s"] for p in peers]
+        fastest = f"{ms(r['fastest_peer_median_s'])} ({r['fastest_peer']})"
+        # Every formulation of the peers that have several, the fastest first.
+        forms = []
+        for p in ("duckdb", "chdb", "polars"):
+            fs = {k: v["median_s"] for k, v in r["peers"].items() if k.partition(":")[0] == p and ":" in k}
+            if fs:
+                forms.append(f"{p} " + ", ".join(f"{k.partition(':')[2]} {v * 1e3:.1f}"
+                                                 for k, v in sorted(fs.items(), key=lambda kv: kv[1])))
+        print(f"| {name} | {sq * 1e3:.1f} | " + " | ".join(ms(t) for t in times) + f" | {fastest} | "
+              + " | ".join(ratio(t, sq) for t in times) + f" | {ratio(r['fastest_peer_median_s'], sq)} | "
+              f"{r['signalql']['wall_median_s'] * 1e3:.1f} | {r['signalql']['max_rss_kib'] / 1024:.0f} | "
+              f"{'; '.join(forms) or '-'} |")
     print("\nsignalql = in-process time of one answer (`signalql bench`, after a warm-up answer in the "
-          "same process; parse, open the tables, plan, execute, build the answer). duckdb and datafusion "
-          "run in this Python process on a warm connection/context with the tables registered once. "
-          "Ratios are peer / signalql: above 1 means signalql is faster. duckdb is the fastest "
-          "formulation where there are several. 'sq process wall' is the whole `signalql bench --warmup 1 "
-          "--runs 1` process (start, two answers, JSON output); 'sq peak RSS' its max ru_maxrss over the rounds.")
+          "same process; parse, open the tables, plan, execute, build the answer). duckdb, chdb, polars and "
+          "datafusion run in this Python process: duckdb and datafusion on a warm connection/context with the "
+          "tables registered once, chdb (`file(...)`) and polars (`scan_parquet(...).collect()`) reading the "
+          "files in every query. Ratios are peer / signalql: above 1 means signalql is faster. Each peer's "
+          "figure is its fastest formulation where it has several; 'fastest peer' is the fastest of them all. "
+          "'sq process wall' is the whole `signalql bench --warmup 1 --runs 1` process (start, two answers, "
+          "JSON output); 'sq peak RSS' its max ru_maxrss over the rounds. Peer memory is not measured.")
     ctxw = [r for n, r in results.items() if n.startswith("W8")]
     for r in ctxw:
         sq = r["signalql"]["median_s"]
         print(f"\nW8 (CONTEXT FOR over {args.objects} objects in {objroot}): duckdb and datafusion are the "
-              f"scan floor `SELECT sum(length(content)) FROM representations`; signalql / scan = "
-              f"{sq / r['duckdb_median_s']:.2f} (duckdb), {sq / r['datafusion_median_s']:.2f} (datafusion); "
-              f"target at most 1.5.")
+              f"scan floor `SELECT sum(length(content)) FROM representations` (no chdb or polars peer); "
+              f"signalql / scan = {sq / r['duckdb_median_s']:.2f} (duckdb), "
+              f"{sq / r['datafusion_median_s']:.2f} (datafusion); target at most 1.5.")
 
 
 if __name__ == "__main__":
