@@ -13,7 +13,6 @@ use datafusion::datasource::file_format::parquet::ParquetFormat;
 use datafusion::datasource::listing::{
     ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
 };
-use datafusion::datasource::physical_plan::parquet::metadata::DFParquetMetadata;
 use datafusion::execution::SessionState;
 use datafusion::prelude::SessionContext;
 use futures::FutureExt;
@@ -858,10 +857,7 @@ impl Dataset {
                 .infer_schema(state, &store, std::slice::from_ref(&meta))
                 .await
                 .map_err(unreadable)?;
-            let cache = state.runtime_env().cache_manager.get_file_metadata_cache();
-            let metadata = DFParquetMetadata::new(store.as_ref(), &meta)
-                .with_file_metadata_cache(Some(cache))
-                .fetch_metadata()
+            let metadata = crate::folder::read_footer(state.runtime_env(), store.as_ref(), &meta)
                 .await
                 .map_err(unreadable)?;
             let rows = metadata

@@ -25,6 +25,7 @@ use datafusion::datasource::physical_plan::parquet::{
 use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder};
 use datafusion::datasource::table_schema::TableSchema;
 use datafusion::execution::object_store::ObjectStoreUrl;
+use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::logical_expr::utils::conjunction;
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown, TableType};
 use datafusion::parquet::file::metadata::ParquetMetaData;
@@ -32,7 +33,7 @@ use datafusion::physical_optimizer::pruning::{PruningPredicate, PruningPredicate
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::empty::EmptyExec;
 use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
-use object_store::ObjectMeta;
+use object_store::{ObjectMeta, ObjectStore};
 
 /// The value Hive writes for a NULL partition value.
 const HIVE_NULL: &str = "__HIVE_DEFAULT_PARTITION__";
@@ -234,12 +235,9 @@ impl FolderTable {
             return Ok(f);
         }
         let meta: &ObjectMeta = &self.files[index].object_meta;
-        let store = state.runtime_env().object_store(&self.store)?;
-        let cache = state.runtime_env().cache_manager.get_file_metadata_cache();
-        let metadata = DFParquetMetadata::new(store.as_ref(), meta)
-            .with_file_metadata_cache(Some(cache))
-            .fetch_metadata()
-            .await?;
+        let runtime = state.runtime_env();
+        let store = runtime.object_store(&self.store)?;
+        let metadata = read_footer(runtime, store.as_ref(), meta).await?;
         let statistics = Arc::new(DFParquetMetadata::statistics_from_parquet_metadata(
             &metadata,
             &self.file_schema,
@@ -266,6 +264,43 @@ impl FolderTable {
     }
 }
 
+/// The footer of the file `meta` names, through DataFusion's file-metadata cache of
+/// `runtime` (read from `store` when it is not there, and kept there for the scans).
+pub async fn read_footer(
+    runtime: &RuntimeEnv,
+    store: &dyn ObjectStore,
+    meta: &ObjectMeta,
+) -> Result<Arc<ParquetMetaData>> {
+    DFParquetMetadata::new(store, meta)
+        .with_file_metadata_cache(Some(runtime.cache_manager.get_file_metadata_cache()))
+        .fetch_metadata()
+        .await
+}
+
+/// The row groups of `metadata` that `predicate` (over `schema`) does not rule out by their
+/// statistics, as DataFusion's scan prunes them (`RowGroupAccessPlanFilter`); all of them
+/// without a predicate.
+pub fn kept_row_groups(
+    metadata: &ParquetMetaData,
+    schema: &Schema,
+    predicate: Option<&PruningPredicate>,
+    location: &str,
+) -> Vec<usize> {
+    let groups = metadata.row_groups();
+    let mut access = RowGroupAccessPlanFilter::new(ParquetAccessPlan::new_all(groups.len()));
+    if let Some(p) = predicate {
+        let metrics = ParquetFileMetrics::new(0, location, &ExecutionPlanMetricsSet::new());
+        access.prune_by_statistics(
+            schema,
+            metadata.file_metadata().schema_descr(),
+            groups,
+            p,
+            &metrics,
+        );
+    }
+    access.row_group_indexes().collect()
+}
+
 /// What planning keeps of a file: byte ranges, and how many of its row groups it left out.
 struct Kept {
     ranges: Vec<(i64, i64)>,
@@ -283,7 +318,7 @@ fn kept_ranges(
     file_size: u64,
     location: &str,
 ) -> Option<Kept> {
-    let predicate = predicate?;
+    predicate?;
     let groups = metadata.row_groups();
     let offsets: Vec<i64> = groups
         .iter()
@@ -296,16 +331,7 @@ fn kept_ranges(
     if groups.is_empty() || offsets.windows(2).any(|w| w[0] >= w[1]) {
         return None;
     }
-    let mut access = RowGroupAccessPlanFilter::new(ParquetAccessPlan::new_all(groups.len()));
-    let metrics = ParquetFileMetrics::new(0, location, &ExecutionPlanMetricsSet::new());
-    access.prune_by_statistics(
-        schema,
-        metadata.file_metadata().schema_descr(),
-        groups,
-        predicate,
-        &metrics,
-    );
-    let kept: Vec<usize> = access.row_group_indexes().collect();
+    let kept = kept_row_groups(metadata, schema, predicate, location);
     let pruned = groups.len() - kept.len();
     let mut ranges: Vec<(i64, i64)> = Vec::new();
     let end_of = |i: usize| offsets.get(i + 1).copied().unwrap_or(file_size as i64);

@@ -13,16 +13,12 @@ use std::sync::Arc;
 
 use datafusion::datasource::physical_plan::FileScanConfig;
 use datafusion::datasource::physical_plan::ParquetSource;
-use datafusion::datasource::physical_plan::parquet::metadata::DFParquetMetadata;
-use datafusion::datasource::physical_plan::parquet::{
-    ParquetAccessPlan, ParquetFileMetrics, RowGroupAccessPlanFilter,
-};
 use datafusion::datasource::source::DataSourceExec;
 use datafusion::execution::SessionState;
 use datafusion::physical_optimizer::pruning::PruningPredicateBuilder;
 use datafusion::physical_plan::ExecutionPlan;
-use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
 use serde::{Deserialize, Serialize};
+use signalql_catalog::folder::{kept_row_groups, read_footer};
 
 use crate::error::{Error, Result};
 
@@ -66,7 +62,6 @@ pub async fn of_plan(
             continue;
         };
         let store = state.runtime_env().object_store(&config.object_store_url)?;
-        let cache = state.runtime_env().cache_manager.get_file_metadata_cache();
         let table_schema = config.file_schema();
         let predicate =
             datafusion::datasource::physical_plan::FileSource::filter(source).and_then(|p| {
@@ -90,28 +85,13 @@ pub async fn of_plan(
             }
         }
         for (location, meta) in files {
-            let metadata = DFParquetMetadata::new(store.as_ref(), &meta)
-                .with_file_metadata_cache(Some(Arc::clone(&cache)))
-                .fetch_metadata()
+            let metadata = read_footer(state.runtime_env(), store.as_ref(), &meta)
                 .await
                 .map_err(|e| {
                     Error::io(format!("cannot read the footer of {location}: {e}")).caused_by(e)
                 })?;
             let groups = metadata.row_groups();
-            let mut access =
-                RowGroupAccessPlanFilter::new(ParquetAccessPlan::new_all(groups.len()));
-            if let Some(p) = predicate.as_deref() {
-                let metrics =
-                    ParquetFileMetrics::new(0, &location, &ExecutionPlanMetricsSet::new());
-                access.prune_by_statistics(
-                    table_schema,
-                    metadata.file_metadata().schema_descr(),
-                    groups,
-                    p,
-                    &metrics,
-                );
-            }
-            let kept: Vec<usize> = access.row_group_indexes().collect();
+            let kept = kept_row_groups(&metadata, table_schema, predicate.as_deref(), &location);
             let read_bytes = |g: &datafusion::parquet::file::metadata::RowGroupMetaData| -> u64 {
                 g.columns()
                     .iter()

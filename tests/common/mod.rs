@@ -36,6 +36,15 @@ pub fn python_package(module: &str, spec: &str) {
     );
 }
 
+/// The runtime the integration tests block on: two workers, as the machine has two cores.
+pub fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
 /// A dataset that links the sample's events and fixes T at 2026-06-13T00:00:00Z, to which a
 /// test adds its own files.
 pub fn sample_events_dataset() -> tempfile::TempDir {

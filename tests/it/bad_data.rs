@@ -11,14 +11,6 @@ use datafusion::arrow::datatypes::{DataType, Field};
 use signalql::catalog::ingest::ingest_events;
 use signalql::{Engine, EngineOptions, Error};
 
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
 fn options() -> EngineOptions {
     EngineOptions {
         now: Some("2026-01-03T00:00:00Z".parse().unwrap()),
@@ -27,7 +19,7 @@ fn options() -> EngineOptions {
 }
 
 fn query(root: &Path, q: &str) -> Result<signalql::Envelope, Error> {
-    rt().block_on(async {
+    crate::common::rt().block_on(async {
         let engine = Engine::open_with(root, options())?;
         engine.query(q).await
     })
@@ -151,7 +143,7 @@ fn sample_copy() -> tempfile::TempDir {
 }
 
 fn sample_query(root: &Path) -> Result<signalql::Envelope, Error> {
-    rt().block_on(async {
+    crate::common::rt().block_on(async {
         let engine = Engine::open(root)?;
         engine
             .query("FROM events DURING LAST 366 d GROUP BY event_name RETURN event_name, count")
@@ -314,7 +306,7 @@ fn tables_without_the_columns_the_engine_needs_name_table_and_column() {
     for (table, columns, missing, q) in cases {
         let tmp = tempfile::tempdir().unwrap();
         write_parquet(&tmp.path().join(format!("{table}/part-0.parquet")), columns);
-        let r = rt().block_on(async {
+        let r = crate::common::rt().block_on(async {
             let engine = Engine::open_with(tmp.path(), options())?;
             engine.answer(q).await.map(|_| ())
         });
@@ -339,7 +331,7 @@ fn tables_without_the_columns_the_engine_needs_name_table_and_column() {
             ("content_hash", s("h")),
         ],
     );
-    let r = rt().block_on(async {
+    let r = crate::common::rt().block_on(async {
         let engine = Engine::open_with(tmp.path(), options())?;
         engine.answer(r#"CONTEXT FOR "storage""#).await.map(|_| ())
     });
@@ -383,7 +375,7 @@ fn tables_without_the_columns_the_engine_needs_name_table_and_column() {
         .collect();
     write_parquet(&dir.join("extra.parquet"), columns);
     for q in [r#"CONTEXT FOR "storage""#, r#"FIND OBJECT ABOUT "storage""#] {
-        let r = rt().block_on(async {
+        let r = crate::common::rt().block_on(async {
             let engine = Engine::open_with(tmp.path(), options())?;
             engine.answer(q).await.map(|_| ())
         });
@@ -421,7 +413,7 @@ fn mutated_parquet_files_never_panic() {
         x ^= x << 17;
         x
     };
-    let rt = rt();
+    let rt = crate::common::rt();
     let mut outcomes = std::collections::BTreeMap::<String, u32>::new();
     for trial in 0..400 {
         let mut b = original.clone();

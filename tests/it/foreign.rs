@@ -10,14 +10,6 @@ use datafusion::arrow::datatypes::{Field, Schema};
 use serde_json::Value;
 use signalql::{Engine, EngineOptions};
 
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
 fn foreign(name: &str) -> tempfile::TempDir {
     let tmp = tempfile::tempdir().unwrap();
     let src = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -30,7 +22,7 @@ fn foreign(name: &str) -> tempfile::TempDir {
 #[test]
 fn describe_names_the_file_column_each_mapped_field_reads() {
     let tmp = foreign("segment");
-    let env = rt()
+    let env = crate::common::rt()
         .block_on(async {
             let engine = Engine::open_with(tmp.path(), EngineOptions::default())?;
             engine.query("DESCRIBE events").await
@@ -105,7 +97,7 @@ fn an_unreadable_text_time_is_an_io_error_naming_the_column() {
         datafusion::parquet::arrow::ArrowWriter::try_new(file, batch.schema(), None).unwrap();
     w.write(&batch).unwrap();
     w.close().unwrap();
-    let err = rt()
+    let err = crate::common::rt()
         .block_on(async {
             let engine = Engine::open_with(tmp.path(), EngineOptions::default())?;
             engine
@@ -133,7 +125,7 @@ fn an_unwritable_root_still_answers_context_and_a_configured_store_keeps_bundles
     let tmp = foreign("objects");
     std::fs::write(tmp.path().join("contexts"), "not a folder").unwrap();
     let run = |root: &Path| {
-        rt().block_on(async {
+        crate::common::rt().block_on(async {
             let engine = Engine::open_with(root, EngineOptions::default())?;
             let bundle = match engine.answer(r#"CONTEXT FOR "parquet storage""#).await? {
                 signalql::Answer::Bundle(b) => *b,
@@ -197,11 +189,12 @@ fn a_window_prunes_the_date_partitions_it_does_not_touch() {
     let all = footer_rows(&events);
     assert!(day > 0 && day < all, "{day} of {all}");
     let run = |q: &str| {
-        rt().block_on(async {
-            let engine = Engine::open_with(tmp.path(), EngineOptions::default())?;
-            engine.query(q).await
-        })
-        .unwrap()
+        crate::common::rt()
+            .block_on(async {
+                let engine = Engine::open_with(tmp.path(), EngineOptions::default())?;
+                engine.query(q).await
+            })
+            .unwrap()
     };
     let one = run(
         r#"FROM events DURING BETWEEN "2026-06-03T00:00:00Z" AND "2026-06-04T00:00:00Z" RETURN count"#,
@@ -225,7 +218,7 @@ fn a_window_prunes_the_date_partitions_it_does_not_touch() {
         r#"FROM events DURING BETWEEN "2026-06-03T00:00:00Z" AND "2026-06-04T00:00:00Z" RETURN count"#,
     );
     assert_eq!(serde_json::to_value(&one).unwrap()["rows"][0][0], day);
-    let err = rt()
+    let err = crate::common::rt()
         .block_on(async {
             let engine = Engine::open_with(tmp.path(), EngineOptions::default())?;
             engine.query("FROM events RETURN count").await
@@ -267,11 +260,12 @@ fn a_table_path_on_s3_outside_the_root_is_read_through_its_mapping() {
             storage: s3.storage(),
             ..Default::default()
         };
-        rt().block_on(async {
-            let engine = Engine::open_with(root, options)?;
-            engine.query(q).await
-        })
-        .unwrap()
+        crate::common::rt()
+            .block_on(async {
+                let engine = Engine::open_with(root, options)?;
+                engine.query(q).await
+            })
+            .unwrap()
     };
     let remote = serde_json::to_value(run(elsewhere.path())).unwrap();
     let here = serde_json::to_value(run(local.path())).unwrap();
@@ -294,7 +288,7 @@ fn a_context_store_on_s3_keeps_the_bundles_of_a_local_root() {
         storage: s3.storage(),
         ..Default::default()
     };
-    let (bundle, explained) = rt()
+    let (bundle, explained) = crate::common::rt()
         .block_on(async {
             let engine = Engine::open_with(tmp.path(), options)?;
             let bundle = match engine.answer(r#"CONTEXT FOR "parquet storage""#).await? {

@@ -21,14 +21,6 @@ use datafusion::scalar::ScalarValue;
 use signalql::catalog::Dataset;
 use signalql::{Engine, EngineOptions};
 
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
 /// Every batch of a full scan of `root`'s events table through the table's own provider.
 async fn scan_events(root: &Path) -> Vec<RecordBatch> {
     let engine = Engine::open_with(root, EngineOptions::default()).unwrap();
@@ -78,7 +70,7 @@ fn plain_values(root: &Path, child: &str) -> Vec<Option<String>> {
 /// afterwards keep every value's bytes in their buffer, so that fails (checked by hand with
 /// the hint removed from catalog::folder).
 fn assert_views(root: &Path, child: &str, decoded: bool) {
-    let batches = rt().block_on(scan_events(root));
+    let batches = crate::common::rt().block_on(scan_events(root));
     assert!(!batches.is_empty());
     let mut got = Vec::new();
     let (mut long_bytes, mut buffer_bytes) = (0usize, 0usize);
@@ -211,7 +203,7 @@ fn a_window_inside_one_file_is_split_over_the_partitions() {
         Some(props),
     );
     let from = start + 5_500 * 60_000_000;
-    let (ranges, count) = rt().block_on(async {
+    let (ranges, count) = crate::common::rt().block_on(async {
         let engine = Engine::open_with(tmp.path(), EngineOptions::default()).unwrap();
         let ctx = engine.session();
         let table = engine.dataset().table(ctx, "events").await.unwrap();
