@@ -271,7 +271,7 @@ fn viewed(table: &TableInfo, alias: &str, extra: Vec<Expr>) -> Result<LogicalPla
         }
         let mut cols: Vec<Expr> = b.schema().columns().into_iter().map(Expr::Column).collect();
         cols.extend(extra);
-        return Ok(b.project(cols)?);
+        return Ok(crate::lower::project(b, cols)?);
     };
     // Two projections under a subquery alias: the view's expressions (and `extra`) under
     // internal names directly over the scan, then the SignalQL names. DataFusion 55's
@@ -293,7 +293,8 @@ fn viewed(table: &TableInfo, alias: &str, extra: Vec<Expr>) -> Result<LogicalPla
         inner.push(e);
         outer.push(crate::lower::fields::column(&name));
     }
-    Ok(b.project(inner)?.project(outer)?.alias(alias)?)
+    let b = crate::lower::project(crate::lower::project(b, inner)?, outer)?;
+    Ok(b.alias(alias)?)
 }
 
 /// `b` (a table read under `alias`) as the caller may see it: only the rows the filter keeps,
@@ -306,7 +307,7 @@ fn restrict(
 ) -> Result<LogicalPlanBuilder> {
     let mut b = b;
     if let Some(f) = &r.filter {
-        b = b.filter(f.clone())?;
+        b = crate::lower::plan::filter(b, f.clone())?;
     }
     if r.masked.is_empty() && r.denied.is_empty() {
         return Ok(b);
@@ -332,7 +333,8 @@ fn restrict(
         .iter()
         .map(|(_, name, _)| crate::lower::fields::column(&internal(name)).alias(name))
         .collect();
-    Ok(b.project(inner)?.project(outer)?.alias(alias)?)
+    let b = crate::lower::project(crate::lower::project(b, inner)?, outer)?;
+    Ok(b.alias(alias)?)
 }
 
 /// The expression reading one view column from the files' columns.

@@ -10,7 +10,7 @@ use datafusion::arrow::buffer::OffsetBuffer;
 use datafusion::arrow::datatypes::Field;
 use datafusion::common::{Column, NullEquality, ScalarValue};
 use datafusion::functions::core::expr_fn::coalesce;
-use datafusion::logical_expr::{Expr, JoinType, LogicalPlan, LogicalPlanBuilder, SortExpr, lit};
+use datafusion::logical_expr::{JoinType, LogicalPlan, LogicalPlanBuilder, SortExpr, lit};
 
 use super::fields::{Resolved, column, field_text};
 use super::predicate::lower_bool;
@@ -179,7 +179,7 @@ impl AfterAggregate {
                 Operand::CountShorthand => resolve_after("count".into()),
                 Operand::Field(f) => resolve_after(self.key_column(f, span, "HAVING")?),
             })?;
-            b = b.filter(pred)?;
+            b = super::plan::filter(b, pred)?;
         }
         if let Some(t) = &self.trend {
             b = t.apply(b, &self.dims)?;
@@ -281,9 +281,10 @@ fn densify(
     let grid = if dims.is_empty() {
         times
     } else {
-        let groups = LogicalPlanBuilder::from(agg.clone()).aggregate(
-            dims.iter().map(|d| column(d)).collect::<Vec<_>>(),
-            Vec::<Expr>::new(),
+        let groups = super::plan::aggregate(
+            LogicalPlanBuilder::from(agg.clone()),
+            dims.iter().map(|d| column(d)).collect(),
+            Vec::new(),
         )?;
         let groups = project(
             groups,

@@ -19,7 +19,7 @@ use signalql_udfs::aggregate::percentile::percentile;
 use super::fields::{column, field_text, resolve};
 use super::scan::{Filtered, scan_filtered_with};
 use super::time::duration_seconds;
-use super::{LowerInput, Lowered, OutColumn, UnitSource, project};
+use super::{LowerInput, Lowered, OutColumn, UnitSource, plan, project};
 use crate::error::{Error, Result};
 use crate::syntax::ast::{FunnelOrder, FunnelQuery, RetrieveQuery, SequenceQuery, Span};
 
@@ -72,14 +72,14 @@ fn per_user(
     group: Expr,
 ) -> Result<LogicalPlanBuilder> {
     let name = column("event_name");
-    let mut b = f.builder.filter(column("user_id").is_not_null())?;
+    let mut b = plan::filter(f.builder, column("user_id").is_not_null())?;
     if order != FunnelOrder::Strict {
         let names: Vec<Expr> = steps
             .iter()
             .chain(excluding)
             .map(|s| lit(s.as_str()))
             .collect();
-        b = b.filter(name.clone().in_list(names, false))?;
+        b = plan::filter(b, name.clone().in_list(names, false))?;
     }
     let seq = column(SEQ);
     let excluded = if excluding.is_empty() {
@@ -97,7 +97,7 @@ fn per_user(
         mode: mode(order),
     };
     let agg = funnel(f.ts.expr, seq, spec, excluded, group, step_exprs).alias("f");
-    Ok(b.aggregate(vec![column("user_id")], vec![agg])?)
+    Ok(plan::aggregate(b, vec![column("user_id")], vec![agg])?)
 }
 
 /// `FUNNEL "a" -> "b" … [WHERE] [DURING] WITHIN n unit [ORDER …] [EXCLUDING …] [GROUP BY …]`.
@@ -151,7 +151,10 @@ pub fn lower_funnel(q: &FunnelQuery, view: &RetrieveQuery, input: &LowerInput) -
         };
         per_user_cols.push(e.alias(d.clone()));
     }
-    let users = project(users, per_user_cols)?.filter(column("level").gt_eq(lit(1i32)))?;
+    let users = plan::filter(
+        project(users, per_user_cols)?,
+        column("level").gt_eq(lit(1i32)),
+    )?;
 
     // Per group: users at each step (reached it or a later one: a count, 0 and never NULL
     // for no such user) and median seconds.
@@ -163,7 +166,7 @@ pub fn lower_funnel(q: &FunnelQuery, view: &RetrieveQuery, input: &LowerInput) -
     for k in 2..=n {
         aggs.push(percentile(column(&format!("s{k}")), 0.5).alias(format!("m{k}")));
     }
-    let grouped = users.aggregate(dims.iter().map(|d| column(d)).collect::<Vec<_>>(), aggs)?;
+    let grouped = plan::aggregate(users, dims.iter().map(|d| column(d)).collect(), aggs)?;
     // Each group of GROUP BY counts against max_groups, as for retrieve queries.
     let grouped = if dims.is_empty() {
         grouped
@@ -272,19 +275,24 @@ pub fn lower_sequence(
     )?;
     let fcol = column("f");
     let cap = input.limits.max_result_rows;
-    let plan = users
-        .filter(get_field(fcol.clone(), "level").eq(lit(q.steps.len() as i32)))?
-        .project(vec![
+    let done = plan::filter(
+        users,
+        get_field(fcol.clone(), "level").eq(lit(q.steps.len() as i32)),
+    )?;
+    let plan = project(
+        done,
+        vec![
             column("user_id"),
             get_field(fcol.clone(), "started_at").alias("started_at"),
             get_field(fcol, "completed_at").alias("completed_at"),
-        ])?
-        .sort_with_limit(
-            vec![column("user_id").sort(true, false)],
-            Some(cap as usize + 1),
-        )?
-        .limit(0, Some(cap as usize + 1))?
-        .build()?;
+        ],
+    )?
+    .sort_with_limit(
+        vec![column("user_id").sort(true, false)],
+        Some(cap as usize + 1),
+    )?
+    .limit(0, Some(cap as usize + 1))?
+    .build()?;
     let columns = vec![
         OutColumn {
             name: "user_id".into(),

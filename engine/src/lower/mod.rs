@@ -6,6 +6,7 @@ pub mod enrich;
 pub mod fields;
 pub mod funnel;
 pub mod metric;
+pub(crate) mod plan;
 pub mod predicate;
 pub mod retrieve;
 pub mod scan;
@@ -17,56 +18,13 @@ pub mod trend;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use datafusion::logical_expr::{Expr, LogicalPlan, LogicalPlanBuilder, Projection, Sort, SortExpr};
+use datafusion::logical_expr::LogicalPlan;
 use signalql_catalog::TableInfo;
+
+pub(crate) use plan::{project, sort};
 
 pub use crate::limits::Limits;
 pub use time::Interval;
-
-/// `b.project(exprs)`, without DataFusion's column normalisation when the input has no
-/// qualified column (aggregate outputs, aliases): normalising then changes nothing, yet it
-/// walks the whole input plan once per expression (about 14 % of a funnel's lowering in a
-/// profile of criterion `w9/W6`). With a qualified column in the input it is `project` itself.
-pub(crate) fn project(
-    b: LogicalPlanBuilder,
-    exprs: Vec<Expr>,
-) -> datafusion::error::Result<LogicalPlanBuilder> {
-    let input = b.build()?;
-    if input.schema().iter().any(|(q, _)| q.is_some()) {
-        return LogicalPlanBuilder::from(input).project(exprs);
-    }
-    Ok(LogicalPlanBuilder::from(LogicalPlan::Projection(
-        Projection::try_new(exprs, Arc::new(input))?,
-    )))
-}
-
-/// `b.sort_with_limit(exprs, fetch)`, built directly when every key is a plain column of an
-/// input without qualified columns: DataFusion's builder would then rewrite the keys through
-/// the projection below and normalise them, both changing nothing (about 10 % of a funnel's
-/// lowering in a profile of criterion `w9/W7`). Otherwise it is `sort_with_limit` itself.
-pub(crate) fn sort(
-    b: LogicalPlanBuilder,
-    exprs: Vec<SortExpr>,
-    fetch: Option<usize>,
-) -> datafusion::error::Result<LogicalPlanBuilder> {
-    let input = b.build()?;
-    let schema = input.schema();
-    let plain = schema.iter().all(|(q, _)| q.is_none())
-        && exprs.iter().all(|s| match &s.expr {
-            Expr::Column(c) => {
-                c.relation.is_none() && schema.has_column_with_unqualified_name(&c.name)
-            }
-            _ => false,
-        });
-    if !plain {
-        return LogicalPlanBuilder::from(input).sort_with_limit(exprs, fetch);
-    }
-    Ok(LogicalPlanBuilder::from(LogicalPlan::Sort(Sort {
-        expr: exprs,
-        input: Arc::new(input),
-        fetch,
-    })))
-}
 
 /// The tables of a query's source, as the bind pass opened them ([`crate::bind`]).
 pub enum SourceTables {

@@ -196,7 +196,7 @@ fn lower_aggregating(
     }
 
     let agg_exprs: Vec<Expr> = aggs.iter().map(|(_, e, _)| e.clone()).collect();
-    let aggregate = b.aggregate(group_exprs, agg_exprs)?.build()?;
+    let aggregate = super::plan::aggregate(b, group_exprs, agg_exprs)?.build()?;
     // Every group counts against max_groups, as the aggregate emits it.
     let aggregate = if keys.is_empty() {
         aggregate

@@ -102,7 +102,7 @@ pub fn scan_filtered_in(
         })?);
     }
     if let Some(f) = conjunction(filters) {
-        b = b.filter(f)?;
+        b = super::plan::filter(b, f)?;
     }
     let traversal = match input.source {
         SourceTables::Entities { traversal, .. } => traversal.as_ref(),
