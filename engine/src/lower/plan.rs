@@ -26,8 +26,8 @@ use datafusion::logical_expr::binary::BinaryTypeCoercer;
 use datafusion::logical_expr::expr::{AggregateFunction, Alias, ScalarFunction};
 use datafusion::logical_expr::type_coercion::functions::fields_with_udf;
 use datafusion::logical_expr::{
-    Aggregate, BinaryExpr, Cast, Expr, Filter, LogicalPlan, LogicalPlanBuilder, Projection,
-    ReturnFieldArgs, Sort, SortExpr, TryCast,
+    Aggregate, BinaryExpr, Cast, Expr, ExprSchemable, Filter, LogicalPlan, LogicalPlanBuilder,
+    Projection, ReturnFieldArgs, Sort, SortExpr, TryCast,
 };
 
 /// `e`'s field over `schema` (its name unspecified): what `to_field` gives, without naming
@@ -46,35 +46,18 @@ fn typed(e: &Expr, schema: &DFSchema) -> Option<FieldRef> {
         ),
         Expr::Literal(v, None) => Arc::new(Field::new("", v.data_type(), v.is_null())),
         Expr::IsNull(_) | Expr::IsNotNull(_) => Arc::new(Field::new("", DataType::Boolean, false)),
-        Expr::Not(inner) => {
-            let f = typed(inner, schema)?;
-            Arc::new(Field::new("", DataType::Boolean, f.is_nullable()))
-        }
-        Expr::Case(case) => {
-            // Only when no THEN can be NULL: DataFusion's reachability analysis of nullable
-            // branches is not followed here.
-            let thens = case
-                .when_then_expr
-                .iter()
-                .map(|(_, t)| typed(t, schema))
-                .collect::<Option<Vec<_>>>()?;
-            if thens.iter().any(|f| f.is_nullable()) {
-                return None;
-            }
-            let other = match &case.else_expr {
-                Some(e) => Some(typed(e, schema)?),
-                None => None,
-            };
-            let t = thens
-                .iter()
-                .map(|f| f.data_type())
-                .find(|t| !t.is_null())
-                .or(other.as_ref().map(|f| f.data_type()))
-                .cloned()
-                .unwrap_or(DataType::Null);
-            let nullable = other.as_ref().is_none_or(|f| f.is_nullable());
-            Arc::new(Field::new("", t, nullable))
-        }
+        // DataFusion's field for these is `Field::new(name, get_type, nullable)`, and neither
+        // names sub-expressions (only a function inside them is named, by its own `to_field`).
+        Expr::Not(_)
+        | Expr::Case(_)
+        | Expr::Between(_)
+        | Expr::InList(_)
+        | Expr::Like(_)
+        | Expr::SimilarTo(_) => Arc::new(Field::new(
+            "",
+            e.get_type(schema).ok()?,
+            e.nullable(schema).ok()?,
+        )),
         Expr::Cast(Cast { expr, field }) => cast_field(&typed(expr, schema)?, field, false),
         Expr::TryCast(TryCast { expr, field }) => cast_field(&typed(expr, schema)?, field, true),
         Expr::BinaryExpr(BinaryExpr { left, op, right }) => {
@@ -211,10 +194,9 @@ fn schema_of(
 }
 
 /// `b.project(exprs)`: DataFusion's projection of `exprs` over `b`, with the schema computed
-/// here. Over an aggregate or a window DataFusion's builder would also replace sub-expressions
-/// equal to the input's own output expressions by their columns; the lowering never projects
-/// such expressions there (it reads an aggregate's results by their names), so such a
-/// projection is built as [`Projection::try_new`] builds it.
+/// here. Over an input without qualified columns (aggregate outputs, aliases) it is what
+/// [`Projection::try_new`] builds, as before this module: normalising and validating the
+/// expressions there would change nothing but cost a walk of the whole input per expression.
 pub(crate) fn project(b: LogicalPlanBuilder, exprs: Vec<Expr>) -> Result<LogicalPlanBuilder> {
     let input = b.build()?;
     let qualified = has_qualified(input.schema());
@@ -227,13 +209,11 @@ pub(crate) fn project(b: LogicalPlanBuilder, exprs: Vec<Expr>) -> Result<Logical
             )))
         }
     };
-    // Over an aggregate or a window with qualified outputs, DataFusion's builder also
-    // replaces sub-expressions equal to the input's output expressions by their columns.
-    let over_own_outputs =
-        qualified && matches!(input, LogicalPlan::Aggregate(_) | LogicalPlan::Window(_));
-    let exprs = match normalized(&exprs, input.schema()).filter(|_| !over_own_outputs) {
-        Some(exprs) => exprs,
-        None => return fallback(input, exprs),
+    let exprs = match normalized(&exprs, input.schema()) {
+        // Over an aggregate or a window, DataFusion's builder also replaces sub-expressions
+        // equal to the input's output expressions by their columns (`columnize_expr`).
+        Some(normal) if !(qualified && reads_own_outputs(&normal, &input)) => normal,
+        _ => return fallback(input, exprs),
     };
     let schema = (|| {
         let schema = schema_of(output_fields(&exprs, input.schema())?, &input)?;
@@ -259,6 +239,28 @@ pub(crate) fn project(b: LogicalPlanBuilder, exprs: Vec<Expr>) -> Result<Logical
         debug_assert_eq!(plan, theirs, "the projection DataFusion builds");
     }
     Ok(LogicalPlanBuilder::from(plan))
+}
+
+/// Whether a projection of `exprs` over `input` (an aggregate or a window) has a sub-expression
+/// that DataFusion's `columnize_expr` would replace by one of `input`'s output columns: one
+/// equal to an output expression other than a plain column (a column stays itself). Also true
+/// when the outputs cannot be listed.
+fn reads_own_outputs(exprs: &[Expr], input: &LogicalPlan) -> bool {
+    if !matches!(input, LogicalPlan::Aggregate(_) | LogicalPlan::Window(_)) {
+        return false;
+    }
+    let Ok(outputs) = input.columnized_output_exprs() else {
+        return true;
+    };
+    let computed: Vec<&Expr> = outputs
+        .into_iter()
+        .map(|(e, _)| e)
+        .filter(|e| !matches!(e, Expr::Column(_)))
+        .collect();
+    !computed.is_empty()
+        && exprs
+            .iter()
+            .any(|e| e.exists(|sub| Ok(computed.contains(&sub))).unwrap_or(true))
 }
 
 /// The functional dependencies of a projection of `exprs` over `input`, as DataFusion 55's
