@@ -15,7 +15,9 @@ use datafusion::functions::unicode::expr_fn::character_length;
 use datafusion::functions_aggregate::expr_fn::max;
 use datafusion::functions_aggregate::string_agg::string_agg_udaf;
 use datafusion::functions_nested::expr_fn::{array_has, array_union, make_array};
-use datafusion::logical_expr::{Expr, LogicalPlan, cast as cast_expr, col, lit, when};
+use datafusion::logical_expr::{
+    Expr, LogicalPlan, LogicalPlanBuilder, cast as cast_expr, col, lit, when,
+};
 use datafusion::prelude::SessionContext;
 use signalql_udfs::scalar::lexical::lexical_weights;
 
@@ -24,6 +26,7 @@ use crate::catalog::{Catalog, optional_table};
 use crate::error::Result;
 use crate::lower::fields::ts_lit;
 use crate::lower::time::micros;
+use crate::lower::{plan, project};
 use crate::syntax::ast::{ContextQuery, ExcludeItem, Role};
 
 fn role_name(r: Role) -> &'static str {
@@ -44,14 +47,32 @@ pub(crate) async fn table(
     catalog: &dyn Catalog,
     name: &str,
 ) -> Result<DataFrame> {
-    let t = catalog.table(ctx, name).await?;
-    read(ctx, &t)
+    let plan = scanned(ctx, catalog, name).await?.build()?;
+    Ok(DataFrame::new(ctx.state(), plan))
 }
 
-/// `t` as a data frame of `ctx`, read through its view.
-fn read(ctx: &SessionContext, t: &signalql_catalog::TableInfo) -> Result<DataFrame> {
-    let plan = crate::catalog::scan(t, &t.name, vec![])?.build()?;
-    Ok(DataFrame::new(ctx.state(), plan))
+/// The table `name` read through its view, as a plan builder. The plan of `CONTEXT FOR` is
+/// built from these rather than from data frames: each data frame holds a copy of the
+/// session's state (every registered function by name), made again at each clone.
+async fn scanned(
+    ctx: &SessionContext,
+    catalog: &dyn Catalog,
+    name: &str,
+) -> Result<LogicalPlanBuilder> {
+    let t = catalog.table(ctx, name).await?;
+    crate::catalog::scan(&t, &t.name, vec![])
+}
+
+/// The table `name` as a plan builder, `None` when the dataset has none.
+async fn optional_scanned(
+    ctx: &SessionContext,
+    catalog: &dyn Catalog,
+    name: &str,
+) -> Result<Option<LogicalPlanBuilder>> {
+    match optional_table(catalog, ctx, name).await? {
+        Some(t) => Ok(Some(crate::catalog::scan(&t, &t.name, vec![])?)),
+        None => Ok(None),
+    }
 }
 
 /// The table `name` as a data frame of `ctx`, `None` when the dataset has none.
@@ -60,10 +81,15 @@ pub(crate) async fn optional(
     catalog: &dyn Catalog,
     name: &str,
 ) -> Result<Option<DataFrame>> {
-    match optional_table(catalog, ctx, name).await? {
-        Some(t) => Ok(Some(read(ctx, &t)?)),
+    match optional_scanned(ctx, catalog, name).await? {
+        Some(b) => Ok(Some(DataFrame::new(ctx.state(), b.build()?))),
         None => Ok(None),
     }
+}
+
+/// Every column of `b`'s output, in order.
+fn all_columns(b: &LogicalPlanBuilder) -> Vec<Expr> {
+    b.schema().columns().into_iter().map(Expr::Column).collect()
 }
 
 /// A representation's effective roles: its revision's (`rev_roles`) and its own
@@ -84,26 +110,22 @@ pub(crate) fn packable_media() -> Expr {
 /// Keeps, per `object_id`, the rows whose `by` is the largest: a hash aggregate and a join,
 /// cheaper than a sorted window. Rows tied on `by` are all kept (the candidates are assembled
 /// per object id, so a duplicate row changes nothing).
-fn latest_per_object(df: DataFrame, by: &str) -> Result<DataFrame> {
-    let cols: Vec<Expr> = df
-        .schema()
-        .columns()
-        .into_iter()
-        .map(Expr::Column)
-        .collect();
-    let best = df
-        .clone()
-        .aggregate(vec![col("object_id")], vec![max(col(by)).alias("__best")])?
-        .select(vec![col("object_id").alias("__oid"), col("__best")])?;
-    Ok(df
-        .join(
-            best,
-            JoinType::Inner,
-            &["object_id", by],
-            &["__oid", "__best"],
-            None,
-        )?
-        .select(cols)?)
+fn latest_per_object(b: LogicalPlanBuilder, by: &str) -> Result<LogicalPlanBuilder> {
+    let cols = all_columns(&b);
+    let input = b.build()?;
+    let best = plan::aggregate(
+        LogicalPlanBuilder::from(input.clone()),
+        vec![col("object_id")],
+        vec![max(col(by)).alias("__best")],
+    )?;
+    let best = project(best, vec![col("object_id").alias("__oid"), col("__best")])?.build()?;
+    let joined = LogicalPlanBuilder::from(input).join(
+        best,
+        JoinType::Inner,
+        (vec!["object_id", by], vec!["__oid", "__best"]),
+        None,
+    )?;
+    Ok(project(joined, cols)?)
 }
 
 /// The objects live at `t` at their latest revision as of `t`: object columns and revision
@@ -113,42 +135,54 @@ pub(crate) async fn candidates_df(
     catalog: &dyn Catalog,
     t: i64,
 ) -> Result<DataFrame> {
-    let objects = table(ctx, catalog, "objects").await?;
+    let plan = candidates(ctx, catalog, t).await?.build()?;
+    Ok(DataFrame::new(ctx.state(), plan))
+}
+
+/// [`candidates_df`] as a plan builder.
+async fn candidates(
+    ctx: &SessionContext,
+    catalog: &dyn Catalog,
+    t: i64,
+) -> Result<LogicalPlanBuilder> {
+    let objects = scanned(ctx, catalog, "objects").await?;
     let objects = latest_per_object(
-        objects.filter(col("recorded_at").lt_eq(ts_lit(t)))?,
+        plan::filter(objects, col("recorded_at").lt_eq(ts_lit(t)))?,
         "recorded_at",
-    )?
-    .filter(
+    )?;
+    let objects = plan::filter(
+        objects,
         col("tombstoned_at")
             .is_null()
             .or(col("tombstoned_at").gt(ts_lit(t))),
-    )?
-    .select(vec![
-        col("object_id"),
-        col("project"),
-        col("kind"),
-        col("title"),
-    ])?;
-    let revisions = table(ctx, catalog, "revisions").await?;
+    )?;
+    let objects = project(
+        objects,
+        vec![col("object_id"), col("project"), col("kind"), col("title")],
+    )?;
+    let revisions = scanned(ctx, catalog, "revisions").await?;
     let revisions = latest_per_object(
-        revisions.filter(col("created_at").lt_eq(ts_lit(t)))?,
+        plan::filter(revisions, col("created_at").lt_eq(ts_lit(t)))?,
         "revision",
+    )?;
+    let revisions = project(
+        revisions,
+        vec![
+            col("object_id").alias("r_object_id"),
+            col("revision"),
+            col("created_at").alias("rev_created_at"),
+            col("origin"),
+            col("trust"),
+            col("validation"),
+            col("roles").alias("rev_roles"),
+            col("state"),
+        ],
     )?
-    .select(vec![
-        col("object_id").alias("r_object_id"),
-        col("revision"),
-        col("created_at").alias("rev_created_at"),
-        col("origin"),
-        col("trust"),
-        col("validation"),
-        col("roles").alias("rev_roles"),
-        col("state"),
-    ])?;
+    .build()?;
     Ok(objects.join(
         revisions,
         JoinType::Inner,
-        &["object_id"],
-        &["r_object_id"],
+        (vec!["object_id"], vec!["r_object_id"]),
         None,
     )?)
 }
@@ -164,26 +198,32 @@ pub async fn plan(
     params: &super::PackParams,
 ) -> Result<LogicalPlan> {
     let t_us = micros(t);
-    let cands = candidates_df(ctx, catalog, t_us).await?;
-    let reps = table(ctx, catalog, "representations").await?;
+    let cands = candidates(ctx, catalog, t_us).await?;
+    let reps = scanned(ctx, catalog, "representations").await?;
     // A representation written twice (a re-run after a crash) is identical; duplicates are
     // dropped when the candidates are assembled and cannot change a score.
-    let reps = reps.select(vec![
-        col("object_id").alias("p_object_id"),
-        col("revision").alias("p_revision"),
-        col("name"),
-        col("media_type"),
-        col("content"),
-        col("content_ref"),
-        col("content_hash"),
-        col("tokens"),
-        col("roles").alias("rep_roles"),
-    ])?;
+    let reps = project(
+        reps,
+        vec![
+            col("object_id").alias("p_object_id"),
+            col("revision").alias("p_revision"),
+            col("name"),
+            col("media_type"),
+            col("content"),
+            col("content_ref"),
+            col("content_hash"),
+            col("tokens"),
+            col("roles").alias("rep_roles"),
+        ],
+    )?
+    .build()?;
     let joined = cands.join(
         reps,
         JoinType::Left,
-        &["object_id", "revision"],
-        &["p_object_id", "p_revision"],
+        (
+            vec!["object_id", "revision"],
+            vec!["p_object_id", "p_revision"],
+        ),
         None,
     )?;
 
@@ -227,7 +267,7 @@ pub async fn plan(
         .map(Expr::Column)
         .collect();
     first.push(eff.alias("eff_roles"));
-    let with_roles = joined.select(first)?;
+    let with_roles = project(joined, first)?;
     let mut second: Vec<Expr> = with_roles
         .schema()
         .columns()
@@ -242,7 +282,7 @@ pub async fn plan(
         // Content only where readable, so nothing after this can read secret or excluded text.
         when(readable, col("content")).end()?.alias("content"),
     ]);
-    let tested = with_roles.select(second)?;
+    let tested = project(with_roles, second)?;
 
     // lexical-v1 over the loaded (eligible) content, per object: title 3, summary 2, other 1.
     let task = lit(q.task.as_str());
@@ -311,14 +351,12 @@ pub async fn plan(
             .end()?
             .alias("lex_weights"),
     ]);
-    let rows = tested.select(out)?;
-    let edges = edges_df(ctx, catalog).await?;
-    Ok(crate::operator::TwoInputNode::new(
-        rows.into_unoptimized_plan(),
-        edges.into_unoptimized_plan(),
-        super::exec::BundlePack(params.clone()),
-    )?
-    .into_plan())
+    let rows = project(tested, out)?.build()?;
+    let edges = edges(ctx, catalog).await?;
+    Ok(
+        crate::operator::TwoInputNode::new(rows, edges, super::exec::BundlePack(params.clone()))?
+            .into_plan(),
+    )
 }
 
 /// Per object (`object_id`, `title`): the `summary` representation's content as
@@ -343,18 +381,21 @@ pub(crate) fn per_object_text(rows: DataFrame) -> Result<DataFrame> {
 /// object node) and derivations, each with the `object_id` and `revision` it belongs to. The
 /// packer keeps the edges of the selected revisions (the candidates' own), so the candidates
 /// are neither computed a second time nor collected while planning.
-async fn edges_df(ctx: &SessionContext, catalog: &dyn Catalog) -> Result<DataFrame> {
-    let edges_of = |rows: DataFrame, b: Expr| -> Result<DataFrame> {
-        Ok(rows.select(vec![
-            concat(vec![lit("object:"), col("object_id")]).alias("a"),
-            b.alias("b"),
-            col("relation"),
-            col("object_id"),
-            cast_expr(col("revision"), DataType::Int64).alias("revision"),
-        ])?)
+async fn edges(ctx: &SessionContext, catalog: &dyn Catalog) -> Result<LogicalPlan> {
+    let edges_of = |rows: LogicalPlanBuilder, b: Expr| -> Result<LogicalPlanBuilder> {
+        Ok(project(
+            rows,
+            vec![
+                concat(vec![lit("object:"), col("object_id")]).alias("a"),
+                b.alias("b"),
+                col("relation"),
+                col("object_id"),
+                cast_expr(col("revision"), DataType::Int64).alias("revision"),
+            ],
+        )?)
     };
-    let mut parts: Vec<DataFrame> = Vec::new();
-    if let Some(links) = optional(ctx, catalog, "links").await? {
+    let mut parts: Vec<LogicalPlanBuilder> = Vec::new();
+    if let Some(links) = optional_scanned(ctx, catalog, "links").await? {
         // An `object` entity is an object node.
         let node = when(
             col("entity_type").eq(lit("object")),
@@ -363,7 +404,7 @@ async fn edges_df(ctx: &SessionContext, catalog: &dyn Catalog) -> Result<DataFra
         .otherwise(concat(vec![col("entity_type"), lit(":"), col("entity_id")]))?;
         parts.push(edges_of(links, node)?);
     }
-    if let Some(derivs) = optional(ctx, catalog, "derivations").await? {
+    if let Some(derivs) = optional_scanned(ctx, catalog, "derivations").await? {
         parts.push(edges_of(
             derivs,
             concat(vec![lit("object:"), col("source_object_id")]),
@@ -379,14 +420,16 @@ async fn edges_df(ctx: &SessionContext, catalog: &dyn Catalog) -> Result<DataFra
                 Field::new("object_id", DataType::Utf8, true),
                 Field::new("revision", DataType::Int64, true),
             ]));
-            Ok(ctx.read_batch(RecordBatch::new_empty(schema))?)
+            Ok(ctx
+                .read_batch(RecordBatch::new_empty(schema))?
+                .into_unoptimized_plan())
         }
         Some(first) => {
-            let mut df = first;
+            let mut b = first;
             for next in it {
-                df = df.union(next)?;
+                b = b.union(next.build()?)?;
             }
-            Ok(df)
+            Ok(b.build()?)
         }
     }
 }
