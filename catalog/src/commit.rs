@@ -307,7 +307,15 @@ fn remove_ingest(root: &Root, id: &str) -> std::result::Result<(), StorageError>
 /// uncommitted ones whose writer is gone are removed with their files. Local temporary files
 /// of writers that are gone are removed too.
 pub fn cleanup(root: &Root) -> Result<()> {
-    let committed = Snapshot::read(root)?;
+    cleanup_after(root, &Snapshot::read(root)?)
+}
+
+/// [`cleanup`] with the commit records as `committed` read them. They may predate a commit:
+/// a writer commits, removes its marker and exits, and a marker read before that removal
+/// belongs to a writer that is gone by the time it is looked up. So an ingest whose writer is
+/// gone has its files removed only if the commit records read after its death do not name it
+/// (a writer that is gone commits nothing more); otherwise only its marker goes.
+fn cleanup_after(root: &Root, committed: &Snapshot) -> Result<()> {
     let now = Utc::now();
     for (name, _) in root.list_names(PENDING)? {
         let Some(id) = name.strip_suffix(".json") else {
@@ -324,7 +332,11 @@ pub fn cleanup(root: &Root) -> Result<()> {
             continue;
         };
         if abandoned(&marker, root.local().is_some(), now) {
-            remove_ingest(root, id)?;
+            if Snapshot::read(root)?.committed.contains(id) {
+                root.delete(&format!("{PENDING}/{name}"))?;
+            } else {
+                remove_ingest(root, id)?;
+            }
         }
     }
     if let Some(local) = root.local() {
@@ -454,6 +466,44 @@ mod tests {
         assert_eq!(root.read(&left).unwrap(), None);
         assert!(root.list_names(PENDING).unwrap().is_empty());
         assert_eq!(root.read(&file).unwrap().unwrap(), b"x");
+    }
+
+    /// The race of eight concurrent event ingests (tests/it/crash.rs) made deterministic: a
+    /// clean-up read the commit records before a writer committed, then found the writer's
+    /// marker with the writer gone (it had committed, was about to remove its marker, and
+    /// exited). Its committed files stay.
+    #[test]
+    fn a_commit_after_the_cleanups_snapshot_keeps_its_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = Root::Local(dir.path().to_path_buf());
+        let before = Snapshot::read(&root).unwrap();
+        let mut ingest = Ingest::begin(&root).unwrap();
+        let id = ingest.id().to_string();
+        let file = format!("events/{}.parquet", ingest.stem());
+        root.put_new(&file, b"x".to_vec()).unwrap();
+        ingest.wrote("events");
+        assert!(ingest.create_record(&format!("{id}.json")).unwrap());
+        // Its marker, as the writer left it until its last step, now naming a writer that is
+        // gone (no process has the largest pid).
+        let marker = Marker {
+            host: host(),
+            machine: machine(),
+            pid: u32::MAX,
+            started_at: Utc::now(),
+        };
+        root.delete(&format!("{PENDING}/{id}.json")).unwrap();
+        root.put_new(
+            &format!("{PENDING}/{id}.json"),
+            serde_json::to_vec(&marker).unwrap(),
+        )
+        .unwrap();
+        ingest.done = true;
+        drop(ingest);
+        assert!(!before.visible(&file), "the snapshot predates the commit");
+        cleanup_after(&root, &before).unwrap();
+        assert_eq!(root.read(&file).unwrap().unwrap(), b"x");
+        assert!(Snapshot::read(&root).unwrap().visible(&file));
+        assert!(root.list_names(PENDING).unwrap().is_empty());
     }
 
     #[test]
