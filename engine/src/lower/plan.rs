@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use datafusion::arrow::datatypes::{DataType, Field, FieldRef};
 use datafusion::common::datatype::FieldExt;
-use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::{Column, DFSchema, DFSchemaRef, TableReference};
 use datafusion::error::{DataFusionError, Result};
 use datafusion::logical_expr::binary::BinaryTypeCoercer;
@@ -145,27 +145,54 @@ fn output_fields<'a>(
 
 /// `exprs` with their unqualified columns qualified as DataFusion's `normalize_col` qualifies
 /// them when the plan has no join `USING` columns: a name that one field of `schema` has takes
-/// that field's qualifier. `None` when a name matches no field or several (DataFusion then
-/// resolves it through the plan's `USING` joins, or fails).
-fn normalized(exprs: &[Expr], schema: &DFSchema) -> Option<Vec<Expr>> {
-    exprs
-        .iter()
-        .map(|e| {
-            e.clone()
-                .transform_up(|e| match e {
-                    Expr::Column(c) if c.relation.is_none() => {
-                        let found = schema.qualified_fields_with_unqualified_name(&c.name);
-                        match found.as_slice() {
-                            [one] => Ok(Transformed::yes(Expr::Column(Column::from(*one)))),
-                            _ => Err(DataFusionError::Plan(String::new())),
-                        }
+/// that field's qualifier. `Err` (with `exprs` unchanged) when a name matches no field or
+/// several (DataFusion then resolves it through the plan's `USING` joins, or fails). The
+/// columns are checked before anything is rewritten, and an expression is rewritten only when
+/// one of its columns takes a qualifier, so the common case copies nothing.
+fn normalized(exprs: Vec<Expr>, schema: &DFSchema) -> Result<Vec<Expr>, Vec<Expr>> {
+    let mut rewrite = vec![false; exprs.len()];
+    for (e, rewrite) in exprs.iter().zip(&mut rewrite) {
+        let checked = e.apply(|e| {
+            if let Expr::Column(c) = e
+                && c.relation.is_none()
+            {
+                match schema
+                    .qualified_fields_with_unqualified_name(&c.name)
+                    .as_slice()
+                {
+                    [(qualifier, _)] => *rewrite |= qualifier.is_some(),
+                    _ => return Err(DataFusionError::Plan(String::new())),
+                }
+            }
+            Ok(TreeNodeRecursion::Continue)
+        });
+        if checked.is_err() {
+            return Err(exprs);
+        }
+    }
+    Ok(exprs
+        .into_iter()
+        .zip(rewrite)
+        .map(|(e, rewrite)| {
+            if !rewrite {
+                return e;
+            }
+            e.transform_up(|e| match e {
+                Expr::Column(c) if c.relation.is_none() => {
+                    match schema
+                        .qualified_fields_with_unqualified_name(&c.name)
+                        .as_slice()
+                    {
+                        [one] => Ok(Transformed::yes(Expr::Column(Column::from(*one)))),
+                        // Checked above: one match each.
+                        _ => Ok(Transformed::no(Expr::Column(c))),
                     }
-                    other => Ok(Transformed::no(other)),
-                })
-                .map(|t| t.data)
-                .ok()
+                }
+                other => Ok(Transformed::no(other)),
+            })
+            .map_or_else(|_| unreachable!("the rewrite returns no error"), |t| t.data)
         })
-        .collect()
+        .collect())
 }
 
 #[cfg(test)]
@@ -209,11 +236,11 @@ pub(crate) fn project(b: LogicalPlanBuilder, exprs: Vec<Expr>) -> Result<Logical
             )))
         }
     };
-    let exprs = match normalized(&exprs, input.schema()) {
+    let exprs = match normalized(exprs, input.schema()) {
         // Over an aggregate or a window, DataFusion's builder also replaces sub-expressions
         // equal to the input's output expressions by their columns (`columnize_expr`).
-        Some(normal) if !(qualified && reads_own_outputs(&normal, &input)) => normal,
-        _ => return fallback(input, exprs),
+        Ok(normal) if !(qualified && reads_own_outputs(&normal, &input)) => normal,
+        Ok(exprs) | Err(exprs) => return fallback(input, exprs),
     };
     let schema = (|| {
         let schema = schema_of(output_fields(&exprs, input.schema())?, &input)?;
@@ -285,14 +312,49 @@ fn projected_dependencies(
                 Expr::Wildcard { .. } => return None,
                 e => e,
             };
-            let name = match inner {
-                Expr::Column(c) => c.flat_name(),
-                e => e.to_string(),
+            let found = match inner {
+                Expr::Column(c) => {
+                    let name = c.flat_name();
+                    names.iter().position(|n| *n == name)
+                }
+                e => prints_as(e, &names),
             };
-            Some(names.iter().position(|n| *n == name).unwrap_or(usize::MAX))
+            Some(found.unwrap_or(usize::MAX))
         })
         .collect::<Option<Vec<_>>>()?;
     Some(deps.project_functional_dependencies(&indices, exprs.len()))
+}
+
+/// The first of `names` that `e` prints as (its `Display`, which DataFusion compares by
+/// formatting each expression whole): the printing stops as soon as what it printed so far
+/// begins none of them.
+fn prints_as(e: &Expr, names: &[String]) -> Option<usize> {
+    use std::fmt::Write;
+    struct Prefix<'a> {
+        names: &'a [String],
+        live: Vec<usize>,
+        at: usize,
+    }
+    impl Write for Prefix<'_> {
+        fn write_str(&mut self, s: &str) -> std::fmt::Result {
+            let (names, at, end) = (self.names, self.at, self.at + s.len());
+            self.live
+                .retain(|&i| names[i].as_bytes().get(at..end) == Some(s.as_bytes()));
+            self.at = end;
+            if self.live.is_empty() {
+                Err(std::fmt::Error)
+            } else {
+                Ok(())
+            }
+        }
+    }
+    let mut w = Prefix {
+        names,
+        live: (0..names.len()).collect(),
+        at: 0,
+    };
+    write!(w, "{e}").ok()?;
+    w.live.into_iter().find(|&i| names[i].len() == w.at)
 }
 
 /// `b.aggregate(group, aggregates)` with the schema computed here (the functional
@@ -310,11 +372,11 @@ pub(crate) fn aggregate(
         return fallback(input, group, aggregates);
     }
     let (group, aggregates) = match (
-        normalized(&group, input.schema()),
-        normalized(&aggregates, input.schema()),
+        normalized(group, input.schema()),
+        normalized(aggregates, input.schema()),
     ) {
-        (Some(g), Some(a)) => (g, a),
-        _ => return fallback(input, group, aggregates),
+        (Ok(g), Ok(a)) => (g, a),
+        (Ok(g) | Err(g), Ok(a) | Err(a)) => return fallback(input, g, a),
     };
     let schema = output_fields(group.iter().chain(&aggregates), input.schema())
         .and_then(|fields| schema_of(fields, &input));
@@ -344,9 +406,9 @@ pub(crate) fn aggregate(
 /// checks its type).
 pub(crate) fn filter(b: LogicalPlanBuilder, predicate: Expr) -> Result<LogicalPlanBuilder> {
     let input = b.build()?;
-    let predicate = match normalized(std::slice::from_ref(&predicate), input.schema()) {
-        Some(mut p) if p.len() == 1 => p.remove(0),
-        _ => return LogicalPlanBuilder::from(input).filter(predicate),
+    let predicate = match normalized(vec![predicate], input.schema()) {
+        Ok(mut p) => p.remove(0),
+        Err(mut p) => return LogicalPlanBuilder::from(input).filter(p.remove(0)),
     };
     built_here();
     let plan = LogicalPlan::Filter(Filter::try_new(predicate, Arc::new(input))?);
@@ -387,7 +449,36 @@ mod tests {
     use datafusion::arrow::datatypes::{Schema, TimeUnit};
     use datafusion::functions::core::expr_fn::get_field;
     use datafusion::functions_aggregate::expr_fn::{count, max, sum};
-    use datafusion::logical_expr::{cast, col, lit, logical_plan::table_scan, try_cast};
+    use datafusion::logical_expr::{cast, col, lit, logical_plan::table_scan, try_cast, when};
+
+    /// `prints_as` finds what comparing each whole `to_string` finds, including names the
+    /// expression prints a prefix of, or an extension of.
+    #[test]
+    fn prints_as_compares_whole_names() {
+        let names: Vec<String> = ["a", "b + cc", "b + c", "count(x)", "b + c"]
+            .map(String::from)
+            .to_vec();
+        let exprs = [
+            col("b") + col("c"),
+            col("b") + col("cc"),
+            col("b") + col("ccc"),
+            col("a"),
+            col("b"),
+            count(col("x")),
+            lit(1) + lit(2),
+            when(col("a").is_null(), lit("x")).end().unwrap(),
+        ];
+        for e in &exprs {
+            let whole = e.to_string();
+            assert_eq!(
+                prints_as(e, &names),
+                names.iter().position(|n| *n == whole),
+                "{whole}"
+            );
+        }
+        assert_eq!(prints_as(&(col("b") + col("c")), &names), Some(2));
+        assert_eq!(prints_as(&(col("b") + col("ccc")), &names), None);
+    }
 
     /// A scan of a table `events` with a struct, a timestamp, text and numbers.
     fn scan() -> LogicalPlanBuilder {
