@@ -5,8 +5,7 @@
 use std::sync::Arc;
 
 use datafusion::common::DFSchemaRef;
-use datafusion::functions::datetime::expr_fn::date_trunc;
-use datafusion::logical_expr::{Expr, LogicalPlanBuilder, SortExpr, lit};
+use datafusion::logical_expr::{Expr, LogicalPlanBuilder, SortExpr};
 
 use super::after::{
     AfterAggregate, BUCKET_KEY, Dense, Staged, aggregate_name, duplicate_column, span_at,
@@ -14,7 +13,7 @@ use super::after::{
 use super::aggregate::lower_measure;
 use super::fields::{Resolved, field_text, resolve};
 use super::scan::{Filtered, scan_filtered, scan_filtered_in};
-use super::time::{Interval, bucket_series, micros, trunc_name};
+use super::time::{Interval, bucket_series, bucket_start, micros};
 use super::{LowerInput, Lowered, OutColumn, UnitSource, project};
 use crate::error::{Error, Result};
 use crate::syntax::ast::{Aggregate, Operand, OrderKey, RetrieveQuery, ReturnItem, Span};
@@ -145,7 +144,7 @@ fn lower_aggregating(
     // shadows the input column `timestamp` makes DataFusion 55.2 push the dense-fill join's
     // dynamic filter onto the raw column, dropping rows (tests: golden tiny/months).
     if let Some(unit) = q.bucket {
-        group_exprs.push(date_trunc(lit(trunc_name(unit)), ts.expr.clone()).alias(BUCKET_KEY));
+        group_exprs.push(bucket_start(unit, ts.expr.clone(), &ts.data_type).alias(BUCKET_KEY));
         keys.push(BUCKET_KEY.to_string());
     }
     let mut dims: Vec<String> = Vec::new();
