@@ -269,7 +269,7 @@ fn viewed(table: &TableInfo, alias: &str, extra: Vec<Expr>) -> Result<LogicalPla
         if extra.is_empty() {
             return Ok(b);
         }
-        let mut cols: Vec<Expr> = b.schema().columns().into_iter().map(Expr::Column).collect();
+        let mut cols = crate::lower::plan::columns(&b);
         cols.extend(extra);
         return Ok(crate::lower::project(b, cols)?);
     };

@@ -47,8 +47,17 @@ pub(crate) async fn table(
     catalog: &dyn Catalog,
     name: &str,
 ) -> Result<DataFrame> {
-    let plan = scanned(ctx, catalog, name).await?.build()?;
-    Ok(DataFrame::new(ctx.state(), plan))
+    frame(ctx, scanned(ctx, catalog, name).await?)
+}
+
+/// `b`'s plan as a data frame of `ctx` (for the callers that read with data frames).
+fn frame(ctx: &SessionContext, b: LogicalPlanBuilder) -> Result<DataFrame> {
+    Ok(DataFrame::new(ctx.state(), b.build()?))
+}
+
+/// `t` read through its view, as a plan builder.
+fn read(t: &signalql_catalog::TableInfo) -> Result<LogicalPlanBuilder> {
+    Ok(crate::catalog::scan(t, &t.name, vec![])?)
 }
 
 /// The table `name` read through its view, as a plan builder. The plan of `CONTEXT FOR` is
@@ -59,8 +68,7 @@ async fn scanned(
     catalog: &dyn Catalog,
     name: &str,
 ) -> Result<LogicalPlanBuilder> {
-    let t = catalog.table(ctx, name).await?;
-    crate::catalog::scan(&t, &t.name, vec![])
+    read(&catalog.table(ctx, name).await?)
 }
 
 /// The table `name` as a plan builder, `None` when the dataset has none.
@@ -70,7 +78,7 @@ async fn optional_scanned(
     name: &str,
 ) -> Result<Option<LogicalPlanBuilder>> {
     match optional_table(catalog, ctx, name).await? {
-        Some(t) => Ok(Some(crate::catalog::scan(&t, &t.name, vec![])?)),
+        Some(t) => Ok(Some(read(&t)?)),
         None => Ok(None),
     }
 }
@@ -82,14 +90,9 @@ pub(crate) async fn optional(
     name: &str,
 ) -> Result<Option<DataFrame>> {
     match optional_scanned(ctx, catalog, name).await? {
-        Some(b) => Ok(Some(DataFrame::new(ctx.state(), b.build()?))),
+        Some(b) => Ok(Some(frame(ctx, b)?)),
         None => Ok(None),
     }
-}
-
-/// Every column of `b`'s output, in order.
-fn all_columns(b: &LogicalPlanBuilder) -> Vec<Expr> {
-    b.schema().columns().into_iter().map(Expr::Column).collect()
 }
 
 /// A representation's effective roles: its revision's (`rev_roles`) and its own
@@ -111,7 +114,7 @@ pub(crate) fn packable_media() -> Expr {
 /// cheaper than a sorted window. Rows tied on `by` are all kept (the candidates are assembled
 /// per object id, so a duplicate row changes nothing).
 fn latest_per_object(b: LogicalPlanBuilder, by: &str) -> Result<LogicalPlanBuilder> {
-    let cols = all_columns(&b);
+    let cols = plan::columns(&b);
     let input = b.build()?;
     let best = plan::aggregate(
         LogicalPlanBuilder::from(input.clone()),
@@ -135,8 +138,7 @@ pub(crate) async fn candidates_df(
     catalog: &dyn Catalog,
     t: i64,
 ) -> Result<DataFrame> {
-    let plan = candidates(ctx, catalog, t).await?.build()?;
-    Ok(DataFrame::new(ctx.state(), plan))
+    frame(ctx, candidates(ctx, catalog, t).await?)
 }
 
 /// [`candidates_df`] as a plan builder.

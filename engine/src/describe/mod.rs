@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use datafusion::arrow::datatypes::{DataType, Field, SchemaRef};
 use datafusion::functions::core::expr_fn::get_field;
 use datafusion::functions_aggregate::expr_fn::count;
-use datafusion::logical_expr::{Expr, LogicalPlan, LogicalPlanBuilder, lit};
+use datafusion::logical_expr::{LogicalPlan, LogicalPlanBuilder, lit};
 use serde_json::Value;
 use signalql_catalog::TableInfo;
 
@@ -153,7 +153,7 @@ fn scan(table: &TableInfo, name: &str) -> Result<LogicalPlanBuilder> {
 
 /// `b` with its property bag `bag` (if a struct) also as the column `__bag`.
 fn with_bag(b: LogicalPlanBuilder, schema: &SchemaRef, bag: &str) -> Result<LogicalPlanBuilder> {
-    let mut cols: Vec<Expr> = b.schema().columns().into_iter().map(Expr::Column).collect();
+    let mut cols = crate::lower::plan::columns(&b);
     if matches!(
         schema.field_with_name(bag).map(|f| f.data_type()),
         Ok(DataType::Struct(_))

@@ -268,6 +268,11 @@ pub(crate) fn project(b: LogicalPlanBuilder, exprs: Vec<Expr>) -> Result<Logical
     Ok(LogicalPlanBuilder::from(plan))
 }
 
+/// Every column of `b`'s output, in order, as expressions (to project them again with more).
+pub(crate) fn columns(b: &LogicalPlanBuilder) -> Vec<Expr> {
+    b.schema().columns().into_iter().map(Expr::Column).collect()
+}
+
 /// Whether a projection of `exprs` over `input` (an aggregate or a window) has a sub-expression
 /// that DataFusion's `columnize_expr` would replace by one of `input`'s output columns: one
 /// equal to an output expression other than a plain column (a column stays itself). Also true

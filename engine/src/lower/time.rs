@@ -163,7 +163,7 @@ pub fn bucket_start(unit: TimeUnit, ts: Expr, ts_type: &DataType) -> Expr {
         TimeUnit::Hour => (HOUR, 0),
         TimeUnit::Day => (24 * HOUR, 0),
         TimeUnit::Week => (7 * 24 * HOUR, 4 * 24 * HOUR),
-        TimeUnit::Month => return date_trunc(lit(trunc_name(unit)), ts),
+        TimeUnit::Month => return date_trunc(lit("month"), ts),
     };
     let utc_micros = DataType::Timestamp(ArrowTimeUnit::Microsecond, Some("UTC".into()));
     let ts = if *ts_type == utc_micros {
@@ -180,16 +180,6 @@ pub fn bucket_start(unit: TimeUnit, ts: Expr, ts_type: &DataType) -> Expr {
     // (us - origin) mod width, in [0, width) also before the origin.
     let into = (since % lit(width) + lit(width)) % lit(width);
     cast(us - into, utc_micros)
-}
-
-/// The `date_trunc` granularity name of a unit.
-pub fn trunc_name(unit: TimeUnit) -> &'static str {
-    match unit {
-        TimeUnit::Hour => "hour",
-        TimeUnit::Day => "day",
-        TimeUnit::Week => "week",
-        TimeUnit::Month => "month",
-    }
 }
 
 #[cfg(test)]

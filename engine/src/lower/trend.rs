@@ -147,7 +147,7 @@ impl TrendPlan {
     /// Attach each group's slope (as [`SLOPE_KEY`]) to `b`, whose group columns are `dims`, and
     /// keep the groups that trend in the asked direction.
     pub fn apply(&self, b: LogicalPlanBuilder, dims: &[String]) -> Result<LogicalPlanBuilder> {
-        let mut keep: Vec<Expr> = b.schema().columns().into_iter().map(Expr::Column).collect();
+        let mut keep = super::plan::columns(&b);
         let joined = if dims.is_empty() {
             b.cross_join(self.plan.clone())?
         } else {
