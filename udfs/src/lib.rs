@@ -31,6 +31,7 @@ pub fn all_udfs() -> Vec<Arc<ScalarUDF>> {
         scalar::lexical::lexical_terms_udf(),
         scalar::lexical::lexical_match_udf(),
         scalar::lexical::lexical_weights_udf(),
+        scalar::month_start::month_start_udf(),
         scalar::token_estimate::token_estimate_udf(),
     ]
 }

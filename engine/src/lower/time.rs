@@ -9,7 +9,6 @@ use chrono::{
 };
 
 use datafusion::arrow::datatypes::{DataType, TimeUnit as ArrowTimeUnit};
-use datafusion::functions::datetime::expr_fn::date_trunc;
 use datafusion::logical_expr::{Expr, cast, lit};
 
 use crate::error::{Error, Result};
@@ -152,24 +151,25 @@ pub fn bucket_series(interval: Interval, unit: TimeUnit, cap: u64) -> Result<Vec
 /// The start of the bucket of `unit` containing `ts` (a timestamp column), as an expression:
 /// what [`truncate`] gives, in UTC microseconds. Hours, days and weeks are fixed widths in UTC,
 /// so their start is integer arithmetic on the microseconds (weeks counted from a Monday,
-/// 1970-01-05, as ISO weeks are); months are DataFusion's `date_trunc`. DataFusion 55's
-/// `date_trunc` on a timestamp with a time zone converts every value to a local date-time and
-/// back: on 10M generated events (W2, BUCKET BY d) it cost 55-70 ms of a 150 ms query, against
-/// nothing measurable for the arithmetic (docs/semantics.md, "Buckets"). Unlike `date_bin`,
-/// which scales to nanoseconds, this is exact for every microsecond timestamp.
+/// 1970-01-05, as ISO weeks are); months are `signalql_month_start`, the same arithmetic on
+/// the calendar. DataFusion 55's `date_trunc` on a timestamp with a time zone converts every
+/// value to a local date-time and back: on 10M generated events (W2, BUCKET BY d) it cost
+/// 55-70 ms of a 150 ms query, against nothing measurable for the arithmetic (docs/semantics.md,
+/// "Buckets"); and it works in nanoseconds, so it failed on times outside 1677-2262. Unlike
+/// `date_bin`, which scales to nanoseconds, this is exact for every microsecond timestamp.
 pub fn bucket_start(unit: TimeUnit, ts: Expr, ts_type: &DataType) -> Expr {
     const HOUR: i64 = 3_600_000_000;
-    let (width, origin) = match unit {
-        TimeUnit::Hour => (HOUR, 0),
-        TimeUnit::Day => (24 * HOUR, 0),
-        TimeUnit::Week => (7 * 24 * HOUR, 4 * 24 * HOUR),
-        TimeUnit::Month => return date_trunc(lit("month"), ts),
-    };
     let utc_micros = DataType::Timestamp(ArrowTimeUnit::Microsecond, Some("UTC".into()));
     let ts = if *ts_type == utc_micros {
         ts
     } else {
         cast(ts, utc_micros.clone())
+    };
+    let (width, origin) = match unit {
+        TimeUnit::Hour => (HOUR, 0),
+        TimeUnit::Day => (24 * HOUR, 0),
+        TimeUnit::Week => (7 * 24 * HOUR, 4 * 24 * HOUR),
+        TimeUnit::Month => return signalql_udfs::scalar::month_start::month_start(ts),
     };
     let us = cast(ts, DataType::Int64);
     let since = if origin == 0 {
@@ -216,19 +216,14 @@ mod tests {
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();
-        // Months stay DataFusion's `date_trunc`, which works in nanoseconds: it fails past
-        // 2262 (the last two times), so they are left out for months.
+        // Months too, past 2262 where DataFusion's nanosecond `date_trunc` failed.
         for unit in [
             TimeUnit::Hour,
             TimeUnit::Day,
             TimeUnit::Week,
             TimeUnit::Month,
         ] {
-            let n = if unit == TimeUnit::Month {
-                times.len() - 2
-            } else {
-                times.len()
-            };
+            let n = times.len();
             let batch = batch.slice(0, n);
             let ctx = SessionContext::new();
             let out = rt.block_on(async {

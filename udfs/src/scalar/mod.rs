@@ -3,5 +3,6 @@
 pub mod file_rank;
 pub mod json_get;
 pub mod lexical;
+pub mod month_start;
 pub mod text_time;
 pub mod token_estimate;
