@@ -108,12 +108,20 @@ pub struct Dataset {
     /// (WATCH, an agent's follow-ups, an MCP session) need not pay again.
     opened: Arc<Mutex<HashMap<String, Opened>>>,
     /// The schema and row count of each file read before, by (location, size).
-    file_schemas: Arc<Mutex<HashMap<(String, u64), (SchemaRef, u64)>>>,
+    file_schemas: Arc<Mutex<HashMap<(String, u64), OpenedFile>>>,
 }
 
 /// A table opened before: the readable files listed and the files skipped at listing, then
 /// what was opened over them.
 type Opened = (Vec<(String, u64)>, Vec<SkippedFile>, TableInfo);
+
+/// A file of a table as its footer describes it: its own columns, its rows, the footer.
+#[derive(Debug, Clone)]
+struct OpenedFile {
+    schema: SchemaRef,
+    rows: u64,
+    metadata: Arc<datafusion::parquet::file::metadata::ParquetMetaData>,
+}
 
 /// Where a table's files are: a root (the dataset's, or the table's own `s3://` one) and a
 /// folder under it.
@@ -714,6 +722,7 @@ impl Dataset {
         let mut skipped = listing_skipped.clone();
         let mut files = Vec::new();
         let mut schemas = Vec::new();
+        let mut footers = Vec::new();
         let mut urls = Vec::new();
         let mut rows = 0;
         for (location, size) in &candidates {
@@ -725,9 +734,10 @@ impl Dataset {
                 .file_schema(&state, &url, location, *size, modified)
                 .await
             {
-                Ok((schema, n)) => {
-                    rows += n;
-                    schemas.push((root.relative(location), schema));
+                Ok(opened) => {
+                    rows += opened.rows;
+                    schemas.push((root.relative(location), opened.schema));
+                    footers.push(opened.metadata);
                     files.push((location.clone(), *size));
                     urls.push(url);
                 }
@@ -752,7 +762,8 @@ impl Dataset {
         let folder_files = files
             .iter()
             .zip(&schemas)
-            .map(|((location, size), (_, file_schema))| {
+            .zip(&footers)
+            .map(|(((location, size), (_, file_schema)), metadata)| {
                 let rel = root.relative(location);
                 let found = crate::folder::partitions_of(rel.strip_prefix(&prefix).unwrap_or(&rel));
                 crate::folder::FolderFile {
@@ -764,6 +775,7 @@ impl Dataset {
                         .iter()
                         .map(|(k, _)| found.iter().find(|(fk, _)| fk == k).map(|(_, v)| v.clone()))
                         .collect(),
+                    metadata: Some(Arc::clone(metadata)),
                 }
             })
             .collect();
@@ -822,7 +834,7 @@ impl Dataset {
         location: &str,
         size: u64,
         modified: Option<DateTime<Utc>>,
-    ) -> Result<(SchemaRef, u64), String> {
+    ) -> Result<OpenedFile, String> {
         let key = (location.to_string(), size);
         if let Some(s) = self
             .file_schemas
@@ -865,7 +877,11 @@ impl Dataset {
                 .iter()
                 .map(|g| g.num_rows().max(0) as u64)
                 .sum::<u64>();
-            Ok::<_, String>((schema, rows))
+            Ok::<_, String>(OpenedFile {
+                schema,
+                rows,
+                metadata,
+            })
         };
         let read = std::panic::AssertUnwindSafe(read)
             .catch_unwind()

@@ -21,18 +21,27 @@ use datafusion::datasource::listing::helpers::{expr_applicable_for_cols, filter_
 use datafusion::datasource::physical_plan::parquet::metadata::DFParquetMetadata;
 use datafusion::datasource::physical_plan::parquet::{
     ParquetAccessPlan, ParquetFileMetrics, RowGroupAccessPlanFilter,
+    can_expr_be_pushed_down_with_schemas,
 };
-use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder};
+use datafusion::datasource::physical_plan::{
+    FileGroup, FileScanConfigBuilder, FileSource, ParquetSource,
+};
 use datafusion::datasource::table_schema::TableSchema;
 use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::execution::runtime_env::RuntimeEnv;
+use datafusion::logical_expr::execution_props::ExecutionProps;
+use datafusion::logical_expr::expr_rewriter::unnormalize_col;
 use datafusion::logical_expr::utils::conjunction;
-use datafusion::logical_expr::{Expr, TableProviderFilterPushDown, TableType};
+use datafusion::logical_expr::{
+    BinaryExpr, Expr, Operator, TableProviderFilterPushDown, TableType,
+};
 use datafusion::parquet::file::metadata::ParquetMetaData;
 use datafusion::physical_optimizer::pruning::{PruningPredicate, PruningPredicateBuilder};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::empty::EmptyExec;
 use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
+
+use crate::parts::ScanPartsExec;
 use object_store::{ObjectMeta, ObjectStore};
 
 /// The value Hive writes for a NULL partition value.
@@ -140,8 +149,14 @@ pub struct FolderTable {
     schema: SchemaRef,
     store: ObjectStoreUrl,
     files: Vec<PartitionedFile>,
+    /// Per file (index into `files`): its own columns, and its footer as read when the table
+    /// was opened (`None` when the opener did not pass it).
+    file_schemas: Vec<SchemaRef>,
+    opened_footers: Vec<Option<Arc<ParquetMetaData>>>,
     /// Per file (index into `files`): its footer and statistics, read at the first scan.
     footers: Mutex<HashMap<usize, Footer>>,
+    /// Per filter: whether the table applies it itself (see [`FolderTable::holds_somewhere`]).
+    exact: Mutex<HashMap<Expr, bool>>,
 }
 
 #[derive(Debug, Clone)]
@@ -159,6 +174,8 @@ pub struct FolderFile {
     pub modified: Option<DateTime<Utc>>,
     pub schema: SchemaRef,
     pub values: Vec<Option<String>>,
+    /// Its footer, when the opener has read it already.
+    pub metadata: Option<Arc<ParquetMetaData>>,
 }
 
 impl FolderTable {
@@ -180,6 +197,8 @@ impl FolderTable {
         fields.extend(partition_fields.iter().cloned());
         let schema = Arc::new(Schema::new(fields));
         let mut parted = Vec::with_capacity(files.len());
+        let mut file_schemas = Vec::with_capacity(files.len());
+        let mut opened_footers = Vec::with_capacity(files.len());
         for f in files {
             let values = f
                 .values
@@ -205,6 +224,8 @@ impl FolderTable {
                 file.object_meta.last_modified = t;
             }
             parted.push(file);
+            file_schemas.push(f.schema);
+            opened_footers.push(f.metadata);
         }
         Ok(FolderTable {
             file_schema,
@@ -212,7 +233,10 @@ impl FolderTable {
             schema,
             store,
             files: parted,
+            file_schemas,
+            opened_footers,
             footers: Mutex::default(),
+            exact: Mutex::default(),
         })
     }
 
@@ -262,6 +286,102 @@ impl FolderTable {
             .with_file_schema(Arc::clone(&self.schema))
             .build(physical)
     }
+
+    /// Whether the table applies `filter` itself rather than leave it to a filter above the
+    /// scan: a comparison of one of the files' top-level primitive columns with a literal
+    /// (`timestamp >= t`, a time window's bound), present with the same type in every file,
+    /// that the Parquet reader can evaluate as a row filter, and that the statistics of some
+    /// row group prove true for every one of its rows. Such row groups are then read without
+    /// the filter (and without its column, when nothing else reads it); the others apply it
+    /// in the Parquet reader (docs/scan.md, "Row groups a filter holds for"). Decided once
+    /// per filter, from the footers read when the table was opened.
+    fn holds_somewhere(&self, filter: &Expr) -> bool {
+        // DataFusion asks with qualified columns (`events.timestamp`) and scans with
+        // unqualified ones: both are decided as the unqualified filter.
+        let filter = &unnormalize_col(filter.clone());
+        if let Some(known) = self.exact.lock().ok().and_then(|m| m.get(filter).copied()) {
+            return known;
+        }
+        let holds = self.decide_exact(filter);
+        if let Ok(mut m) = self.exact.lock() {
+            m.insert(filter.clone(), holds);
+        }
+        holds
+    }
+
+    fn decide_exact(&self, filter: &Expr) -> bool {
+        let Some(name) = compared_column(filter) else {
+            return false;
+        };
+        let Ok(field) = self.file_schema.field_with_name(name) else {
+            return false;
+        };
+        if !field.data_type().is_primitive() {
+            return false;
+        }
+        let everywhere = self.file_schemas.iter().all(|s| {
+            s.field_with_name(name)
+                .is_ok_and(|f| f.data_type() == field.data_type())
+        });
+        if !everywhere || self.opened_footers.iter().all(Option::is_none) {
+            return false;
+        }
+        let Ok(df_schema) = DFSchema::try_from(Arc::clone(&self.schema)) else {
+            return false;
+        };
+        let Ok(physical) = datafusion::physical_expr::create_physical_expr(
+            filter,
+            &df_schema,
+            &ExecutionProps::new(),
+            &Default::default(),
+        ) else {
+            return false;
+        };
+        if !can_expr_be_pushed_down_with_schemas(&physical, &self.file_schema) {
+            return false;
+        }
+        let Some(predicate) = PruningPredicateBuilder::new()
+            .with_file_schema(Arc::clone(&self.schema))
+            .build(physical)
+        else {
+            return false;
+        };
+        self.opened_footers
+            .iter()
+            .zip(&self.files)
+            .filter_map(|(m, f)| m.as_ref().map(|m| (m, f)))
+            .any(|(metadata, f)| {
+                let location = f.object_meta.location.to_string();
+                fully_matched(metadata, &self.schema, &predicate, &location)
+                    .iter()
+                    .any(|m| *m)
+            })
+    }
+}
+
+/// The column of a filter `column op literal` (or `literal op column`, `column BETWEEN
+/// literal AND literal`) with `op` one of `=`, `<`, `<=`, `>`, `>=`: the shapes row-group
+/// statistics can prove true.
+fn compared_column(filter: &Expr) -> Option<&str> {
+    let literal = |e: &Expr| matches!(e, Expr::Literal(v, _) if !v.is_null());
+    match filter {
+        Expr::BinaryExpr(BinaryExpr {
+            left,
+            op: Operator::Eq | Operator::Lt | Operator::LtEq | Operator::Gt | Operator::GtEq,
+            right,
+        }) => match (left.as_ref(), right.as_ref()) {
+            (Expr::Column(c), r) if literal(r) => Some(c.name.as_str()),
+            (l, Expr::Column(c)) if literal(l) => Some(c.name.as_str()),
+            _ => None,
+        },
+        Expr::Between(b) if !b.negated && literal(&b.low) && literal(&b.high) => {
+            match b.expr.as_ref() {
+                Expr::Column(c) => Some(c.name.as_str()),
+                _ => None,
+            }
+        }
+        _ => None,
+    }
 }
 
 /// The footer of the file `meta` names, through DataFusion's file-metadata cache of
@@ -286,35 +406,65 @@ pub fn kept_row_groups(
     predicate: Option<&PruningPredicate>,
     location: &str,
 ) -> Vec<usize> {
-    let groups = metadata.row_groups();
-    let mut access = RowGroupAccessPlanFilter::new(ParquetAccessPlan::new_all(groups.len()));
-    if let Some(p) = predicate {
-        let metrics = ParquetFileMetrics::new(0, location, &ExecutionPlanMetricsSet::new());
-        access.prune_by_statistics(
-            schema,
-            metadata.file_metadata().schema_descr(),
-            groups,
-            p,
-            &metrics,
-        );
+    match predicate {
+        Some(p) => pruned(metadata, schema, p, location)
+            .row_group_indexes()
+            .collect(),
+        None => (0..metadata.row_groups().len()).collect(),
     }
-    access.row_group_indexes().collect()
 }
 
-/// What planning keeps of a file: byte ranges, and how many of its row groups it left out.
+/// Per row group of `metadata`: whether its statistics prove `predicate` true for every one
+/// of its rows (DataFusion's own test, which also needs the columns' null counts to be 0).
+fn fully_matched(
+    metadata: &ParquetMetaData,
+    schema: &Schema,
+    predicate: &PruningPredicate,
+    location: &str,
+) -> Vec<bool> {
+    pruned(metadata, schema, predicate, location)
+        .is_fully_matched()
+        .clone()
+}
+
+/// The row groups of `metadata` after DataFusion's pruning by statistics with `predicate`.
+fn pruned(
+    metadata: &ParquetMetaData,
+    schema: &Schema,
+    predicate: &PruningPredicate,
+    location: &str,
+) -> RowGroupAccessPlanFilter {
+    let groups = metadata.row_groups();
+    let mut access = RowGroupAccessPlanFilter::new(ParquetAccessPlan::new_all(groups.len()));
+    let metrics = ParquetFileMetrics::new(0, location, &ExecutionPlanMetricsSet::new());
+    access.prune_by_statistics(
+        schema,
+        metadata.file_metadata().schema_descr(),
+        groups,
+        predicate,
+        &metrics,
+    );
+    access
+}
+
+/// What planning keeps of a file: byte ranges, each with the filters its row groups still
+/// need (one flag per filter the table applies itself: `true` where the row group's
+/// statistics do not prove it), and how many of its row groups it left out.
 struct Kept {
-    ranges: Vec<(i64, i64)>,
+    ranges: Vec<(Vec<bool>, i64, i64)>,
     pruned: usize,
 }
 
 /// The byte ranges of `metadata`'s row groups that `predicate` does not rule out, one per
-/// run of consecutive row groups kept; each range holds the offsets of exactly its row
-/// groups' first pages, which is how DataFusion assigns a row group to a range. `None`: the
-/// whole file (no predicate, or row groups not laid out in order).
+/// run of consecutive row groups kept that need the same ones of `exact` (the filters the
+/// table applies itself, each as a pruning predicate); each range holds the offsets of
+/// exactly its row groups' first pages, which is how DataFusion assigns a row group to a
+/// range. `None`: the whole file (no predicate, or row groups not laid out in order).
 fn kept_ranges(
     metadata: &ParquetMetaData,
     schema: &Schema,
     predicate: Option<&PruningPredicate>,
+    exact: &[Option<Arc<PruningPredicate>>],
     file_size: u64,
     location: &str,
 ) -> Option<Kept> {
@@ -333,12 +483,23 @@ fn kept_ranges(
     }
     let kept = kept_row_groups(metadata, schema, predicate, location);
     let pruned = groups.len() - kept.len();
-    let mut ranges: Vec<(i64, i64)> = Vec::new();
+    let proven: Vec<Vec<bool>> = exact
+        .iter()
+        .map(|p| match p {
+            Some(p) => fully_matched(metadata, schema, p, location),
+            None => vec![false; groups.len()],
+        })
+        .collect();
+    let mut ranges: Vec<(Vec<bool>, i64, i64)> = Vec::new();
     let end_of = |i: usize| offsets.get(i + 1).copied().unwrap_or(file_size as i64);
     for i in kept {
+        let needs: Vec<bool> = proven
+            .iter()
+            .map(|p| !p.get(i).copied().unwrap_or(false))
+            .collect();
         match ranges.last_mut() {
-            Some(last) if last.1 == offsets[i] => last.1 = end_of(i),
-            _ => ranges.push((offsets[i], end_of(i))),
+            Some(last) if last.2 == offsets[i] && last.0 == needs => last.2 = end_of(i),
+            _ => ranges.push((needs, offsets[i], end_of(i))),
         }
     }
     Some(Kept { ranges, pruned })
@@ -354,10 +515,11 @@ impl TableProvider for FolderTable {
         TableType::Base
     }
 
-    /// Filters on partition columns only are applied exactly, by choosing files; the others
-    /// are applied above the scan (and pushed into the Parquet reader by DataFusion). A
-    /// table without partition columns applies none itself (a filter on no column at all,
-    /// such as `true`, is not a partition filter there).
+    /// Filters on partition columns only are applied exactly, by choosing files; so are the
+    /// comparisons some row group's statistics prove true ([`FolderTable::holds_somewhere`]),
+    /// by the scan's parts. The others are applied above the scan (and pushed into the
+    /// Parquet reader by DataFusion). A table without partition columns has no partition
+    /// filter (a filter on no column at all, such as `true`, is not one there).
     fn supports_filters_pushdown(
         &self,
         filters: &[&Expr],
@@ -366,7 +528,9 @@ impl TableProvider for FolderTable {
         Ok(filters
             .iter()
             .map(|f| {
-                if !names.is_empty() && expr_applicable_for_cols(&names, f) {
+                if (!names.is_empty() && expr_applicable_for_cols(&names, f))
+                    || self.holds_somewhere(f)
+                {
                     TableProviderFilterPushDown::Exact
                 } else {
                     TableProviderFilterPushDown::Inexact
@@ -383,22 +547,32 @@ impl TableProvider for FolderTable {
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let names = self.partition_names();
-        let (on_partitions, others): (Vec<Expr>, Vec<Expr>) = filters
+        let (on_partitions, rest): (Vec<Expr>, Vec<Expr>) = filters
             .iter()
             .cloned()
             .partition(|f| !names.is_empty() && expr_applicable_for_cols(&names, f));
+        let (exact, others): (Vec<Expr>, Vec<Expr>) =
+            rest.iter().cloned().partition(|f| self.holds_somewhere(f));
         let df_schema = DFSchema::from_unqualified_fields(
             self.partition_fields.iter().cloned().collect(),
             Default::default(),
         )?;
-        let predicate = self.pruning(state, &others);
-        let format = ParquetFormat::default();
-        let source = format.file_source(
+        let predicate = self.pruning(state, &rest);
+        let proofs: Vec<Option<Arc<PruningPredicate>>> = exact
+            .iter()
+            .map(|f| self.pruning(state, std::slice::from_ref(f)))
+            .collect();
+        let table_schema = || {
             TableSchema::builder(Arc::clone(&self.file_schema))
                 .with_table_partition_cols(self.partition_fields.clone())
-                .build(),
-        );
-        let mut files = Vec::new();
+                .build()
+        };
+        let format = ParquetFormat::default();
+        let source =
+            ParquetSource::new(table_schema()).with_table_parquet_options(format.options().clone());
+        // Per set of filters still to apply (see `Kept`), the files or ranges that need it.
+        let mut parts: std::collections::BTreeMap<Vec<bool>, Vec<PartitionedFile>> =
+            Default::default();
         for (index, f) in self.files.iter().enumerate() {
             let Some(kept) = filter_partitioned_file(f.clone(), &on_partitions, &df_schema)? else {
                 continue;
@@ -409,22 +583,27 @@ impl TableProvider for FolderTable {
                 &footer.metadata,
                 &self.schema,
                 predicate.as_deref(),
+                &proofs,
                 kept.object_meta.size,
                 &location,
             ) {
-                None => files.push(kept.with_statistics(Arc::clone(&footer.statistics))),
+                None => parts
+                    .entry(vec![true; exact.len()])
+                    .or_default()
+                    .push(kept.with_statistics(Arc::clone(&footer.statistics))),
                 Some(k) => {
                     // The row groups left out here are counted where the scan counts its
                     // own pruning, so EXPLAIN ANALYZE reports them as pruned by statistics.
-                    let metrics = ParquetFileMetrics::new(0, &location, source.metrics());
+                    let metrics =
+                        ParquetFileMetrics::new(0, &location, FileSource::metrics(&source));
                     metrics.row_groups_pruned_statistics.add_pruned(k.pruned);
                     if k.ranges.is_empty() {
                         metrics.files_ranges_pruned_statistics.add_pruned(1);
                     }
                     // Statistics of the whole file describe a superset of a range's rows.
                     let inexact = Arc::new(footer.statistics.as_ref().clone().to_inexact());
-                    for (start, end) in k.ranges {
-                        files.push(
+                    for (needs, start, end) in k.ranges {
+                        parts.entry(needs).or_default().push(
                             kept.clone()
                                 .with_range(start, end)
                                 .with_statistics(Arc::clone(&inexact)),
@@ -433,17 +612,66 @@ impl TableProvider for FolderTable {
                 }
             }
         }
-        if files.is_empty() {
+        if parts.is_empty() {
             let projected = project_schema(&self.schema, projection)?;
             return Ok(Arc::new(EmptyExec::new(projected)));
         }
-        let groups = FileGroup::new(files).split_files(state.config().target_partitions());
-        let config = FileScanConfigBuilder::new(self.store.clone(), source)
-            .with_file_groups(groups)
-            .with_projection_indices(projection.cloned())?
-            .with_limit(if others.is_empty() { limit } else { None })
-            .build();
-        format.create_physical_plan(state, config).await
+        let target = state.config().target_partitions();
+        if exact.is_empty() {
+            // One scan; DataFusion pushes the filters above it into the reader.
+            let files = parts.into_values().flatten().collect::<Vec<_>>();
+            let config = FileScanConfigBuilder::new(self.store.clone(), Arc::new(source))
+                .with_file_groups(FileGroup::new(files).split_files(target))
+                .with_projection_indices(projection.cloned())?
+                .with_limit(if others.is_empty() { limit } else { None })
+                .build();
+            return format.create_physical_plan(state, config).await;
+        }
+        // One scan per set of filters still to apply: the row groups that need none read
+        // only the projected columns (the other filters, applied above, prune their pages);
+        // the others apply theirs in the reader, exactly.
+        let table_df_schema = DFSchema::try_from(Arc::clone(&self.schema))?;
+        let parts_needing = parts.keys().filter(|n| n.iter().any(|x| *x)).count();
+        let mut scans = Vec::with_capacity(parts.len());
+        for (index, (needs, files)) in parts.into_iter().enumerate() {
+            let applied: Vec<Expr> = exact
+                .iter()
+                .zip(&needs)
+                .filter(|(_, n)| **n)
+                .map(|(e, _)| e.clone())
+                .collect();
+            // The planning's pruning metrics were counted on `source`: the first part's.
+            let mut part = match index {
+                0 => source.clone(),
+                _ => ParquetSource::new(table_schema()),
+            };
+            let mut options = format.options().clone();
+            if applied.is_empty() {
+                if let Some(expr) = conjunction(others.iter().cloned())
+                    && let Ok(p) = state.create_physical_expr(expr, &table_df_schema)
+                {
+                    part = part.with_predicate(p);
+                }
+            } else {
+                if let Some(expr) = conjunction(applied) {
+                    part = part.with_predicate(state.create_physical_expr(expr, &table_df_schema)?);
+                }
+                options.global.pushdown_filters = true;
+            }
+            let part_format = ParquetFormat::default().with_options(options);
+            let config = FileScanConfigBuilder::new(self.store.clone(), Arc::new(part))
+                .with_file_groups(FileGroup::new(files).split_files(target))
+                .with_projection_indices(projection.cloned())?
+                .build();
+            scans.push(part_format.create_physical_plan(state, config).await?);
+        }
+        if let [only] = scans.as_slice()
+            && parts_needing == 0
+        {
+            // Every row group kept holds every such filter: one plain scan.
+            return Ok(Arc::clone(only));
+        }
+        Ok(Arc::new(ScanPartsExec::try_new(scans, target)?))
     }
 }
 

@@ -16,6 +16,7 @@ pub mod limits;
 pub mod mapping;
 pub mod metrics;
 pub mod objects;
+pub mod parts;
 pub mod policy;
 pub mod storage;
 pub mod write;

@@ -13,6 +13,7 @@ pub mod envelope;
 pub mod error;
 pub(crate) mod execute;
 pub mod explain;
+pub(crate) mod file_exprs;
 pub(crate) mod footprint;
 pub mod forms;
 pub(crate) mod funnel_phase;

@@ -128,10 +128,12 @@ pub fn from_application(ctx: &SessionContext) -> SessionContext {
     SessionContext::new_with_state(state)
 }
 
-/// `rules`, then the engine's own physical rules (the one-phase funnel aggregate).
+/// `rules`, then the engine's own physical rules (the one-phase funnel aggregate, file
+/// expressions inside the scans).
 fn with_engine_rules(
     mut rules: Vec<Arc<dyn PhysicalOptimizerRule + Send + Sync>>,
 ) -> Vec<Arc<dyn PhysicalOptimizerRule + Send + Sync>> {
     rules.push(Arc::new(crate::funnel_phase::FunnelSinglePhase));
+    rules.push(Arc::new(crate::file_exprs::FileExprsInScan));
     rules
 }
