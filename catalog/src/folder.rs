@@ -39,7 +39,9 @@ use datafusion::parquet::file::metadata::ParquetMetaData;
 use datafusion::physical_optimizer::pruning::{PruningPredicate, PruningPredicateBuilder};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::empty::EmptyExec;
+use datafusion::physical_plan::filter::FilterExec;
 use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
+use datafusion::physical_plan::projection::ProjectionExec;
 
 use crate::parts::ScanPartsExec;
 use object_store::{ObjectMeta, ObjectStore};
@@ -287,6 +289,37 @@ impl FolderTable {
             .build(physical)
     }
 
+    /// `plan` (a scan of every column when `filters` is not empty) with `filters` applied
+    /// over it, then the columns of `projection`; `plan` itself when there are no filters.
+    fn filtered(
+        &self,
+        state: &dyn Session,
+        plan: Arc<dyn ExecutionPlan>,
+        filters: Vec<Expr>,
+        projection: Option<&Vec<usize>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let Some(expr) = conjunction(filters) else {
+            return Ok(plan);
+        };
+        let schema = DFSchema::try_from(plan.schema())?;
+        let predicate = state.create_physical_expr(expr, &schema)?;
+        let filter: Arc<dyn ExecutionPlan> = Arc::new(FilterExec::try_new(predicate, plan)?);
+        let Some(columns) = projection else {
+            return Ok(filter);
+        };
+        let exprs = columns
+            .iter()
+            .map(|i| {
+                let name = self.schema.field(*i).name().clone();
+                let column: Arc<dyn datafusion::physical_expr::PhysicalExpr> = Arc::new(
+                    datafusion::physical_expr::expressions::Column::new(&name, *i),
+                );
+                (column, name)
+            })
+            .collect::<Vec<_>>();
+        Ok(Arc::new(ProjectionExec::try_new(exprs, filter)?))
+    }
+
     /// Whether the table applies `filter` itself rather than leave it to a filter above the
     /// scan: a comparison of one of the files' top-level primitive columns with a literal
     /// (`timestamp >= t`, a time window's bound), present with the same type in every file,
@@ -304,9 +337,21 @@ impl FolderTable {
         }
         let holds = self.decide_exact(filter);
         if let Ok(mut m) = self.exact.lock() {
+            // A window anchored at now makes new filters all the time; the table lives as long
+            // as its files do. (Answers already given are only needed until their scan.)
+            if m.len() >= 4096 {
+                m.clear();
+            }
             m.insert(filter.clone(), holds);
         }
         holds
+    }
+
+    /// Whether DataFusion has asked about `filter` (as [`FolderTable::holds_somewhere`] keeps
+    /// the answers).
+    fn asked(&self, filter: &Expr) -> bool {
+        let filter = unnormalize_col(filter.clone());
+        self.exact.lock().is_ok_and(|m| m.contains_key(&filter))
     }
 
     fn decide_exact(&self, filter: &Expr) -> bool {
@@ -316,7 +361,9 @@ impl FolderTable {
         let Ok(field) = self.file_schema.field_with_name(name) else {
             return false;
         };
-        if !field.data_type().is_primitive() {
+        // Not floats: Parquet's min and max leave NaN out (and a -0.0 may sit under a +0.0
+        // minimum), so statistics cannot prove a comparison for every float value.
+        if !field.data_type().is_primitive() || field.data_type().is_floating() {
             return false;
         }
         let everywhere = self.file_schemas.iter().all(|s| {
@@ -359,9 +406,10 @@ impl FolderTable {
     }
 }
 
-/// The column of a filter `column op literal` (or `literal op column`, `column BETWEEN
-/// literal AND literal`) with `op` one of `=`, `<`, `<=`, `>`, `>=`: the shapes row-group
-/// statistics can prove true.
+/// The column of a filter `column op literal` (or `literal op column`) with `op` one of `=`,
+/// `<`, `<=`, `>`, `>=`: the shapes row-group statistics can prove true. (Not `BETWEEN`:
+/// DataFusion's simplifier may rewrite it into a conjunction after asking, and the rewritten
+/// filter would then be decided differently.)
 fn compared_column(filter: &Expr) -> Option<&str> {
     let literal = |e: &Expr| matches!(e, Expr::Literal(v, _) if !v.is_null());
     match filter {
@@ -374,12 +422,6 @@ fn compared_column(filter: &Expr) -> Option<&str> {
             (l, Expr::Column(c)) if literal(l) => Some(c.name.as_str()),
             _ => None,
         },
-        Expr::Between(b) if !b.negated && literal(&b.low) && literal(&b.high) => {
-            match b.expr.as_ref() {
-                Expr::Column(c) => Some(c.name.as_str()),
-                _ => None,
-            }
-        }
         _ => None,
     }
 }
@@ -551,6 +593,11 @@ impl TableProvider for FolderTable {
             .iter()
             .cloned()
             .partition(|f| !names.is_empty() && expr_applicable_for_cols(&names, f));
+        // A filter DataFusion never asked about here (rewritten after it asked) may have been
+        // answered `Exact` under another form: it is applied above the parts, to be sure.
+        let unasked: Vec<Expr> = rest.iter().filter(|f| !self.asked(f)).cloned().collect();
+        let wanted = projection;
+        let projection = if unasked.is_empty() { wanted } else { None };
         let (exact, others): (Vec<Expr>, Vec<Expr>) =
             rest.iter().cloned().partition(|f| self.holds_somewhere(f));
         let df_schema = DFSchema::from_unqualified_fields(
@@ -613,7 +660,7 @@ impl TableProvider for FolderTable {
             }
         }
         if parts.is_empty() {
-            let projected = project_schema(&self.schema, projection)?;
+            let projected = project_schema(&self.schema, wanted)?;
             return Ok(Arc::new(EmptyExec::new(projected)));
         }
         let target = state.config().target_partitions();
@@ -625,7 +672,8 @@ impl TableProvider for FolderTable {
                 .with_projection_indices(projection.cloned())?
                 .with_limit(if others.is_empty() { limit } else { None })
                 .build();
-            return format.create_physical_plan(state, config).await;
+            let plan = format.create_physical_plan(state, config).await?;
+            return self.filtered(state, plan, unasked, wanted);
         }
         // One scan per set of filters still to apply: the row groups that need none read
         // only the projected columns (the other filters, applied above, prune their pages);
@@ -665,13 +713,12 @@ impl TableProvider for FolderTable {
                 .build();
             scans.push(part_format.create_physical_plan(state, config).await?);
         }
-        if let [only] = scans.as_slice()
-            && parts_needing == 0
-        {
+        let plan: Arc<dyn ExecutionPlan> = match scans.as_slice() {
             // Every row group kept holds every such filter: one plain scan.
-            return Ok(Arc::clone(only));
-        }
-        Ok(Arc::new(ScanPartsExec::try_new(scans, target)?))
+            [only] if parts_needing == 0 => Arc::clone(only),
+            _ => Arc::new(ScanPartsExec::try_new(scans, target)?),
+        };
+        self.filtered(state, plan, unasked, wanted)
     }
 }
 

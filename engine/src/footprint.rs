@@ -232,16 +232,29 @@ fn table_scans(plan: &dyn ExecutionPlan) -> Vec<Vec<&FileScanConfig>> {
 }
 
 /// The names of the file columns a scan reads: those its projection refers to (the
-/// projection may hold expressions, such as a struct field's `get_field`); all (`None`) when
-/// it has none.
+/// projection may hold expressions, such as a struct field's `get_field`), and those of its
+/// predicate when the reader applies it as a row filter; all (`None`) when it has no
+/// projection.
 fn read_column_names(config: &FileScanConfig) -> Option<Vec<String>> {
     let schema = config.file_schema();
     let files = schema.fields().len();
-    config.file_source().projection().map(|p| {
+    let source = config.file_source();
+    let mut names: Vec<String> = source.projection().map(|p| {
         p.column_indices()
             .into_iter()
             .filter(|i| *i < files)
             .map(|i| schema.field(i).name().clone())
             .collect()
-    })
+    })?;
+    if let Some(parquet) = source.downcast_ref::<ParquetSource>()
+        && parquet.table_parquet_options().global.pushdown_filters
+        && let Some(predicate) = datafusion::datasource::physical_plan::FileSource::filter(parquet)
+    {
+        for c in datafusion::physical_expr::utils::collect_columns(&predicate) {
+            if schema.field_with_name(c.name()).is_ok() && !names.iter().any(|n| n == c.name()) {
+                names.push(c.name().to_string());
+            }
+        }
+    }
+    Some(names)
 }

@@ -471,3 +471,60 @@ fn row_groups_a_window_covers_are_read_without_testing_it() {
             .all(|((n, row), want)| n == want && row == want)
     );
 }
+
+/// A float column's statistics leave NaN out (min = max = 1 over [1, NaN]): a comparison on
+/// it is not applied by the table, so the NaN row stays out of `x < 10` as in plain
+/// DataFusion, and the scan is one plain scan.
+#[test]
+fn float_statistics_do_not_prove_a_comparison() {
+    use datafusion::arrow::array::Float64Array;
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(
+        tmp.path().join("signalql.toml"),
+        "now = \"2026-06-13T00:00:00Z\"\n",
+    )
+    .unwrap();
+    let start = 1_780_272_000_000_000i64;
+    let columns: Vec<(&str, ArrayRef)> = vec![
+        (
+            "event_name",
+            Arc::new(StringArray::from_iter_values(["e", "e"])),
+        ),
+        (
+            "user_id",
+            Arc::new(StringArray::from_iter_values(["u", "u"])),
+        ),
+        (
+            "timestamp",
+            Arc::new(TimestampMicrosecondArray::from(vec![start, start + 1]).with_timezone("UTC")),
+        ),
+        ("x", Arc::new(Float64Array::from(vec![1.0, f64::NAN]))),
+    ];
+    crate::common::write_parquet(&tmp.path().join("events/part-0.parquet"), columns, None);
+    let (count, parts) = crate::common::rt().block_on(async {
+        let engine = Engine::open_with(tmp.path(), EngineOptions::default()).unwrap();
+        let ctx = engine.session();
+        let table = engine.dataset().table(ctx, "events").await.unwrap();
+        let df = ctx
+            .read_table(table.provider.clone())
+            .unwrap()
+            .filter(col("x").lt(lit(10.0)))
+            .unwrap()
+            .aggregate(
+                vec![],
+                vec![datafusion::functions_aggregate::count::count_all()],
+            )
+            .unwrap();
+        let plan = df.clone().create_physical_plan().await.unwrap();
+        let mut found = Vec::new();
+        nodes(plan.as_ref(), "ScanPartsExec", &mut found);
+        let batches = df.collect().await.unwrap();
+        let count = batches[0]
+            .column(0)
+            .as_primitive::<datafusion::arrow::datatypes::Int64Type>()
+            .value(0);
+        (count, found.len())
+    });
+    assert_eq!(count, 1);
+    assert_eq!(parts, 0);
+}
