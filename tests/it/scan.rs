@@ -157,25 +157,16 @@ fn nested_strings_decode_as_views_in_duckdb_files() {
     assert_views(tmp.path(), "plan", true);
 }
 
-/// Eight row groups of 1 000 rows, one row per minute from 2026-06-01T00:00Z; a window over
-/// the last 2 500 minutes keeps the last three row groups (5 000..8 000: the sixth holds
-/// minute 5 500, the first in the window). With two partitions and no minimum size for
-/// splitting, the scan is split into byte ranges that all lie inside those three row groups,
-/// each row group in one of them and at least two of them holding a row group (the two
-/// parts, the window tested and not, are each split in two), and the count is 2 500.
-#[test]
-fn a_window_inside_one_file_is_split_over_the_partitions() {
-    let tmp = tempfile::tempdir().unwrap();
-    std::fs::write(
-        tmp.path().join("signalql.toml"),
-        "now = \"2026-06-13T00:00:00Z\"\n[datafusion]\n\
-         \"datafusion.execution.target_partitions\" = \"2\"\n\
-         \"datafusion.optimizer.repartition_file_min_size\" = \"0\"\n",
-    )
-    .unwrap();
-    let start = 1_780_272_000_000_000i64; // 2026-06-01T00:00:00Z
-    let n = 8_000i64;
-    let ts: Vec<i64> = (0..n).map(|i| start + i * 60_000_000).collect();
+/// 2026-06-01T00:00:00Z in microseconds, and a minute.
+const START: i64 = 1_780_272_000_000_000;
+const MINUTE: i64 = 60_000_000;
+
+/// An events file of `n` rows in row groups of 1 000, one row per minute from [`START`], `n`
+/// the row's number, and the timestamp of row `null_at` NULL.
+fn write_minutes(path: &Path, n: i64, null_at: Option<i64>) {
+    let ts: Vec<Option<i64>> = (0..n)
+        .map(|i| (Some(i) != null_at).then_some(START + i * MINUTE))
+        .collect();
     let columns: Vec<(&str, ArrayRef)> = vec![
         (
             "event_name",
@@ -198,11 +189,27 @@ fn a_window_inside_one_file_is_split_over_the_partitions() {
     let props = datafusion::parquet::file::properties::WriterProperties::builder()
         .set_max_row_group_row_count(Some(1_000))
         .build();
-    crate::common::write_parquet(
-        &tmp.path().join("events/part-0.parquet"),
-        columns,
-        Some(props),
-    );
+    crate::common::write_parquet(path, columns, Some(props));
+}
+
+/// Eight row groups of 1 000 rows, one row per minute from 2026-06-01T00:00Z; a window over
+/// the last 2 500 minutes keeps the last three row groups (5 000..8 000: the sixth holds
+/// minute 5 500, the first in the window). With two partitions and no minimum size for
+/// splitting, the scan is split into byte ranges that all lie inside those three row groups,
+/// each row group in one of them and at least two of them holding a row group (the two
+/// parts, the window tested and not, are each split in two), and the count is 2 500.
+#[test]
+fn a_window_inside_one_file_is_split_over_the_partitions() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(
+        tmp.path().join("signalql.toml"),
+        "now = \"2026-06-13T00:00:00Z\"\n[datafusion]\n\
+         \"datafusion.execution.target_partitions\" = \"2\"\n\
+         \"datafusion.optimizer.repartition_file_min_size\" = \"0\"\n",
+    )
+    .unwrap();
+    let start = START;
+    write_minutes(&tmp.path().join("events/part-0.parquet"), 8_000, None);
     let from = start + 5_500 * 60_000_000;
     let (ranges, count) = crate::common::rt().block_on(async {
         let engine = Engine::open_with(tmp.path(), EngineOptions::default()).unwrap();
@@ -313,36 +320,9 @@ fn row_groups_a_window_covers_are_read_without_testing_it() {
         "now = \"2026-06-13T00:00:00Z\"\n",
     )
     .unwrap();
-    let start = 1_780_272_000_000_000i64; // 2026-06-01T00:00:00Z
-    let minute = 60_000_000i64;
-    let n = 10_000i64;
-    let ts: Vec<Option<i64>> = (0..n)
-        .map(|i| (i != 6_500).then_some(start + i * minute))
-        .collect();
-    let columns: Vec<(&str, ArrayRef)> = vec![
-        (
-            "event_name",
-            Arc::new(StringArray::from_iter_values(
-                (0..n).map(|i| format!("e{}", i % 3)),
-            )),
-        ),
-        (
-            "user_id",
-            Arc::new(StringArray::from_iter_values(
-                (0..n).map(|i| format!("u{}", i % 11)),
-            )),
-        ),
-        (
-            "timestamp",
-            Arc::new(TimestampMicrosecondArray::from(ts).with_timezone("UTC")),
-        ),
-        ("n", Arc::new(Int64Array::from_iter_values(0..n))),
-    ];
-    let props = datafusion::parquet::file::properties::WriterProperties::builder()
-        .set_max_row_group_row_count(Some(1_000))
-        .build();
+    let (start, minute) = (START, MINUTE);
     let file = tmp.path().join("events/part-0.parquet");
-    crate::common::write_parquet(&file, columns, Some(props));
+    write_minutes(&file, 10_000, Some(6_500));
     let at = |m: i64| {
         lit(ScalarValue::TimestampMicrosecond(
             Some(start + m * minute),
