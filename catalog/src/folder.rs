@@ -35,13 +35,12 @@ use datafusion::logical_expr::utils::conjunction;
 use datafusion::logical_expr::{
     BinaryExpr, Expr, Operator, TableProviderFilterPushDown, TableType,
 };
-use datafusion::parquet::file::metadata::ParquetMetaData;
+use datafusion::parquet::file::metadata::{ParquetMetaData, RowGroupMetaData};
 use datafusion::physical_optimizer::pruning::{PruningPredicate, PruningPredicateBuilder};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::empty::EmptyExec;
-use datafusion::physical_plan::filter::FilterExec;
+use datafusion::physical_plan::filter::FilterExecBuilder;
 use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
-use datafusion::physical_plan::projection::ProjectionExec;
 
 use crate::parts::ScanPartsExec;
 use object_store::{ObjectMeta, ObjectStore};
@@ -157,9 +156,15 @@ pub struct FolderTable {
     opened_footers: Vec<Option<Arc<ParquetMetaData>>>,
     /// Per file (index into `files`): its footer and statistics, read at the first scan.
     footers: Mutex<HashMap<usize, Footer>>,
-    /// Per filter: whether the table applies it itself (see [`FolderTable::holds_somewhere`]).
-    exact: Mutex<HashMap<Expr, bool>>,
+    /// Per filter asked about: its proof when the table applies it itself (see
+    /// [`FolderTable::proof`]).
+    exact: Mutex<HashMap<Expr, Option<Proof>>>,
 }
+
+/// Per file (index into the table's files), per row group: whether the row group's statistics
+/// prove a filter true for every one of its rows (empty for a file whose footer the opener
+/// did not pass: nothing proven there).
+type Proof = Arc<Vec<Vec<bool>>>;
 
 #[derive(Debug, Clone)]
 struct Footer {
@@ -303,106 +308,93 @@ impl FolderTable {
         };
         let schema = DFSchema::try_from(plan.schema())?;
         let predicate = state.create_physical_expr(expr, &schema)?;
-        let filter: Arc<dyn ExecutionPlan> = Arc::new(FilterExec::try_new(predicate, plan)?);
-        let Some(columns) = projection else {
-            return Ok(filter);
-        };
-        let exprs = columns
-            .iter()
-            .map(|i| {
-                let name = self.schema.field(*i).name().clone();
-                let column: Arc<dyn datafusion::physical_expr::PhysicalExpr> = Arc::new(
-                    datafusion::physical_expr::expressions::Column::new(&name, *i),
-                );
-                (column, name)
-            })
-            .collect::<Vec<_>>();
-        Ok(Arc::new(ProjectionExec::try_new(exprs, filter)?))
+        Ok(Arc::new(
+            FilterExecBuilder::new(predicate, plan)
+                .apply_projection(projection.cloned())?
+                .build()?,
+        ))
     }
 
-    /// Whether the table applies `filter` itself rather than leave it to a filter above the
-    /// scan: a comparison of one of the files' top-level primitive columns with a literal
-    /// (`timestamp >= t`, a time window's bound), present with the same type in every file,
-    /// that the Parquet reader can evaluate as a row filter, and that the statistics of some
-    /// row group prove true for every one of its rows. Such row groups are then read without
-    /// the filter (and without its column, when nothing else reads it); the others apply it
-    /// in the Parquet reader (docs/scan.md, "Row groups a filter holds for"). Decided once
-    /// per filter, from the footers read when the table was opened.
-    fn holds_somewhere(&self, filter: &Expr) -> bool {
+    /// The proof of `filter` when the table applies it itself rather than leave it to a
+    /// filter above the scan: a comparison of one of the files' top-level primitive columns
+    /// (not floats) with a literal (`timestamp >= t`, a time window's bound), present with the
+    /// same type in every file, that the Parquet reader can evaluate as a row filter, and that
+    /// the statistics of some row group prove true for every one of its rows. Such row groups
+    /// are then read without the filter (and without its column, when nothing else reads it);
+    /// the others apply it in the Parquet reader (docs/scan.md, "Row groups a filter holds
+    /// for"). Decided once per filter, from the footers read when the table was opened; the
+    /// scan reads its parts from the same proof.
+    fn proof(&self, filter: &Expr) -> Option<Proof> {
         // DataFusion asks with qualified columns (`events.timestamp`) and scans with
         // unqualified ones: both are decided as the unqualified filter.
         let filter = &unnormalize_col(filter.clone());
-        if let Some(known) = self.exact.lock().ok().and_then(|m| m.get(filter).copied()) {
+        if let Some(known) = self.exact.lock().ok().and_then(|m| m.get(filter).cloned()) {
             return known;
         }
-        let holds = self.decide_exact(filter);
+        let proof = self.prove(filter);
         if let Ok(mut m) = self.exact.lock() {
             // A window anchored at now makes new filters all the time; the table lives as long
             // as its files do. (Answers already given are only needed until their scan.)
             if m.len() >= 4096 {
                 m.clear();
             }
-            m.insert(filter.clone(), holds);
+            m.insert(filter.clone(), proof.clone());
         }
-        holds
+        proof
     }
 
-    /// Whether DataFusion has asked about `filter` (as [`FolderTable::holds_somewhere`] keeps
-    /// the answers).
+    /// Whether DataFusion has asked about `filter` (as [`FolderTable::proof`] keeps the
+    /// answers).
     fn asked(&self, filter: &Expr) -> bool {
         let filter = unnormalize_col(filter.clone());
         self.exact.lock().is_ok_and(|m| m.contains_key(&filter))
     }
 
-    fn decide_exact(&self, filter: &Expr) -> bool {
-        let Some(name) = compared_column(filter) else {
-            return false;
-        };
-        let Ok(field) = self.file_schema.field_with_name(name) else {
-            return false;
-        };
+    fn prove(&self, filter: &Expr) -> Option<Proof> {
+        let name = compared_column(filter)?;
+        let field = self.file_schema.field_with_name(name).ok()?;
         // Not floats: Parquet's min and max leave NaN out (and a -0.0 may sit under a +0.0
         // minimum), so statistics cannot prove a comparison for every float value.
         if !field.data_type().is_primitive() || field.data_type().is_floating() {
-            return false;
+            return None;
         }
         let everywhere = self.file_schemas.iter().all(|s| {
             s.field_with_name(name)
                 .is_ok_and(|f| f.data_type() == field.data_type())
         });
-        if !everywhere || self.opened_footers.iter().all(Option::is_none) {
-            return false;
+        if !everywhere {
+            return None;
         }
-        let Ok(df_schema) = DFSchema::try_from(Arc::clone(&self.schema)) else {
-            return false;
-        };
-        let Ok(physical) = datafusion::physical_expr::create_physical_expr(
+        let df_schema = DFSchema::try_from(Arc::clone(&self.schema)).ok()?;
+        let physical = datafusion::physical_expr::create_physical_expr(
             filter,
             &df_schema,
             &ExecutionProps::new(),
             &Default::default(),
-        ) else {
-            return false;
-        };
+        )
+        .ok()?;
         if !can_expr_be_pushed_down_with_schemas(&physical, &self.file_schema) {
-            return false;
+            return None;
         }
-        let Some(predicate) = PruningPredicateBuilder::new()
+        let predicate = PruningPredicateBuilder::new()
             .with_file_schema(Arc::clone(&self.schema))
-            .build(physical)
-        else {
-            return false;
-        };
-        self.opened_footers
+            .build(physical)?;
+        let proof: Vec<Vec<bool>> = self
+            .opened_footers
             .iter()
             .zip(&self.files)
-            .filter_map(|(m, f)| m.as_ref().map(|m| (m, f)))
-            .any(|(metadata, f)| {
-                let location = f.object_meta.location.to_string();
-                fully_matched(metadata, &self.schema, &predicate, &location)
-                    .iter()
-                    .any(|m| *m)
+            .map(|(metadata, f)| match metadata {
+                Some(m) => {
+                    let location = f.object_meta.location.to_string();
+                    fully_matched(m, &self.schema, &predicate, &location)
+                }
+                None => Vec::new(),
             })
+            .collect();
+        proof
+            .iter()
+            .any(|file| file.iter().any(|m| *m))
+            .then(|| Arc::new(proof))
     }
 }
 
@@ -489,6 +481,14 @@ fn pruned(
     access
 }
 
+/// The offset of a row group's first page: the byte by which DataFusion assigns the row group
+/// to a file range (`RowGroupAccessPlanFilter::prune_by_range`).
+pub fn first_page_offset(g: &RowGroupMetaData) -> i64 {
+    let c = g.column(0);
+    c.dictionary_page_offset()
+        .unwrap_or_else(|| c.data_page_offset())
+}
+
 /// What planning keeps of a file: byte ranges, each with the filters its row groups still
 /// need (one flag per filter the table applies itself: `true` where the row group's
 /// statistics do not prove it), and how many of its row groups it left out.
@@ -499,43 +499,29 @@ struct Kept {
 
 /// The byte ranges of `metadata`'s row groups that `predicate` does not rule out, one per
 /// run of consecutive row groups kept that need the same ones of `exact` (the filters the
-/// table applies itself, each as a pruning predicate); each range holds the offsets of
+/// table applies itself, each as its proof for this file); each range holds the offsets of
 /// exactly its row groups' first pages, which is how DataFusion assigns a row group to a
 /// range. `None`: the whole file (no predicate, or row groups not laid out in order).
 fn kept_ranges(
     metadata: &ParquetMetaData,
     schema: &Schema,
     predicate: Option<&PruningPredicate>,
-    exact: &[Option<Arc<PruningPredicate>>],
+    exact: &[&[bool]],
     file_size: u64,
     location: &str,
 ) -> Option<Kept> {
     predicate?;
     let groups = metadata.row_groups();
-    let offsets: Vec<i64> = groups
-        .iter()
-        .map(|g| {
-            let c = g.column(0);
-            c.dictionary_page_offset()
-                .unwrap_or_else(|| c.data_page_offset())
-        })
-        .collect();
+    let offsets: Vec<i64> = groups.iter().map(first_page_offset).collect();
     if groups.is_empty() || offsets.windows(2).any(|w| w[0] >= w[1]) {
         return None;
     }
     let kept = kept_row_groups(metadata, schema, predicate, location);
     let pruned = groups.len() - kept.len();
-    let proven: Vec<Vec<bool>> = exact
-        .iter()
-        .map(|p| match p {
-            Some(p) => fully_matched(metadata, schema, p, location),
-            None => vec![false; groups.len()],
-        })
-        .collect();
     let mut ranges: Vec<(Vec<bool>, i64, i64)> = Vec::new();
     let end_of = |i: usize| offsets.get(i + 1).copied().unwrap_or(file_size as i64);
     for i in kept {
-        let needs: Vec<bool> = proven
+        let needs: Vec<bool> = exact
             .iter()
             .map(|p| !p.get(i).copied().unwrap_or(false))
             .collect();
@@ -558,7 +544,7 @@ impl TableProvider for FolderTable {
     }
 
     /// Filters on partition columns only are applied exactly, by choosing files; so are the
-    /// comparisons some row group's statistics prove true ([`FolderTable::holds_somewhere`]),
+    /// comparisons some row group's statistics prove true ([`FolderTable::proof`]),
     /// by the scan's parts. The others are applied above the scan (and pushed into the
     /// Parquet reader by DataFusion). A table without partition columns has no partition
     /// filter (a filter on no column at all, such as `true`, is not one there).
@@ -571,7 +557,7 @@ impl TableProvider for FolderTable {
             .iter()
             .map(|f| {
                 if (!names.is_empty() && expr_applicable_for_cols(&names, f))
-                    || self.holds_somewhere(f)
+                    || self.proof(f).is_some()
                 {
                     TableProviderFilterPushDown::Exact
                 } else {
@@ -598,17 +584,19 @@ impl TableProvider for FolderTable {
         let unasked: Vec<Expr> = rest.iter().filter(|f| !self.asked(f)).cloned().collect();
         let wanted = projection;
         let projection = if unasked.is_empty() { wanted } else { None };
-        let (exact, others): (Vec<Expr>, Vec<Expr>) =
-            rest.iter().cloned().partition(|f| self.holds_somewhere(f));
+        let mut exact: Vec<(Expr, Proof)> = Vec::new();
+        let mut others: Vec<Expr> = Vec::new();
+        for f in &rest {
+            match self.proof(f) {
+                Some(p) => exact.push((f.clone(), p)),
+                None => others.push(f.clone()),
+            }
+        }
         let df_schema = DFSchema::from_unqualified_fields(
             self.partition_fields.iter().cloned().collect(),
             Default::default(),
         )?;
         let predicate = self.pruning(state, &rest);
-        let proofs: Vec<Option<Arc<PruningPredicate>>> = exact
-            .iter()
-            .map(|f| self.pruning(state, std::slice::from_ref(f)))
-            .collect();
         let table_schema = || {
             TableSchema::builder(Arc::clone(&self.file_schema))
                 .with_table_partition_cols(self.partition_fields.clone())
@@ -630,7 +618,10 @@ impl TableProvider for FolderTable {
                 &footer.metadata,
                 &self.schema,
                 predicate.as_deref(),
-                &proofs,
+                &exact
+                    .iter()
+                    .map(|(_, p)| p.get(index).map_or(&[][..], Vec::as_slice))
+                    .collect::<Vec<_>>(),
                 kept.object_meta.size,
                 &location,
             ) {
@@ -686,7 +677,7 @@ impl TableProvider for FolderTable {
                 .iter()
                 .zip(&needs)
                 .filter(|(_, n)| **n)
-                .map(|(e, _)| e.clone())
+                .map(|((e, _), _)| e.clone())
                 .collect();
             // The planning's pruning metrics were counted on `source`: the first part's.
             let mut part = match index {

@@ -23,8 +23,8 @@ use datafusion::physical_expr::{EquivalenceProperties, Partitioning, PhysicalExp
 use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
-    ChildStats, DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties,
-    PlanProperties, ReplaceChildrenOptions, StatisticsArgs,
+    ChildStats, ChildrenPropertiesMode, DisplayAs, DisplayFormatType, ExecutionPlan,
+    ExecutionPlanProperties, PlanProperties, ReplaceChildrenOptions, StatisticsArgs,
 };
 use futures::{StreamExt, TryStreamExt};
 
@@ -124,6 +124,8 @@ impl ExecutionPlan for ScanPartsExec {
         Ok(TreeNodeRecursion::Continue)
     }
 
+    /// The parts replaced, their partitions dealt again (whatever `_options` says: the deal
+    /// depends on the parts' partitions).
     fn replace_children(
         self: Arc<Self>,
         children: Vec<Arc<dyn ExecutionPlan>>,
@@ -139,20 +141,20 @@ impl ExecutionPlan for ScanPartsExec {
         self: Arc<Self>,
         children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        Ok(Arc::new(ScanPartsExec::try_new(
+        self.replace_children(
             children,
-            self.shares.len(),
-        )?))
+            ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
+        )
     }
 
     fn with_new_children_and_same_properties(
         self: Arc<Self>,
         children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        Ok(Arc::new(ScanPartsExec::try_new(
+        self.replace_children(
             children,
-            self.shares.len(),
-        )?))
+            ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
+        )
     }
 
     /// Every part split into `target` partitions where it can be (a part that cannot is kept).

@@ -19,7 +19,7 @@ use datafusion::parquet::file::metadata::RowGroupMetaData;
 use datafusion::physical_optimizer::pruning::PruningPredicateBuilder;
 use datafusion::physical_plan::ExecutionPlan;
 use serde::{Deserialize, Serialize};
-use signalql_catalog::folder::{kept_row_groups, read_footer};
+use signalql_catalog::folder::{first_page_offset, kept_row_groups, read_footer};
 use signalql_catalog::parts::ScanPartsExec;
 
 use crate::error::{Error, Result};
@@ -158,13 +158,6 @@ pub async fn of_plan(
         }
     }
     Ok(out)
-}
-
-/// The offset of a row group's first page: the byte DataFusion assigns it to a range by.
-fn first_page_offset(g: &RowGroupMetaData) -> i64 {
-    let c = g.column(0);
-    c.dictionary_page_offset()
-        .unwrap_or_else(|| c.data_page_offset())
 }
 
 /// The compressed bytes of `g`'s columns under the top-level columns `names` (all: `None`).
