@@ -28,6 +28,7 @@ pub mod record;
 pub(crate) mod session;
 pub mod syntax;
 pub mod trace;
+pub(crate) mod view_eq;
 pub mod watch;
 
 pub use bind::{Needs, Table, needs};

@@ -129,11 +129,12 @@ pub fn from_application(ctx: &SessionContext) -> SessionContext {
 }
 
 /// `rules`, then the engine's own physical rules (the one-phase funnel aggregate, file
-/// expressions inside the scans).
+/// expressions inside the scans, string-view equality in filters).
 fn with_engine_rules(
     mut rules: Vec<Arc<dyn PhysicalOptimizerRule + Send + Sync>>,
 ) -> Vec<Arc<dyn PhysicalOptimizerRule + Send + Sync>> {
     rules.push(Arc::new(crate::funnel_phase::FunnelSinglePhase));
     rules.push(Arc::new(crate::file_exprs::FileExprsInScan));
+    rules.push(Arc::new(crate::view_eq::ViewEquality));
     rules
 }
