@@ -177,6 +177,14 @@ enum Command {
         #[command(subcommand)]
         what: IngestWhat,
     },
+    /// Build the text index of the object tables (docs/index.md) for every `representations`
+    /// file it does not cover yet, files other tools wrote included; `ingest objects` indexes
+    /// what it writes itself. Committed all at once, like an ingest.
+    Index {
+        /// Dataset root (a folder or s3://bucket/prefix).
+        #[arg(long)]
+        data: PathBuf,
+    },
     /// Print the dataset's catalog records (DESCRIBE): TARGET is events, entities, signals,
     /// metrics, relationships or entity(TYPE); without it, every record the dataset has.
     Describe {
@@ -668,6 +676,20 @@ fn run(cli: Cli) -> Result<(), Error> {
                 out.push_str(&format!("skipped {}: {why}\n", path.display()));
             }
             write_out(&out)
+        }
+        Command::Index { data } => {
+            let s = signalql::catalog::objects::index::index_root(&ingest_root(&data, &storage)?)
+                .map_err(Error::from)?;
+            write_out(&format!(
+                "indexed {} representations file(s) ({} representations, {} with indexable text, {} postings); {} already covered, {} waiting for their revisions; under {}\n",
+                s.files,
+                s.representations,
+                s.indexed,
+                s.postings,
+                s.already,
+                s.waiting,
+                data.display()
+            ))
         }
         Command::Gen {
             what: GenWhat::Objects { objects, seed, out },

@@ -45,7 +45,11 @@ pub const PENDING: &str = "_signalql/pending";
 /// abandoned after this long.
 pub const STALE_AFTER: Duration = Duration::from_secs(24 * 3600);
 
-/// Every table folder an ingest may write to.
+/// The text index's table folders (crate::objects::index), written by object ingests and
+/// `signalql index` under the same commit records as the tables.
+pub const INDEX_TABLES: [&str; 3] = ["index_terms", "index_reps", "index_files"];
+
+/// Every data table folder an ingest may write to (the index's are [`INDEX_TABLES`]).
 pub const TABLES: [&str; 10] = [
     "events",
     "users",
@@ -297,7 +301,7 @@ impl Drop for Ingest {
 /// Removes an uncommitted ingest's data files, then its marker (in that order: while the
 /// marker is there, a later clean-up still finds the files).
 fn remove_ingest(root: &Root, id: &str) -> std::result::Result<(), StorageError> {
-    for table in TABLES {
+    for table in TABLES.iter().chain(&INDEX_TABLES) {
         root.delete(&format!("{table}/ingest-{id}.parquet"))?;
     }
     root.delete(&format!("{PENDING}/{id}.json"))
@@ -340,7 +344,12 @@ fn cleanup_after(root: &Root, committed: &Snapshot) -> Result<()> {
         }
     }
     if let Some(local) = root.local() {
-        for table in TABLES.iter().copied().chain(["_signalql/commits", PENDING]) {
+        for table in TABLES
+            .iter()
+            .chain(&INDEX_TABLES)
+            .copied()
+            .chain(["_signalql/commits", PENDING])
+        {
             remove_dead_temporaries(&local.join(table));
         }
     }

@@ -83,6 +83,16 @@ impl AtomicParquetWriter {
     /// Opens a temporary file in `dir` (created if needed) for `dir/{stem}.parquet`.
     /// Fails if the target already exists.
     pub fn new(dir: &Path, stem: &str, schema: SchemaRef) -> Result<Self> {
+        Self::with_properties(dir, stem, schema, writer_properties())
+    }
+
+    /// [`AtomicParquetWriter::new`] with other writer properties.
+    pub fn with_properties(
+        dir: &Path,
+        stem: &str,
+        schema: SchemaRef,
+        properties: WriterProperties,
+    ) -> Result<Self> {
         check_stem(stem)?;
         std::fs::create_dir_all(dir).map_err(|e| CatalogError::io(dir, e))?;
         let target = dir.join(format!("{stem}.parquet"));
@@ -91,7 +101,7 @@ impl AtomicParquetWriter {
         }
         // If the writer cannot start, dropping the file removes it.
         let file = NewFile::create(&target).map_err(file_error)?;
-        let writer = ArrowWriter::try_new(file, schema, Some(writer_properties()))?;
+        let writer = ArrowWriter::try_new(file, schema, Some(properties))?;
         Ok(AtomicParquetWriter { writer, rows: 0 })
     }
 
@@ -173,6 +183,62 @@ pub fn put_parquet_new(
     }
     writer.close()?;
     put_new_or_fail(root, &format!("{table}/{stem}.parquet"), bytes)
+}
+
+/// A streaming writer of the new Parquet file `ROOT/{table}/{stem}.parquet`: locally an
+/// [`AtomicParquetWriter`]; on S3 encoded in memory and created with one conditional PUT at
+/// [`NewParquet::finish`].
+pub enum NewParquet {
+    Local(AtomicParquetWriter),
+    S3 {
+        root: Root,
+        rel: String,
+        writer: ArrowWriter<Vec<u8>>,
+    },
+}
+
+impl NewParquet {
+    pub fn new(
+        root: &Root,
+        table: &str,
+        stem: &str,
+        schema: SchemaRef,
+        properties: WriterProperties,
+    ) -> Result<Self> {
+        if let Some(local) = root.local() {
+            return Ok(NewParquet::Local(AtomicParquetWriter::with_properties(
+                &local.join(table),
+                stem,
+                schema,
+                properties,
+            )?));
+        }
+        check_stem(stem)?;
+        Ok(NewParquet::S3 {
+            root: root.clone(),
+            rel: format!("{table}/{stem}.parquet"),
+            writer: ArrowWriter::try_new(Vec::new(), schema, Some(properties))?,
+        })
+    }
+
+    /// Appends one batch (its schema must be the writer's).
+    pub fn write(&mut self, batch: &RecordBatch) -> Result<()> {
+        match self {
+            NewParquet::Local(w) => w.write(batch),
+            NewParquet::S3 { writer, .. } => write_sliced(writer, batch),
+        }
+    }
+
+    /// Finishes the file and makes it exist under its name; returns its location.
+    pub fn finish(self) -> Result<PathBuf> {
+        match self {
+            NewParquet::Local(w) => w.finish(),
+            NewParquet::S3 { root, rel, writer } => {
+                let bytes = writer.into_inner()?;
+                put_new_or_fail(&root, &rel, bytes)
+            }
+        }
+    }
 }
 
 /// Copies the finished local file `file` to `ROOT/{table}/<its name>` of an S3 root (one

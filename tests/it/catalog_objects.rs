@@ -111,7 +111,9 @@ async fn a_folder_becomes_objects_with_text_and_summary() {
     );
     assert_eq!(s.secrets, 1);
     assert_eq!(s.skipped.len(), 1, "{:?}", s.skipped); // blob.bin; .git/ is not walked
-    assert_eq!(s.written.len(), 4); // representations, links, revisions, objects
+    // representations, links, revisions, objects, and the text index: index_terms, index_reps,
+    // index_files
+    assert_eq!(s.written.len(), 7);
 
     let rows = sql(
         &root,

@@ -30,4 +30,5 @@ mod scan;
 mod serve;
 mod syntax_errors;
 mod syntax_roundtrip;
+mod text_index;
 mod trace;

@@ -20,6 +20,7 @@ use datafusion::arrow::array::{
 use datafusion::arrow::datatypes::SchemaRef;
 use sha2::{Digest, Sha256};
 
+use super::index::{CoveredFile, IndexWriter, RepText};
 use super::text::{file_type, looks_secret, markdown_links, render_messages, summary, title};
 use super::{
     KnownObject, LINKS, OBJECTS, ORIGINS, REPRESENTATIONS, REVISIONS, ROLES, TRUST_LEVELS,
@@ -530,5 +531,54 @@ fn write_rows(
             ],
         )?;
     }
+    written.extend(write_index(root, ingest, rows, &stem)?);
     Ok(written)
+}
+
+/// The text index of the representations this ingest wrote (crate::objects::index), covering
+/// its `representations` file, under the same commit. Secret-ness is the new revision's roles
+/// (the representations' own are empty).
+fn write_index(root: &Root, ingest: &mut Ingest, rows: &Rows, stem: &str) -> Result<Vec<PathBuf>> {
+    if rows.reps.is_empty() {
+        return Ok(Vec::new());
+    }
+    let secret: HashMap<(&str, i64), bool> = rows
+        .revisions
+        .iter()
+        .map(|(id, rev, roles)| ((id.as_str(), *rev), roles.iter().any(|r| r == "secret")))
+        .collect();
+    // Every representation written belongs to a revision written with it; were one not to,
+    // the file would be left for `signalql index` rather than indexed without its roles.
+    if !rows
+        .reps
+        .iter()
+        .all(|r| secret.contains_key(&(r.0.as_str(), r.1)))
+    {
+        return Ok(Vec::new());
+    }
+    let rel = format!("{REPRESENTATIONS}/{stem}.parquet");
+    let Some(listed) = root
+        .parquet_files(REPRESENTATIONS)?
+        .unwrap_or_default()
+        .into_iter()
+        .find(|f| root.relative(&f.location) == rel)
+    else {
+        return Err(CatalogError::Invalid(format!(
+            "{} was written but is not listed",
+            root.display_of(&rel)
+        )));
+    };
+    let mut writer = IndexWriter::new(root, stem)?;
+    for r in &rows.reps {
+        writer.add(RepText {
+            object_id: &r.0,
+            revision: r.1,
+            name: r.2,
+            media_type: &r.3,
+            content: Some(&r.4),
+            content_hash: Some(&r.5),
+            secret: secret.get(&(r.0.as_str(), r.1)).copied().unwrap_or(true),
+        })?;
+    }
+    writer.finish(ingest, &[CoveredFile::of(root, &listed)])
 }

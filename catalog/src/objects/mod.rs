@@ -8,6 +8,7 @@
 //! representations and links are keyed by `(object_id, revision)`.
 
 pub mod generator;
+pub mod index;
 pub mod ingest;
 pub mod text;
 

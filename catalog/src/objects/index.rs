@@ -1,0 +1,759 @@
+//! The text index of the object tables (docs/index.md): lexical-v1's whole tokens of every
+//! readable representation, stored as Parquet beside the tables, so that CONTEXT FOR and FIND
+//! OBJECT ABOUT can find the representations containing a task's terms without reading or
+//! tokenising their content.
+//!
+//! Three tables, written together under one commit record ([`crate::commit`]):
+//!
+//! - `index_terms`: `term` and `reps`, the ordinals (`index_reps.rep` of the file with the
+//!   same name) of the representations that contain it as a whole token. The rows are sorted
+//!   by term in runs (one per [`FLUSH_POSTINGS`] postings; a term has one row per run), in
+//!   row groups of [`TERM_ROW_GROUP_ROWS`] terms, so a lookup of a task's terms reads the
+//!   row groups whose term statistics hold them and nothing else.
+//! - `index_reps`: one row per representation of a covered file: `rep` (its ordinal in the
+//!   file), `object_id`, `revision`, `name`, `weight` (lexical-v1's field weight: 2 for the
+//!   `summary` representation, 1 for any other), `content_hash`, `chars` (the content's
+//!   Unicode scalar values, for chars-div-4-v1; NULL when the content is not indexable) and
+//!   `indexed` (whether its terms are in `index_terms`).
+//! - `index_files`: the `representations` files the index covers: `file` (the location
+//!   relative to the root), `size` and `version` (the modification time locally, the ETag on
+//!   S3). A file is covered while a row names it with its current size and version.
+//!
+//! A representation's content is indexed when its media type is packable (`text/*`,
+//! `application/json`) and neither its roles nor its revision's include `secret`: secret
+//! content is never tokenised into the index (signalql-v0.5-context.md, "EXCLUDE"). The
+//! revision's roles are those of the `revisions` table, append-only like every object table,
+//! so a representation's secret-ness never changes; a file with a representation whose
+//! revision is not visible yet is left uncovered (a later `signalql index` covers it).
+//!
+//! The tokeniser is lexical-v1's own ([`signalql_udfs::scalar::lexical::tokens`]): letters and
+//! decimal digits after full lower-casing. Only tokens that can be a task's term are kept (two
+//! characters or more, not a stopword), each once per representation.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+
+use datafusion::arrow::array::{
+    Array, ArrayRef, AsArray, BooleanArray, Int64Array, ListArray, RecordBatch, StringArray,
+};
+use datafusion::arrow::compute::cast;
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::parquet::arrow::ProjectionMask;
+use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use datafusion::parquet::file::reader::ChunkReader;
+use signalql_udfs::scalar::lexical::{STOPWORDS, tokens};
+
+use super::{REPRESENTATIONS, REVISIONS};
+use crate::commit::{Ingest, Snapshot};
+use crate::error::{CatalogError, Result};
+use crate::storage::{ListedFile, Root};
+use crate::write::{NewParquet, writer_properties};
+use datafusion::arrow::datatypes::Int64Type;
+use datafusion::parquet::basic::{Compression, ZstdLevel};
+use datafusion::parquet::file::properties::{EnabledStatistics, WriterProperties};
+
+pub const INDEX_TERMS: &str = crate::commit::INDEX_TABLES[0];
+pub const INDEX_REPS: &str = crate::commit::INDEX_TABLES[1];
+pub const INDEX_FILES: &str = crate::commit::INDEX_TABLES[2];
+
+/// The representation name that weighs 2 (lexical-v1's summary field).
+const SUMMARY: &str = "summary";
+
+/// `index_terms`.
+pub fn index_terms_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("term", DataType::Utf8, false),
+        Field::new(
+            "reps",
+            DataType::List(Arc::new(Field::new_list_field(DataType::Int64, true))),
+            false,
+        ),
+    ]))
+}
+
+/// `index_reps`.
+pub fn index_reps_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("rep", DataType::Int64, false),
+        Field::new("object_id", DataType::Utf8, false),
+        Field::new("revision", DataType::Int64, false),
+        Field::new("name", DataType::Utf8, false),
+        Field::new("weight", DataType::Int64, false),
+        Field::new("content_hash", DataType::Utf8, true),
+        Field::new("chars", DataType::Int64, true),
+        Field::new("indexed", DataType::Boolean, false),
+    ]))
+}
+
+/// `index_files`.
+pub fn index_files_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("file", DataType::Utf8, false),
+        Field::new("size", DataType::Int64, false),
+        Field::new("version", DataType::Utf8, true),
+    ]))
+}
+
+/// Whether `media_type` is packable text (`text/*` or `application/json`), as CONTEXT FOR
+/// decides it.
+pub fn packable(media_type: &str) -> bool {
+    media_type.starts_with("text/") || media_type == "application/json"
+}
+
+/// Calls `f` with every token of `content` that can be a task's term (two characters or more,
+/// not a stopword), in order, repeats included.
+pub fn for_each_index_token(content: &str, mut f: impl FnMut(&str)) {
+    let keep = |t: &str| t.chars().nth(1).is_some() && !STOPWORDS.contains(&t);
+    if content.is_ascii() {
+        // ASCII: full lower-casing is ASCII folding and the word characters are [0-9a-z].
+        let lower = content.to_ascii_lowercase();
+        for t in lower.split(|c: char| !c.is_ascii_alphanumeric()) {
+            if !t.is_empty() && keep(t) {
+                f(t);
+            }
+        }
+    } else {
+        for t in tokens(content) {
+            if keep(&t) {
+                f(&t);
+            }
+        }
+    }
+}
+
+/// The tokens of `content` that can be a task's term, each once, sorted.
+pub fn index_tokens(content: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for_each_index_token(content, |t| {
+        out.insert(t.to_string());
+    });
+    out
+}
+
+/// One representation to index.
+#[derive(Debug, Clone, Copy)]
+pub struct RepText<'a> {
+    pub object_id: &'a str,
+    pub revision: i64,
+    pub name: &'a str,
+    pub media_type: &'a str,
+    pub content: Option<&'a str>,
+    pub content_hash: Option<&'a str>,
+    /// Whether its effective roles (its own and its revision's) include `secret`.
+    pub secret: bool,
+}
+
+/// An `index_reps` row: (object_id, revision, name, content_hash, chars, indexed).
+type RepRow = (String, i64, String, Option<String>, Option<i64>, bool);
+
+/// The rows of `index_terms` and `index_reps` for some representations, built in memory:
+/// per term the ordinals of the representations containing it, in `index_reps` order.
+#[derive(Debug, Default)]
+pub struct IndexRows {
+    postings: HashMap<String, Vec<i64>>,
+    /// Postings held (term, representation pairs).
+    held: usize,
+    reps: Vec<RepRow>,
+    /// The ordinal of the next representation added (counts on across [`take_batches`]).
+    ///
+    /// [`take_batches`]: IndexRows::take_batches
+    next: i64,
+}
+
+impl IndexRows {
+    /// Adds `rep`: its terms when its content is indexable, and its `index_reps` row; returns
+    /// how many (term, representation) pairs it added.
+    pub fn add(&mut self, rep: RepText<'_>) -> usize {
+        let ordinal = self.next;
+        self.next += 1;
+        let indexable = packable(rep.media_type) && !rep.secret;
+        let content = rep.content.filter(|_| indexable);
+        let mut added = 0;
+        if let Some(text) = content {
+            for_each_index_token(text, |term| {
+                let list = match self.postings.get_mut(term) {
+                    Some(list) => list,
+                    None => self.postings.entry(term.to_string()).or_default(),
+                };
+                // Ordinals only grow: a repeated token of this representation is the last.
+                if list.last() != Some(&ordinal) {
+                    list.push(ordinal);
+                    added += 1;
+                }
+            });
+        }
+        self.held += added;
+        self.reps.push((
+            rep.object_id.to_string(),
+            rep.revision,
+            rep.name.to_string(),
+            rep.content_hash.map(str::to_string),
+            content.map(|t| t.chars().count() as i64),
+            content.is_some(),
+        ));
+        added
+    }
+
+    /// How many (term, representation) pairs are held.
+    pub fn held(&self) -> usize {
+        self.held
+    }
+
+    /// The `index_terms` batch (one row per term, sorted, with its postings) and the
+    /// `index_reps` batch of the representations added since the last call; the rows held
+    /// are taken.
+    pub fn take_batches(&mut self) -> Result<(RecordBatch, RecordBatch)> {
+        let mut terms: Vec<(String, Vec<i64>)> =
+            std::mem::take(&mut self.postings).into_iter().collect();
+        terms.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        self.held = 0;
+        let first = self.next - self.reps.len() as i64;
+        let reps = std::mem::take(&mut self.reps);
+        let strs = |v: Vec<&str>| Arc::new(StringArray::from(v)) as ArrayRef;
+        let postings = ListArray::from_iter_primitive::<Int64Type, _, _>(
+            terms
+                .iter()
+                .map(|(_, list)| Some(list.iter().map(|&o| Some(o)))),
+        );
+        let t = RecordBatch::try_new(
+            index_terms_schema(),
+            vec![
+                strs(terms.iter().map(|r| r.0.as_str()).collect()),
+                Arc::new(postings),
+            ],
+        )?;
+        let r = RecordBatch::try_new(
+            index_reps_schema(),
+            vec![
+                Arc::new(Int64Array::from_iter_values(
+                    first..first + reps.len() as i64,
+                )),
+                strs(reps.iter().map(|r| r.0.as_str()).collect()),
+                Arc::new(Int64Array::from_iter_values(reps.iter().map(|r| r.1))),
+                strs(reps.iter().map(|r| r.2.as_str()).collect()),
+                Arc::new(Int64Array::from_iter_values(
+                    reps.iter().map(|r| if r.2 == SUMMARY { 2 } else { 1 }),
+                )),
+                Arc::new(StringArray::from(
+                    reps.iter().map(|r| r.3.as_deref()).collect::<Vec<_>>(),
+                )),
+                Arc::new(Int64Array::from(
+                    reps.iter().map(|r| r.4).collect::<Vec<_>>(),
+                )),
+                Arc::new(BooleanArray::from(
+                    reps.iter().map(|r| r.5).collect::<Vec<_>>(),
+                )),
+            ],
+        )?;
+        Ok((t, r))
+    }
+}
+
+/// A `representations` file as `index_files` records it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct CoveredFile {
+    /// The location relative to the root (`representations/…`).
+    pub file: String,
+    pub size: u64,
+    pub version: Option<String>,
+}
+
+impl CoveredFile {
+    pub fn of(root: &Root, listed: &ListedFile) -> CoveredFile {
+        CoveredFile {
+            file: root.relative(&listed.location),
+            size: listed.size,
+            version: listed.version.clone(),
+        }
+    }
+}
+
+/// The `index_files` batch for `files`.
+pub fn files_batch(files: &[CoveredFile]) -> Result<RecordBatch> {
+    Ok(RecordBatch::try_new(
+        index_files_schema(),
+        vec![
+            Arc::new(StringArray::from(
+                files.iter().map(|f| f.file.as_str()).collect::<Vec<_>>(),
+            )),
+            Arc::new(Int64Array::from_iter_values(
+                files.iter().map(|f| f.size as i64),
+            )),
+            Arc::new(StringArray::from(
+                files
+                    .iter()
+                    .map(|f| f.version.as_deref())
+                    .collect::<Vec<_>>(),
+            )),
+        ],
+    )?)
+}
+
+/// Postings held in memory before the terms are sorted and written as one run.
+const FLUSH_POSTINGS: usize = 32 * 1024 * 1024;
+
+/// Rows (terms) per row group of `index_terms`: the unit a term lookup reads (with the page
+/// index within it).
+const TERM_ROW_GROUP_ROWS: usize = 16 * 1024;
+
+/// The three index files of one ingest, written as representations are added: term rows are
+/// sorted and written in runs of at most [`FLUSH_POSTINGS`] postings.
+pub struct IndexWriter {
+    terms: NewParquet,
+    reps: NewParquet,
+    files: NewParquet,
+    rows: IndexRows,
+    written: usize,
+}
+
+impl IndexWriter {
+    /// The writers of `ROOT/index_*/<stem>.parquet`.
+    pub fn new(root: &Root, stem: &str) -> Result<IndexWriter> {
+        let terms_props = WriterProperties::builder()
+            .set_compression(Compression::ZSTD(ZstdLevel::try_new(3).unwrap_or_default()))
+            .set_max_row_group_row_count(Some(TERM_ROW_GROUP_ROWS))
+            .set_statistics_enabled(EnabledStatistics::Page)
+            .build();
+        Ok(IndexWriter {
+            terms: NewParquet::new(root, INDEX_TERMS, stem, index_terms_schema(), terms_props)?,
+            reps: NewParquet::new(
+                root,
+                INDEX_REPS,
+                stem,
+                index_reps_schema(),
+                writer_properties(),
+            )?,
+            files: NewParquet::new(
+                root,
+                INDEX_FILES,
+                stem,
+                index_files_schema(),
+                writer_properties(),
+            )?,
+            rows: IndexRows::default(),
+            written: 0,
+        })
+    }
+
+    /// Adds one representation.
+    pub fn add(&mut self, rep: RepText<'_>) -> Result<()> {
+        self.written += self.rows.add(rep);
+        if self.rows.held() >= FLUSH_POSTINGS {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// (term, representation) pairs added so far.
+    pub fn postings_written(&self) -> usize {
+        self.written
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        let (terms, reps) = self.rows.take_batches()?;
+        self.terms.write(&terms)?;
+        self.reps.write(&reps)
+    }
+
+    /// Writes what is held and `files` as the files covered, finishes the three files and
+    /// records them in `ingest` (which the caller commits).
+    pub fn finish(
+        mut self,
+        ingest: &mut Ingest,
+        files: &[CoveredFile],
+    ) -> Result<Vec<std::path::PathBuf>> {
+        self.flush()?;
+        self.files.write(&files_batch(files)?)?;
+        let mut written = Vec::new();
+        for (table, file) in [
+            (INDEX_TERMS, self.terms),
+            (INDEX_REPS, self.reps),
+            (INDEX_FILES, self.files),
+        ] {
+            written.push(file.finish()?);
+            ingest.wrote(table);
+        }
+        Ok(written)
+    }
+}
+
+/// The `representations` files the committed index covers, as `index_files` names them.
+pub fn covered_files(root: &Root, snapshot: &Snapshot) -> Result<HashSet<CoveredFile>> {
+    let mut covered = HashSet::new();
+    for_each_batch(
+        root,
+        snapshot,
+        INDEX_FILES,
+        &["file", "size", "version"],
+        |b| {
+            let files = b.column(0).as_string::<i32>();
+            let sizes = b.column(1).as_primitive::<Int64Type>();
+            let versions = b.column(2).as_string::<i32>();
+            for i in 0..b.num_rows() {
+                covered.insert(CoveredFile {
+                    file: files.value(i).to_string(),
+                    size: sizes.value(i) as u64,
+                    version: (!versions.is_null(i)).then(|| versions.value(i).to_string()),
+                });
+            }
+            Ok(())
+        },
+    )?;
+    Ok(covered)
+}
+
+/// What `signalql index` did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IndexSummary {
+    /// `representations` files indexed by this run.
+    pub files: usize,
+    /// Files left uncovered because a representation's revision is not visible yet.
+    pub waiting: usize,
+    /// Files the index already covered.
+    pub already: usize,
+    /// Representations read, and those whose terms were indexed.
+    pub representations: usize,
+    pub indexed: usize,
+    /// (term, representation) pairs written.
+    pub postings: usize,
+}
+
+/// `signalql index`: indexes every `representations` file of `root` the index does not cover
+/// yet (files other tools wrote included) and commits the index of them in sequence with the
+/// object ingests, all or nothing.
+pub fn index_root(root: &Root) -> Result<IndexSummary> {
+    let mut ingest = Ingest::begin(root)?;
+    for _ in 0..MAX_ATTEMPTS {
+        let snapshot = Snapshot::read(root)?;
+        let covered = covered_files(root, &snapshot)?;
+        let mut summary = IndexSummary::default();
+        let secret_revisions = revision_secrets(root, &snapshot)?;
+        let mut writer: Option<IndexWriter> = None;
+        let mut files = Vec::new();
+        for listed in root.parquet_files(REPRESENTATIONS)?.unwrap_or_default() {
+            if !snapshot.visible(&listed.location) || listed.broken.is_some() {
+                continue;
+            }
+            let file = CoveredFile::of(root, &listed);
+            if covered.contains(&file) {
+                summary.already += 1;
+                continue;
+            }
+            // A file whose every representation's revision is visible, or none of it.
+            let mut complete = true;
+            for_each_file_batch(root, &listed.location, &["object_id", "revision"], |b| {
+                let ids = cast(b.column(0), &DataType::Utf8)?;
+                let ids = ids.as_string::<i32>();
+                let revs = cast(b.column(1), &DataType::Int64)?;
+                let revs = revs.as_primitive::<Int64Type>();
+                complete &= (0..b.num_rows()).all(|i| {
+                    secret_revisions.contains_key(&(ids.value(i).to_string(), revs.value(i)))
+                });
+                Ok(())
+            })?;
+            if !complete {
+                summary.waiting += 1;
+                continue;
+            }
+            if writer.is_none() {
+                writer = Some(IndexWriter::new(root, &ingest.stem())?);
+            }
+            let Some(w) = writer.as_mut() else { continue };
+            for_each_file_batch(root, &listed.location, REP_COLUMNS, |b| {
+                let cols = RepColumns::of(b)?;
+                for i in 0..b.num_rows() {
+                    let (id, rev) = (cols.ids.value(i), cols.revs.value(i));
+                    let rev_secret = secret_revisions
+                        .get(&(id.to_string(), rev))
+                        .copied()
+                        .unwrap_or(true);
+                    let content = (!cols.contents.is_null(i)).then(|| cols.contents.value(i));
+                    let rep = RepText {
+                        object_id: id,
+                        revision: rev,
+                        name: cols.names.value(i),
+                        media_type: cols.medias.value(i),
+                        content,
+                        content_hash: (!cols.hashes.is_null(i)).then(|| cols.hashes.value(i)),
+                        secret: rev_secret || cols.secret_role(i),
+                    };
+                    summary.representations += 1;
+                    if content.is_some() && packable(rep.media_type) && !rep.secret {
+                        summary.indexed += 1;
+                    }
+                    w.add(rep)?;
+                }
+                Ok(())
+            })?;
+            summary.files += 1;
+            files.push(file);
+        }
+        let Some(w) = writer else {
+            // Nothing to index: the ingest wrote nothing and commits nothing.
+            ingest.commit()?;
+            return Ok(summary);
+        };
+        summary.postings = w.postings_written();
+        w.finish(&mut ingest, &files)?;
+        if ingest.commit_after(snapshot.position())? {
+            return Ok(summary);
+        }
+        ingest.discard()?;
+    }
+    Err(CatalogError::Invalid(format!(
+        "{MAX_ATTEMPTS} object ingests committed while the index was being written, each time \
+         after it read the tables; nothing of it is visible; run it again"
+    )))
+}
+
+/// How many times `index_root` reads the tables again after a conflicting commit.
+const MAX_ATTEMPTS: usize = 16;
+
+/// The columns of `representations` the index reads.
+const REP_COLUMNS: &[&str] = &[
+    "object_id",
+    "revision",
+    "name",
+    "media_type",
+    "content",
+    "content_hash",
+    OPTIONAL_ROLES,
+];
+
+/// A representation's own roles: a column other tools may leave out (then none). A name
+/// starting with `?` is read when the file has it.
+const OPTIONAL_ROLES: &str = "?roles";
+
+/// Those columns of one batch, cast to one type each (other tools write Utf8View, LargeUtf8,
+/// Int32 …).
+struct RepColumns {
+    ids: StringArray,
+    revs: Int64Array,
+    names: StringArray,
+    medias: StringArray,
+    contents: datafusion::arrow::array::LargeStringArray,
+    hashes: StringArray,
+    roles: Option<ListArray>,
+}
+
+impl RepColumns {
+    fn of(b: &RecordBatch) -> Result<RepColumns> {
+        let col = |name: &str, to: &DataType| -> Result<ArrayRef> {
+            let c = b
+                .column_by_name(name)
+                .ok_or_else(|| CatalogError::Invalid(format!("no column `{name}`")))?;
+            Ok(cast(c, to)?)
+        };
+        let s = |name: &str| -> Result<StringArray> {
+            Ok(col(name, &DataType::Utf8)?.as_string::<i32>().clone())
+        };
+        let list = DataType::List(Arc::new(Field::new_list_field(DataType::Utf8, true)));
+        Ok(RepColumns {
+            ids: s("object_id")?,
+            revs: col("revision", &DataType::Int64)?
+                .as_primitive::<Int64Type>()
+                .clone(),
+            names: s("name")?,
+            medias: s("media_type")?,
+            contents: col("content", &DataType::LargeUtf8)?
+                .as_string::<i64>()
+                .clone(),
+            hashes: s("content_hash")?,
+            roles: match b.column_by_name("roles") {
+                Some(c) => Some(cast(c, &list)?.as_list::<i32>().clone()),
+                None => None,
+            },
+        })
+    }
+
+    /// Whether row `i`'s own roles include `secret`.
+    fn secret_role(&self, i: usize) -> bool {
+        self.roles.as_ref().is_some_and(|l| has_secret(l, i))
+    }
+}
+
+fn has_secret(roles: &ListArray, i: usize) -> bool {
+    if roles.is_null(i) {
+        return false;
+    }
+    let v = roles.value(i);
+    let v = v.as_string::<i32>();
+    v.iter().any(|r| r == Some("secret"))
+}
+
+/// Per visible revision (`object_id`, `revision`): whether its roles include `secret`.
+fn revision_secrets(root: &Root, snapshot: &Snapshot) -> Result<HashMap<(String, i64), bool>> {
+    let mut out: HashMap<(String, i64), bool> = HashMap::new();
+    let list = DataType::List(Arc::new(Field::new_list_field(DataType::Utf8, true)));
+    for_each_batch(
+        root,
+        snapshot,
+        REVISIONS,
+        &["object_id", "revision", "roles"],
+        |b| {
+            let ids = cast(b.column(0), &DataType::Utf8)?;
+            let ids = ids.as_string::<i32>();
+            let revs = cast(b.column(1), &DataType::Int64)?;
+            let revs = revs.as_primitive::<Int64Type>();
+            let roles = cast(b.column(2), &list)?;
+            let roles = roles.as_list::<i32>();
+            for i in 0..b.num_rows() {
+                // A revision written twice is identical; were it not, secret wins.
+                let secret = has_secret(roles, i);
+                *out.entry((ids.value(i).to_string(), revs.value(i)))
+                    .or_insert(false) |= secret;
+            }
+            Ok(())
+        },
+    )?;
+    Ok(out)
+}
+
+/// Calls `f` with every batch of the visible files of `table`, projected on `columns` (by
+/// top-level name, in that order).
+fn for_each_batch(
+    root: &Root,
+    snapshot: &Snapshot,
+    table: &str,
+    columns: &[&str],
+    mut f: impl FnMut(&RecordBatch) -> Result<()>,
+) -> Result<()> {
+    for listed in root.parquet_files(table)?.unwrap_or_default() {
+        if snapshot.visible(&listed.location) && listed.broken.is_none() {
+            for_each_file_batch(root, &listed.location, columns, &mut f)?;
+        }
+    }
+    Ok(())
+}
+
+/// Calls `f` with every batch of the Parquet file at `location`, projected on `columns`.
+fn for_each_file_batch(
+    root: &Root,
+    location: &str,
+    columns: &[&str],
+    f: impl FnMut(&RecordBatch) -> Result<()>,
+) -> Result<()> {
+    match root.local() {
+        Some(_) => {
+            let file = std::fs::File::open(location).map_err(|e| CatalogError::io(location, e))?;
+            read_batches(file, location, columns, f)
+        }
+        None => read_batches(root.read_location(location)?, location, columns, f),
+    }
+}
+
+fn read_batches<R: ChunkReader + 'static>(
+    reader: R,
+    location: &str,
+    columns: &[&str],
+    mut f: impl FnMut(&RecordBatch) -> Result<()>,
+) -> Result<()> {
+    let in_file = |e: &dyn std::fmt::Display| CatalogError::Invalid(format!("{location}: {e}"));
+    let builder = ParquetRecordBatchReaderBuilder::try_new(reader).map_err(|e| in_file(&e))?;
+    let fields = builder.schema().fields().clone();
+    let mut roots = Vec::new();
+    for c in columns {
+        let (name, optional) = match c.strip_prefix('?') {
+            Some(name) => (name, true),
+            None => (*c, false),
+        };
+        match fields.iter().position(|fd| fd.name() == name) {
+            Some(i) => roots.push(i),
+            None if optional => {}
+            None => return Err(in_file(&format!("no column `{name}`"))),
+        }
+    }
+    let mask = ProjectionMask::roots(builder.parquet_schema(), roots);
+    let reader = builder
+        .with_projection(mask)
+        .build()
+        .map_err(|e| in_file(&e))?;
+    for batch in reader {
+        f(&batch.map_err(|e| in_file(&e))?)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_that_can_be_terms_each_once() {
+        let got: Vec<String> =
+            index_tokens("The Funnel, the FUNNEL and a 2-step Straße İstanbul x_y ab")
+                .into_iter()
+                .collect();
+        // "the", "and", "a" are stopwords; "2", "x", "y" are shorter than two characters;
+        // `_` separates; full lower-casing turns İ into i and U+0307 (a combining mark, not a
+        // letter), which separates "i" (too short) from "stanbul".
+        assert_eq!(got, vec!["ab", "funnel", "stanbul", "step", "straße"]);
+    }
+
+    #[test]
+    fn secret_and_binary_content_is_not_tokenised() {
+        let mut rows = IndexRows::default();
+        let rep = |name, media, content, secret| RepText {
+            object_id: "o1",
+            revision: 1,
+            name,
+            media_type: media,
+            content: Some(content),
+            content_hash: Some("h"),
+            secret,
+        };
+        rows.add(rep(
+            "text",
+            "text/markdown",
+            "Pricing strategy; pricing",
+            false,
+        ));
+        rows.add(rep("summary", "text/plain", "pricing", false));
+        rows.add(rep("key", "text/plain", "password hunter2", true));
+        rows.add(rep("blob", "image/png", "notatoken", false));
+        let (terms, reps) = rows.take_batches().unwrap();
+        let term = terms.column(0).as_string::<i32>();
+        let lists = terms.column(1).as_list::<i32>();
+        let got: Vec<(&str, Vec<i64>)> = (0..terms.num_rows())
+            .map(|i| {
+                let l = lists.value(i);
+                (
+                    term.value(i),
+                    l.as_primitive::<Int64Type>().values().to_vec(),
+                )
+            })
+            .collect();
+        assert_eq!(got, vec![("pricing", vec![0, 1]), ("strategy", vec![0])]);
+        let col = |i: usize| reps.column(i).as_primitive::<Int64Type>().clone();
+        let (ordinal, weight, chars) = (col(0), col(4), col(6));
+        let indexed = reps.column(7).as_boolean();
+        let got: Vec<(i64, i64, Option<i64>, bool)> = (0..4)
+            .map(|i| {
+                let c = chars.is_valid(i).then(|| chars.value(i));
+                (ordinal.value(i), weight.value(i), c, indexed.value(i))
+            })
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (0, 1, Some(25), true),
+                (1, 2, Some(7), true),
+                (2, 1, None, false),
+                (3, 1, None, false)
+            ]
+        );
+        // Ordinals count on across batches of one file.
+        rows.add(rep("text", "text/plain", "more", false));
+        let (terms, reps) = rows.take_batches().unwrap();
+        assert_eq!(reps.column(0).as_primitive::<Int64Type>().value(0), 4);
+        assert_eq!(
+            terms
+                .column(1)
+                .as_list::<i32>()
+                .value(0)
+                .as_primitive::<Int64Type>()
+                .value(0),
+            4
+        );
+    }
+}
