@@ -80,6 +80,10 @@ pub fn ingest_id(file_name: &str) -> Option<&str> {
     (stamp_ok && hex_ok).then_some(id)
 }
 
+/// How many times a writer of the object tables reads them again after a conflicting commit
+/// ([`Ingest::commit_in_sequence`]).
+pub const MAX_ATTEMPTS: usize = 16;
+
 /// The name prefix of sequenced commit records (object ingests).
 const SEQUENCED: &str = "objects-";
 
@@ -253,6 +257,29 @@ impl Ingest {
         }
         self.finish()?;
         Ok(true)
+    }
+
+    /// Writes with `write` what the object tables call for at the position read, then commits
+    /// in sequence after that position ([`Ingest::commit_after`]). On a conflict (another
+    /// object-table writer committed in between) the files written go and `write` runs again
+    /// over the tables as they are then, at most [`MAX_ATTEMPTS`] times. Nothing written
+    /// commits nothing.
+    pub fn commit_in_sequence<T>(
+        &mut self,
+        mut write: impl FnMut(&Snapshot, &mut Ingest) -> Result<T>,
+    ) -> Result<T> {
+        for _ in 0..MAX_ATTEMPTS {
+            let snapshot = Snapshot::read(&self.root)?;
+            let out = write(&snapshot, self)?;
+            if self.commit_after(snapshot.position())? {
+                return Ok(out);
+            }
+            self.discard()?;
+        }
+        Err(CatalogError::Invalid(format!(
+            "{MAX_ATTEMPTS} other object ingests committed while this one was writing, each time \
+             after it read the tables; nothing of it is visible; run it again"
+        )))
     }
 
     /// Removes every file this ingest wrote, keeping its id and marker, to write again.

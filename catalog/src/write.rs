@@ -172,17 +172,11 @@ pub fn put_parquet_new(
     schema: SchemaRef,
     batches: &[RecordBatch],
 ) -> Result<PathBuf> {
-    if let Some(local) = root.local() {
-        return write_parquet_atomic(&local.join(table), stem, schema, batches);
-    }
-    check_stem(stem)?;
-    let mut bytes = Vec::new();
-    let mut writer = ArrowWriter::try_new(&mut bytes, schema, Some(writer_properties()))?;
+    let mut file = NewParquet::new(root, table, stem, schema, writer_properties())?;
     for batch in batches {
-        write_sliced(&mut writer, batch)?;
+        file.write(batch)?;
     }
-    writer.close()?;
-    put_new_or_fail(root, &format!("{table}/{stem}.parquet"), bytes)
+    file.finish()
 }
 
 /// A streaming writer of the new Parquet file `ROOT/{table}/{stem}.parquet`: locally an

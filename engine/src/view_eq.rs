@@ -199,10 +199,6 @@ impl ViewEqAny {
         let values = if self.needles.iter().all(|n| n.bytes.len() <= 12) {
             match self.needles.as_slice() {
                 [one] => BooleanBuffer::collect_bool(views.len(), |i| views[i] == one.view),
-                [a, b] => BooleanBuffer::collect_bool(views.len(), |i| {
-                    let v = views[i];
-                    v == a.view || v == b.view
-                }),
                 many => BooleanBuffer::collect_bool(views.len(), |i| {
                     let v = views[i];
                     many.iter().any(|n| v == n.view)
@@ -229,6 +225,27 @@ impl ViewEqAny {
             })
         };
         BooleanArray::new(values, array.nulls().cloned())
+    }
+
+    /// arrow-ord's equality, ORed over the literals, for a value that is not a view array.
+    fn fallback(&self, array: &ArrayRef) -> Result<ColumnarValue> {
+        let mut answer: Option<BooleanArray> = None;
+        for needle in &self.needles {
+            let scalar = match array.data_type() {
+                DataType::Binary | DataType::LargeBinary | DataType::BinaryView => {
+                    ScalarValue::Binary(Some(needle.bytes.clone()))
+                }
+                _ => ScalarValue::Utf8(Some(String::from_utf8_lossy(&needle.bytes).into_owned())),
+            }
+            .cast_to(array.data_type())?;
+            let eq = datafusion::arrow::compute::kernels::cmp::eq(array, &scalar.to_scalar()?)?;
+            answer = Some(match answer {
+                None => eq,
+                Some(sofar) => datafusion::arrow::compute::kernels::boolean::or(&sofar, &eq)?,
+            });
+        }
+        let answer = answer.unwrap_or_else(|| BooleanArray::from(vec![false; array.len()]));
+        Ok(ColumnarValue::Array(Arc::new(answer)))
     }
 
     fn write(&self, f: &mut fmt::Formatter<'_>, sql: bool) -> fmt::Result {
@@ -303,29 +320,6 @@ impl PhysicalExpr for ViewEqAny {
 
     fn fmt_sql(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.write(f, true)
-    }
-}
-
-impl ViewEqAny {
-    /// arrow-ord's equality, ORed over the literals, for a value that is not a view array.
-    fn fallback(&self, array: &ArrayRef) -> Result<ColumnarValue> {
-        let mut answer: Option<BooleanArray> = None;
-        for needle in &self.needles {
-            let scalar = match array.data_type() {
-                DataType::Binary | DataType::LargeBinary | DataType::BinaryView => {
-                    ScalarValue::Binary(Some(needle.bytes.clone()))
-                }
-                _ => ScalarValue::Utf8(Some(String::from_utf8_lossy(&needle.bytes).into_owned())),
-            }
-            .cast_to(array.data_type())?;
-            let eq = datafusion::arrow::compute::kernels::cmp::eq(array, &scalar.to_scalar()?)?;
-            answer = Some(match answer {
-                None => eq,
-                Some(sofar) => datafusion::arrow::compute::kernels::boolean::or(&sofar, &eq)?,
-            });
-        }
-        let answer = answer.unwrap_or_else(|| BooleanArray::from(vec![false; array.len()]));
-        Ok(ColumnarValue::Array(Arc::new(answer)))
     }
 }
 
@@ -504,5 +498,18 @@ mod tests {
             eval(&e, &b),
             vec![Some(true), None, Some(false), Some(true)]
         );
+    }
+
+    /// A value that is not a view array at run time (Utf8 here) is compared by arrow-ord.
+    #[test]
+    fn other_arrays_fall_back_to_arrow_ord() {
+        let array = datafusion::arrow::array::StringArray::from(vec![Some("a"), None, Some("b")]);
+        let schema = Schema::new(vec![Field::new("u", DataType::Utf8, true)]);
+        let b = RecordBatch::try_new(Arc::new(schema), vec![Arc::new(array)]).unwrap();
+        let e = ViewEqAny::over(
+            col("u", &b.schema()).unwrap(),
+            vec![b"b".to_vec(), b"c".to_vec()],
+        );
+        assert_eq!(eval(&e, &b), vec![Some(false), None, Some(true)]);
     }
 }

@@ -171,3 +171,30 @@ pub const MCP_TOOLS: [&str; 8] = [
     "simulate",
     "stats",
 ];
+
+/// Rows of `q` run by plain DataFusion SQL (not the engine, not the catalog's reader) over the
+/// table folders `tables` of `root` that exist, each value as text.
+pub async fn folder_sql(root: &Path, tables: &[&str], q: &str) -> Vec<Vec<String>> {
+    let ctx = datafusion::prelude::SessionContext::new();
+    for t in tables {
+        let dir = root.join(t);
+        if dir.is_dir() {
+            ctx.register_parquet(*t, dir.to_str().unwrap(), Default::default())
+                .await
+                .unwrap();
+        }
+    }
+    let batches = ctx.sql(q).await.unwrap().collect().await.unwrap();
+    let mut out = Vec::new();
+    for b in batches {
+        for r in 0..b.num_rows() {
+            out.push(
+                b.columns()
+                    .iter()
+                    .map(|c| datafusion::arrow::util::display::array_value_to_string(c, r).unwrap())
+                    .collect(),
+            );
+        }
+    }
+    out
+}

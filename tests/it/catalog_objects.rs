@@ -5,8 +5,6 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use chrono::{DateTime, Utc};
-use datafusion::arrow::util::display::array_value_to_string;
-use datafusion::prelude::SessionContext;
 use signalql_catalog::objects::ingest::{
     ObjectIngestOptions, ObjectIngestSummary, ingest_objects, object_id,
 };
@@ -60,28 +58,12 @@ fn run(root: &Path, notes: &Path, now: &str) -> ObjectIngestSummary {
 
 /// Rows of a query over the tables of `root`, as text.
 async fn sql(root: &Path, q: &str) -> Vec<Vec<String>> {
-    let ctx = SessionContext::new();
-    for t in ["objects", "revisions", "representations", "links"] {
-        let dir = root.join(t);
-        if dir.is_dir() {
-            ctx.register_parquet(t, dir.to_str().unwrap(), Default::default())
-                .await
-                .unwrap();
-        }
-    }
-    let batches = ctx.sql(q).await.unwrap().collect().await.unwrap();
-    let mut out = Vec::new();
-    for b in batches {
-        for r in 0..b.num_rows() {
-            out.push(
-                b.columns()
-                    .iter()
-                    .map(|c| array_value_to_string(c, r).unwrap())
-                    .collect(),
-            );
-        }
-    }
-    out
+    crate::common::folder_sql(
+        root,
+        &["objects", "revisions", "representations", "links"],
+        q,
+    )
+    .await
 }
 
 /// Every file under `root` with its bytes.

@@ -5,41 +5,23 @@
 
 use std::path::Path;
 
-use datafusion::arrow::util::display::array_value_to_string;
-use datafusion::prelude::SessionContext;
 use signalql_catalog::objects::index::{IndexSummary, index_root};
 use signalql_catalog::objects::ingest::{ObjectIngestOptions, ingest_objects};
 use signalql_catalog::storage::Root;
 
 /// Rows of `q` over the index tables of `root` (and its representations), as text.
 async fn sql(root: &Path, q: &str) -> Vec<Vec<String>> {
-    let ctx = SessionContext::new();
-    for t in [
-        "index_terms",
-        "index_reps",
-        "index_files",
-        "representations",
-    ] {
-        let dir = root.join(t);
-        if dir.is_dir() {
-            ctx.register_parquet(t, dir.to_str().unwrap(), Default::default())
-                .await
-                .unwrap();
-        }
-    }
-    let batches = ctx.sql(q).await.unwrap().collect().await.unwrap();
-    let mut out = Vec::new();
-    for b in batches {
-        for r in 0..b.num_rows() {
-            out.push(
-                b.columns()
-                    .iter()
-                    .map(|c| array_value_to_string(c, r).unwrap())
-                    .collect(),
-            );
-        }
-    }
-    out
+    crate::common::folder_sql(
+        root,
+        &[
+            "index_terms",
+            "index_reps",
+            "index_files",
+            "representations",
+        ],
+        q,
+    )
+    .await
 }
 
 /// (term, object_id, representation name, weight) for every posting, sorted.
@@ -224,4 +206,41 @@ fn ingest_indexes_its_representations_but_never_secret_content() {
         })
         .collect();
     assert_eq!(covered, vec![rep_files]);
+}
+
+/// Another tool's column order (`revision` before `object_id`, content as a view): the index
+/// reads columns by name, so the postings are pyarrow's file's.
+#[test]
+fn columns_are_read_by_name_in_any_order() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/foreign/objects");
+    crate::common::copy_dir(&src, tmp.path());
+    let rt = crate::common::rt();
+    let reps = tmp.path().join("representations");
+    let reordered = tmp.path().join("reordered.parquet");
+    rt.block_on(async {
+        let ctx = datafusion::prelude::SessionContext::new();
+        ctx.register_parquet("r", reps.to_str().unwrap(), Default::default())
+            .await
+            .unwrap();
+        ctx.sql(
+            "SELECT revision, arrow_cast(content, 'Utf8View') AS content, name, object_id, \
+             media_type, content_hash FROM r",
+        )
+        .await
+        .unwrap()
+        .write_parquet(reordered.to_str().unwrap(), Default::default(), None)
+        .await
+        .unwrap();
+    });
+    std::fs::remove_file(reps.join("part-0.parquet")).unwrap();
+    std::fs::rename(&reordered, reps.join("part-0.parquet")).unwrap();
+    let s = index_root(&Root::Local(tmp.path().to_path_buf())).unwrap();
+    assert_eq!((s.files, s.waiting, s.indexed, s.postings), (1, 0, 3, 26));
+    let storage = rt.block_on(sql(
+        tmp.path(),
+        "SELECT r.object_id FROM (SELECT unnest(reps) AS rep FROM index_terms \
+         WHERE term = 'storage') t JOIN index_reps r ON r.rep = t.rep ORDER BY 1",
+    ));
+    assert_eq!(storage, vec![row(&["doc-a"]), row(&["doc-c"])]);
 }

@@ -38,12 +38,9 @@ use datafusion::arrow::array::{
 };
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
-use datafusion::parquet::arrow::ProjectionMask;
-use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use datafusion::parquet::file::reader::ChunkReader;
 use signalql_udfs::scalar::lexical::{STOPWORDS, tokens};
 
-use super::{REPRESENTATIONS, REVISIONS};
+use super::{REPRESENTATIONS, REVISIONS, scan, scan_file};
 use crate::commit::{Ingest, Snapshot};
 use crate::error::{CatalogError, Result};
 use crate::storage::{ListedFile, Root};
@@ -162,8 +159,9 @@ pub struct IndexRows {
 
 impl IndexRows {
     /// Adds `rep`: its terms when its content is indexable, and its `index_reps` row; returns
-    /// how many (term, representation) pairs it added.
-    pub fn add(&mut self, rep: RepText<'_>) -> usize {
+    /// how many (term, representation) pairs it added, `None` when its content is not
+    /// indexable.
+    pub fn add(&mut self, rep: RepText<'_>) -> Option<usize> {
         let ordinal = self.next;
         self.next += 1;
         let indexable = packable(rep.media_type) && !rep.secret;
@@ -191,7 +189,7 @@ impl IndexRows {
             content.map(|t| t.chars().count() as i64),
             content.is_some(),
         ));
-        added
+        content.map(|_| added)
     }
 
     /// How many (term, representation) pairs are held.
@@ -303,7 +301,10 @@ pub struct IndexWriter {
     reps: NewParquet,
     files: NewParquet,
     rows: IndexRows,
-    written: usize,
+    /// Representations added, those whose content was indexed, and their postings.
+    representations: usize,
+    indexed: usize,
+    postings: usize,
 }
 
 impl IndexWriter {
@@ -331,22 +332,29 @@ impl IndexWriter {
                 writer_properties(),
             )?,
             rows: IndexRows::default(),
-            written: 0,
+            representations: 0,
+            indexed: 0,
+            postings: 0,
         })
     }
 
     /// Adds one representation.
     pub fn add(&mut self, rep: RepText<'_>) -> Result<()> {
-        self.written += self.rows.add(rep);
+        self.representations += 1;
+        if let Some(postings) = self.rows.add(rep) {
+            self.indexed += 1;
+            self.postings += postings;
+        }
         if self.rows.held() >= FLUSH_POSTINGS {
             self.flush()?;
         }
         Ok(())
     }
 
-    /// (term, representation) pairs added so far.
-    pub fn postings_written(&self) -> usize {
-        self.written
+    /// Representations added so far, those whose content was indexed, and their (term,
+    /// representation) pairs.
+    pub fn counts(&self) -> (usize, usize, usize) {
+        (self.representations, self.indexed, self.postings)
     }
 
     fn flush(&mut self) -> Result<()> {
@@ -380,7 +388,7 @@ impl IndexWriter {
 /// The `representations` files the committed index covers, as `index_files` names them.
 pub fn covered_files(root: &Root, snapshot: &Snapshot) -> Result<HashSet<CoveredFile>> {
     let mut covered = HashSet::new();
-    for_each_batch(
+    scan(
         root,
         snapshot,
         INDEX_FILES,
@@ -423,91 +431,74 @@ pub struct IndexSummary {
 /// object ingests, all or nothing.
 pub fn index_root(root: &Root) -> Result<IndexSummary> {
     let mut ingest = Ingest::begin(root)?;
-    for _ in 0..MAX_ATTEMPTS {
-        let snapshot = Snapshot::read(root)?;
-        let covered = covered_files(root, &snapshot)?;
-        let mut summary = IndexSummary::default();
-        let secret_revisions = revision_secrets(root, &snapshot)?;
-        let mut writer: Option<IndexWriter> = None;
-        let mut files = Vec::new();
-        for listed in root.parquet_files(REPRESENTATIONS)?.unwrap_or_default() {
-            if !snapshot.visible(&listed.location) || listed.broken.is_some() {
-                continue;
-            }
-            let file = CoveredFile::of(root, &listed);
-            if covered.contains(&file) {
-                summary.already += 1;
-                continue;
-            }
-            // A file whose every representation's revision is visible, or none of it.
-            let mut complete = true;
-            for_each_file_batch(root, &listed.location, &["object_id", "revision"], |b| {
-                let ids = cast(b.column(0), &DataType::Utf8)?;
-                let ids = ids.as_string::<i32>();
-                let revs = cast(b.column(1), &DataType::Int64)?;
-                let revs = revs.as_primitive::<Int64Type>();
-                complete &= (0..b.num_rows()).all(|i| {
-                    secret_revisions.contains_key(&(ids.value(i).to_string(), revs.value(i)))
-                });
-                Ok(())
-            })?;
-            if !complete {
-                summary.waiting += 1;
-                continue;
-            }
-            if writer.is_none() {
-                writer = Some(IndexWriter::new(root, &ingest.stem())?);
-            }
-            let Some(w) = writer.as_mut() else { continue };
-            for_each_file_batch(root, &listed.location, REP_COLUMNS, |b| {
-                let cols = RepColumns::of(b)?;
-                for i in 0..b.num_rows() {
-                    let (id, rev) = (cols.ids.value(i), cols.revs.value(i));
-                    let rev_secret = secret_revisions
-                        .get(&(id.to_string(), rev))
-                        .copied()
-                        .unwrap_or(true);
-                    let content = (!cols.contents.is_null(i)).then(|| cols.contents.value(i));
-                    let rep = RepText {
-                        object_id: id,
-                        revision: rev,
-                        name: cols.names.value(i),
-                        media_type: cols.medias.value(i),
-                        content,
-                        content_hash: (!cols.hashes.is_null(i)).then(|| cols.hashes.value(i)),
-                        secret: rev_secret || cols.secret_role(i),
-                    };
-                    summary.representations += 1;
-                    if content.is_some() && packable(rep.media_type) && !rep.secret {
-                        summary.indexed += 1;
-                    }
-                    w.add(rep)?;
-                }
-                Ok(())
-            })?;
-            summary.files += 1;
-            files.push(file);
-        }
-        let Some(w) = writer else {
-            // Nothing to index: the ingest wrote nothing and commits nothing.
-            ingest.commit()?;
-            return Ok(summary);
-        };
-        summary.postings = w.postings_written();
-        w.finish(&mut ingest, &files)?;
-        if ingest.commit_after(snapshot.position())? {
-            return Ok(summary);
-        }
-        ingest.discard()?;
-    }
-    Err(CatalogError::Invalid(format!(
-        "{MAX_ATTEMPTS} object ingests committed while the index was being written, each time \
-         after it read the tables; nothing of it is visible; run it again"
-    )))
+    ingest.commit_in_sequence(|snapshot, ingest| index_uncovered(root, snapshot, ingest))
 }
 
-/// How many times `index_root` reads the tables again after a conflicting commit.
-const MAX_ATTEMPTS: usize = 16;
+/// Writes the index of the `representations` files visible in `snapshot` that it does not
+/// cover yet, as `ingest`'s files (nothing when there are none).
+fn index_uncovered(root: &Root, snapshot: &Snapshot, ingest: &mut Ingest) -> Result<IndexSummary> {
+    let covered = covered_files(root, snapshot)?;
+    let mut summary = IndexSummary::default();
+    let secret_revisions = revision_secrets(root, snapshot)?;
+    let mut writer: Option<IndexWriter> = None;
+    let mut files = Vec::new();
+    for listed in root.parquet_files(REPRESENTATIONS)?.unwrap_or_default() {
+        if !snapshot.visible(&listed.location) || listed.broken.is_some() {
+            continue;
+        }
+        let file = CoveredFile::of(root, &listed);
+        if covered.contains(&file) {
+            summary.already += 1;
+            continue;
+        }
+        // A file whose every representation's revision is visible, or none of it.
+        let mut complete = true;
+        scan_file(root, &listed.location, &["object_id", "revision"], |b| {
+            let ids = cast(b.column(0), &DataType::Utf8)?;
+            let ids = ids.as_string::<i32>();
+            let revs = cast(b.column(1), &DataType::Int64)?;
+            let revs = revs.as_primitive::<Int64Type>();
+            complete &= (0..b.num_rows())
+                .all(|i| secret_revisions.contains_key(&(ids.value(i).to_string(), revs.value(i))));
+            Ok(())
+        })?;
+        if !complete {
+            summary.waiting += 1;
+            continue;
+        }
+        let w = match writer.as_mut() {
+            Some(w) => w,
+            None => writer.insert(IndexWriter::new(root, &ingest.stem())?),
+        };
+        scan_file(root, &listed.location, REP_COLUMNS, |b| {
+            let cols = RepColumns::of(b)?;
+            for i in 0..b.num_rows() {
+                let (id, rev) = (cols.ids.value(i), cols.revs.value(i));
+                let rev_secret = secret_revisions
+                    .get(&(id.to_string(), rev))
+                    .copied()
+                    .unwrap_or(true);
+                w.add(RepText {
+                    object_id: id,
+                    revision: rev,
+                    name: cols.names.value(i),
+                    media_type: cols.medias.value(i),
+                    content: (!cols.contents.is_null(i)).then(|| cols.contents.value(i)),
+                    content_hash: (!cols.hashes.is_null(i)).then(|| cols.hashes.value(i)),
+                    secret: rev_secret || cols.secret_role(i),
+                })?;
+            }
+            Ok(())
+        })?;
+        summary.files += 1;
+        files.push(file);
+    }
+    if let Some(w) = writer {
+        (summary.representations, summary.indexed, summary.postings) = w.counts();
+        w.finish(ingest, &files)?;
+    }
+    Ok(summary)
+}
 
 /// The columns of `representations` the index reads.
 const REP_COLUMNS: &[&str] = &[
@@ -520,8 +511,8 @@ const REP_COLUMNS: &[&str] = &[
     OPTIONAL_ROLES,
 ];
 
-/// A representation's own roles: a column other tools may leave out (then none). A name
-/// starting with `?` is read when the file has it.
+/// A representation's own roles: a column other tools may leave out (then none; `?`: see
+/// [`scan`]).
 const OPTIONAL_ROLES: &str = "?roles";
 
 /// Those columns of one batch, cast to one type each (other tools write Utf8View, LargeUtf8,
@@ -585,7 +576,7 @@ fn has_secret(roles: &ListArray, i: usize) -> bool {
 fn revision_secrets(root: &Root, snapshot: &Snapshot) -> Result<HashMap<(String, i64), bool>> {
     let mut out: HashMap<(String, i64), bool> = HashMap::new();
     let list = DataType::List(Arc::new(Field::new_list_field(DataType::Utf8, true)));
-    for_each_batch(
+    scan(
         root,
         snapshot,
         REVISIONS,
@@ -607,71 +598,6 @@ fn revision_secrets(root: &Root, snapshot: &Snapshot) -> Result<HashMap<(String,
         },
     )?;
     Ok(out)
-}
-
-/// Calls `f` with every batch of the visible files of `table`, projected on `columns` (by
-/// top-level name, in that order).
-fn for_each_batch(
-    root: &Root,
-    snapshot: &Snapshot,
-    table: &str,
-    columns: &[&str],
-    mut f: impl FnMut(&RecordBatch) -> Result<()>,
-) -> Result<()> {
-    for listed in root.parquet_files(table)?.unwrap_or_default() {
-        if snapshot.visible(&listed.location) && listed.broken.is_none() {
-            for_each_file_batch(root, &listed.location, columns, &mut f)?;
-        }
-    }
-    Ok(())
-}
-
-/// Calls `f` with every batch of the Parquet file at `location`, projected on `columns`.
-fn for_each_file_batch(
-    root: &Root,
-    location: &str,
-    columns: &[&str],
-    f: impl FnMut(&RecordBatch) -> Result<()>,
-) -> Result<()> {
-    match root.local() {
-        Some(_) => {
-            let file = std::fs::File::open(location).map_err(|e| CatalogError::io(location, e))?;
-            read_batches(file, location, columns, f)
-        }
-        None => read_batches(root.read_location(location)?, location, columns, f),
-    }
-}
-
-fn read_batches<R: ChunkReader + 'static>(
-    reader: R,
-    location: &str,
-    columns: &[&str],
-    mut f: impl FnMut(&RecordBatch) -> Result<()>,
-) -> Result<()> {
-    let in_file = |e: &dyn std::fmt::Display| CatalogError::Invalid(format!("{location}: {e}"));
-    let builder = ParquetRecordBatchReaderBuilder::try_new(reader).map_err(|e| in_file(&e))?;
-    let fields = builder.schema().fields().clone();
-    let mut roots = Vec::new();
-    for c in columns {
-        let (name, optional) = match c.strip_prefix('?') {
-            Some(name) => (name, true),
-            None => (*c, false),
-        };
-        match fields.iter().position(|fd| fd.name() == name) {
-            Some(i) => roots.push(i),
-            None if optional => {}
-            None => return Err(in_file(&format!("no column `{name}`"))),
-        }
-    }
-    let mask = ProjectionMask::roots(builder.parquet_schema(), roots);
-    let reader = builder
-        .with_projection(mask)
-        .build()
-        .map_err(|e| in_file(&e))?;
-    for batch in reader {
-        f(&batch.map_err(|e| in_file(&e))?)?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]

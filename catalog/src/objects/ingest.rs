@@ -26,7 +26,7 @@ use super::{
     KnownObject, LINKS, OBJECTS, ORIGINS, REPRESENTATIONS, REVISIONS, ROLES, TRUST_LEVELS,
     known_objects, links_schema, objects_schema, representations_schema, revisions_schema,
 };
-use crate::commit::{Ingest, Snapshot};
+use crate::commit::Ingest;
 use crate::error::{CatalogError, Result};
 use crate::storage::Root;
 use crate::write::put_parquet_new;
@@ -257,25 +257,14 @@ pub fn ingest_objects(
     // Read the tables, decide what is new, write it, and commit after the position read. A
     // conflict is another object ingest committed in between: this one's files go, and it
     // reads the tables again (crate::commit).
-    for _ in 0..MAX_ATTEMPTS {
-        let snapshot = Snapshot::read(&root)?;
-        let known = known_objects(&root, &snapshot)?;
+    ingest.commit_in_sequence(|snapshot, ingest| {
+        let known = known_objects(&root, snapshot)?;
         let mut summary = base.clone();
         let rows = classify(&parsed, &known, &scopes, opts, &mut summary);
-        summary.written = write_rows(&root, &mut ingest, &rows, opts, now)?;
-        if ingest.commit_after(snapshot.position())? {
-            return Ok(summary);
-        }
-        ingest.discard()?;
-    }
-    Err(CatalogError::Invalid(format!(
-        "{MAX_ATTEMPTS} other object ingests committed while this one was writing, each time \
-         after it read the tables; nothing of it is visible; run it again"
-    )))
+        summary.written = write_rows(&root, ingest, &rows, opts, now)?;
+        Ok(summary)
+    })
 }
-
-/// How many times an object ingest reads the tables again after a conflicting commit.
-const MAX_ATTEMPTS: usize = 16;
 
 /// A file read and classified: its object id, kind, media type, text, and secret-ness.
 struct Parsed {

@@ -132,70 +132,90 @@ pub fn links_schema() -> SchemaRef {
     ]))
 }
 
-/// Reads `columns` of every file of `root/table` (none when the table does not exist),
-/// calling `f` with each batch (columns in the order asked).
-fn scan(
+/// Reads `columns` of every visible file of `root/table` (none when the table does not
+/// exist), calling `f` with each batch, its columns in the order asked, by name. A column
+/// named `?name` is read when the file has it and left out when it does not.
+pub(crate) fn scan(
     root: &Root,
     snapshot: &Snapshot,
     table: &str,
     columns: &[&str],
-    mut f: impl FnMut(&RecordBatch),
+    mut f: impl FnMut(&RecordBatch) -> Result<()>,
 ) -> Result<()> {
     for listed in root.parquet_files(table)?.unwrap_or_default() {
-        if !snapshot.visible(&listed.location) {
-            continue;
-        }
-        let location = listed.location;
-        match root.local() {
-            Some(_) => {
-                let file = File::open(&location).map_err(|e| CatalogError::io(&location, e))?;
-                scan_file(file, &location, columns, &mut f)?;
-            }
-            None => scan_file(root.read_location(&location)?, &location, columns, &mut f)?,
+        if snapshot.visible(&listed.location) {
+            scan_file(root, &listed.location, columns, &mut f)?;
         }
     }
     Ok(())
 }
 
-fn scan_file<R: ChunkReader + 'static>(
+/// [`scan`] of the one file at `location`.
+pub(crate) fn scan_file(
+    root: &Root,
+    location: &str,
+    columns: &[&str],
+    f: impl FnMut(&RecordBatch) -> Result<()>,
+) -> Result<()> {
+    match root.local() {
+        Some(_) => {
+            let file = File::open(location).map_err(|e| CatalogError::io(location, e))?;
+            read_batches(file, location, columns, f)
+        }
+        None => read_batches(root.read_location(location)?, location, columns, f),
+    }
+}
+
+fn read_batches<R: ChunkReader + 'static>(
     reader: R,
     location: &str,
     columns: &[&str],
-    f: &mut impl FnMut(&RecordBatch),
+    mut f: impl FnMut(&RecordBatch) -> Result<()>,
 ) -> Result<()> {
-    let builder = ParquetRecordBatchReaderBuilder::try_new(reader)?;
-    let schema = builder.parquet_schema();
-    let mut indices = Vec::new();
+    let in_file = |e: &dyn std::fmt::Display| CatalogError::Invalid(format!("{location}: {e}"));
+    let builder = ParquetRecordBatchReaderBuilder::try_new(reader).map_err(|e| in_file(&e))?;
+    let fields = builder.schema().fields().clone();
+    let mut roots = Vec::new();
+    let mut names = Vec::new();
     for c in columns {
-        let i = schema
-            .columns()
-            .iter()
-            .position(|d| d.path().string() == *c)
-            .ok_or_else(|| CatalogError::Invalid(format!("{location}: no column `{c}`")))?;
-        indices.push(i);
+        let (name, optional) = match c.strip_prefix('?') {
+            Some(name) => (name, true),
+            None => (*c, false),
+        };
+        match fields.iter().position(|fd| fd.name() == name) {
+            Some(i) => {
+                roots.push(i);
+                names.push(name);
+            }
+            None if optional => {}
+            None => return Err(in_file(&format!("no column `{name}`"))),
+        }
     }
-    let mask = ProjectionMask::leaves(schema, indices);
-    let reader = builder.with_projection(mask).build()?;
+    let mask = ProjectionMask::roots(builder.parquet_schema(), roots);
+    let reader = builder
+        .with_projection(mask)
+        .build()
+        .map_err(|e| in_file(&e))?;
     for batch in reader {
-        let batch = batch?;
+        let batch = batch.map_err(|e| in_file(&e))?;
         // The projection keeps file order; put the columns in the order asked.
-        let cols = columns
+        let cols = names
             .iter()
             .map(|c| {
                 batch
                     .column_by_name(c)
                     .cloned()
-                    .ok_or_else(|| CatalogError::Invalid(format!("no column `{c}`")))
+                    .ok_or_else(|| in_file(&format!("no column `{c}`")))
             })
             .collect::<Result<Vec<_>>>()?;
         let schema = Arc::new(Schema::new(
-            columns
+            names
                 .iter()
                 .zip(&cols)
                 .map(|(c, a)| Field::new(*c, a.data_type().clone(), true))
                 .collect::<Vec<_>>(),
         ));
-        f(&RecordBatch::try_new(schema, cols)?);
+        f(&RecordBatch::try_new(schema, cols)?)?;
     }
     Ok(())
 }
@@ -265,6 +285,7 @@ pub fn known_objects(root: &Root, snapshot: &Snapshot) -> Result<HashMap<String,
                     });
                 }
             }
+            Ok(())
         },
     )?;
     scan(root, snapshot, REVISIONS, &["object_id", "revision"], |b| {
@@ -277,6 +298,7 @@ pub fn known_objects(root: &Root, snapshot: &Snapshot) -> Result<HashMap<String,
                 entry.latest = Some((r, None));
             }
         }
+        Ok(())
     })?;
     scan(
         root,
@@ -299,6 +321,7 @@ pub fn known_objects(root: &Root, snapshot: &Snapshot) -> Result<HashMap<String,
                     *hash = Some(hashes.value(i).to_string());
                 }
             }
+            Ok(())
         },
     )?;
     Ok(known)
