@@ -206,6 +206,51 @@ impl TableInfo {
     pub fn total_bytes(&self) -> u64 {
         self.files.iter().map(|(_, s)| s).sum()
     }
+
+    /// The table with one more column, `name`: the position of each row's file in
+    /// [`TableInfo::files`] (see [`crate::folder::FolderTable::with_file_column`]); `None` for
+    /// a table read through a view or not a folder of Parquet files.
+    pub fn with_file_ordinal(&self, name: &str) -> Option<TableInfo> {
+        if self.view.is_some() {
+            return None;
+        }
+        let folder = self
+            .provider
+            .downcast_ref::<crate::folder::FolderTable>()?;
+        let provider: Arc<dyn TableProvider> = Arc::new(folder.with_file_column(name));
+        Some(TableInfo {
+            schema: provider.schema(),
+            provider,
+            fingerprint: None,
+            ..self.clone()
+        })
+    }
+
+    /// The table read from only the files for which `keep(location)` is true, with the same
+    /// schema, view and restriction; `None` when it is not a folder of Parquet files (a Delta
+    /// or an application's table) or when no file is kept.
+    pub fn only_files(&self, keep: impl Fn(&str) -> bool) -> Option<TableInfo> {
+        let folder = self
+            .provider
+            .downcast_ref::<crate::folder::FolderTable>()?;
+        let kept: Vec<bool> = self.files.iter().map(|(l, _)| keep(l)).collect();
+        if !kept.contains(&true) {
+            return None;
+        }
+        Some(TableInfo {
+            provider: Arc::new(folder.subset(&kept)),
+            files: self
+                .files
+                .iter()
+                .zip(&kept)
+                .filter(|(_, k)| **k)
+                .map(|(f, _)| f.clone())
+                .collect(),
+            fingerprint: None,
+            rows: None,
+            ..self.clone()
+        })
+    }
 }
 
 impl Dataset {

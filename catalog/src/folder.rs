@@ -247,6 +247,64 @@ impl FolderTable {
         })
     }
 
+    /// The same table over the files for which `keep` (one entry per file, in the table's
+    /// order) is true; its schema stays the whole table's.
+    pub fn subset(&self, keep: &[bool]) -> FolderTable {
+        let pick = |i: &usize| keep.get(*i).copied().unwrap_or(false);
+        let n = self.files.len();
+        FolderTable {
+            file_schema: Arc::clone(&self.file_schema),
+            partition_fields: self.partition_fields.clone(),
+            schema: Arc::clone(&self.schema),
+            store: self.store.clone(),
+            files: (0..n)
+                .filter(pick)
+                .map(|i| self.files[i].clone())
+                .collect(),
+            file_schemas: (0..n)
+                .filter(pick)
+                .map(|i| Arc::clone(&self.file_schemas[i]))
+                .collect(),
+            opened_footers: (0..n)
+                .filter(pick)
+                .map(|i| self.opened_footers[i].clone())
+                .collect(),
+            footers: Mutex::default(),
+            exact: Mutex::default(),
+        }
+    }
+
+    /// The same table with one more column, `name`: each row's file's position in the table's
+    /// files (Int64), given as a partition value, so that any plan can read it (unlike
+    /// `input_file_name()`, which only the scan itself can evaluate).
+    pub fn with_file_column(&self, name: &str) -> FolderTable {
+        let mut partition_fields = self.partition_fields.clone();
+        partition_fields.push(Arc::new(Field::new(name, DataType::Int64, false)));
+        let mut fields: Vec<FieldRef> = self.file_schema.fields().iter().cloned().collect();
+        fields.extend(partition_fields.iter().cloned());
+        let files = self
+            .files
+            .iter()
+            .enumerate()
+            .map(|(i, f)| {
+                let mut f = f.clone();
+                f.partition_values.push(ScalarValue::Int64(Some(i as i64)));
+                f
+            })
+            .collect();
+        FolderTable {
+            file_schema: Arc::clone(&self.file_schema),
+            partition_fields,
+            schema: Arc::new(Schema::new(fields)),
+            store: self.store.clone(),
+            files,
+            file_schemas: self.file_schemas.clone(),
+            opened_footers: self.opened_footers.clone(),
+            footers: Mutex::default(),
+            exact: Mutex::default(),
+        }
+    }
+
     fn partition_names(&self) -> Vec<&str> {
         self.partition_fields
             .iter()

@@ -72,11 +72,20 @@ pub fn index_terms_schema() -> SchemaRef {
 pub fn index_reps_schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
         Field::new("rep", DataType::Int64, false),
+        Field::new("file", DataType::Int64, false),
         Field::new("object_id", DataType::Utf8, false),
         Field::new("revision", DataType::Int64, false),
         Field::new("name", DataType::Utf8, false),
-        Field::new("weight", DataType::Int64, false),
+        Field::new("media_type", DataType::Utf8, false),
+        Field::new("content_ref", DataType::Utf8, true),
         Field::new("content_hash", DataType::Utf8, true),
+        Field::new("tokens", DataType::Int64, true),
+        Field::new(
+            "roles",
+            DataType::List(Arc::new(Field::new_list_field(DataType::Utf8, true))),
+            true,
+        ),
+        Field::new("weight", DataType::Int64, false),
         Field::new("chars", DataType::Int64, true),
         Field::new("indexed", DataType::Boolean, false),
     ]))
@@ -128,20 +137,41 @@ pub fn index_tokens(content: &str) -> BTreeSet<String> {
 }
 
 /// One representation to index.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct RepText<'a> {
+    /// The `representations` file holding it: its position among the files the index write
+    /// covers (the rows of its `index_files` file).
+    pub file: usize,
     pub object_id: &'a str,
     pub revision: i64,
     pub name: &'a str,
     pub media_type: &'a str,
     pub content: Option<&'a str>,
+    pub content_ref: Option<&'a str>,
     pub content_hash: Option<&'a str>,
+    pub tokens: Option<i64>,
+    /// Its own roles (`None`: the file has no `roles` column).
+    pub roles: Option<Vec<&'a str>>,
     /// Whether its effective roles (its own and its revision's) include `secret`.
     pub secret: bool,
 }
 
-/// An `index_reps` row: (object_id, revision, name, content_hash, chars, indexed).
-type RepRow = (String, i64, String, Option<String>, Option<i64>, bool);
+/// An `index_reps` row: the representation's columns but its content, and what the index
+/// adds (`chars`, `indexed`).
+#[derive(Debug)]
+struct RepRow {
+    file: i64,
+    object_id: String,
+    revision: i64,
+    name: String,
+    media_type: String,
+    content_ref: Option<String>,
+    content_hash: Option<String>,
+    tokens: Option<i64>,
+    roles: Option<Vec<String>>,
+    chars: Option<i64>,
+    indexed: bool,
+}
 
 /// The rows of `index_terms` and `index_reps` for some representations, built in memory:
 /// per term the ordinals of the representations containing it, in `index_reps` order.
@@ -181,14 +211,22 @@ impl IndexRows {
             });
         }
         self.held += added;
-        self.reps.push((
-            rep.object_id.to_string(),
-            rep.revision,
-            rep.name.to_string(),
-            rep.content_hash.map(str::to_string),
-            content.map(|t| t.chars().count() as i64),
-            content.is_some(),
-        ));
+        self.reps.push(RepRow {
+            file: rep.file as i64,
+            object_id: rep.object_id.to_string(),
+            revision: rep.revision,
+            name: rep.name.to_string(),
+            media_type: rep.media_type.to_string(),
+            content_ref: rep.content_ref.map(str::to_string),
+            content_hash: rep.content_hash.map(str::to_string),
+            tokens: rep.tokens,
+            roles: rep
+                .roles
+                .as_ref()
+                .map(|r| r.iter().map(|x| x.to_string()).collect()),
+            chars: content.map(|t| t.chars().count() as i64),
+            indexed: content.is_some(),
+        });
         content.map(|_| added)
     }
 
@@ -208,6 +246,7 @@ impl IndexRows {
         let first = self.next - self.reps.len() as i64;
         let reps = std::mem::take(&mut self.reps);
         let strs = |v: Vec<&str>| Arc::new(StringArray::from(v)) as ArrayRef;
+        let opt_strs = |v: Vec<Option<&str>>| Arc::new(StringArray::from(v)) as ArrayRef;
         let postings = ListArray::from_iter_primitive::<Int64Type, _, _>(
             terms
                 .iter()
@@ -226,25 +265,50 @@ impl IndexRows {
                 Arc::new(Int64Array::from_iter_values(
                     first..first + reps.len() as i64,
                 )),
-                strs(reps.iter().map(|r| r.0.as_str()).collect()),
-                Arc::new(Int64Array::from_iter_values(reps.iter().map(|r| r.1))),
-                strs(reps.iter().map(|r| r.2.as_str()).collect()),
-                Arc::new(Int64Array::from_iter_values(
-                    reps.iter().map(|r| if r.2 == SUMMARY { 2 } else { 1 }),
+                Arc::new(Int64Array::from_iter_values(reps.iter().map(|r| r.file))),
+                strs(reps.iter().map(|r| r.object_id.as_str()).collect()),
+                Arc::new(Int64Array::from_iter_values(reps.iter().map(|r| r.revision))),
+                strs(reps.iter().map(|r| r.name.as_str()).collect()),
+                strs(reps.iter().map(|r| r.media_type.as_str()).collect()),
+                opt_strs(reps.iter().map(|r| r.content_ref.as_deref()).collect()),
+                opt_strs(reps.iter().map(|r| r.content_hash.as_deref()).collect()),
+                Arc::new(Int64Array::from(
+                    reps.iter().map(|r| r.tokens).collect::<Vec<_>>(),
                 )),
-                Arc::new(StringArray::from(
-                    reps.iter().map(|r| r.3.as_deref()).collect::<Vec<_>>(),
+                Arc::new(roles_list(reps.iter().map(|r| r.roles.as_deref()))),
+                Arc::new(Int64Array::from_iter_values(
+                    reps.iter()
+                        .map(|r| if r.name == SUMMARY { 2 } else { 1 }),
                 )),
                 Arc::new(Int64Array::from(
-                    reps.iter().map(|r| r.4).collect::<Vec<_>>(),
+                    reps.iter().map(|r| r.chars).collect::<Vec<_>>(),
                 )),
                 Arc::new(BooleanArray::from(
-                    reps.iter().map(|r| r.5).collect::<Vec<_>>(),
+                    reps.iter().map(|r| r.indexed).collect::<Vec<_>>(),
                 )),
             ],
         )?;
         Ok((t, r))
     }
+}
+
+/// A list of roles per row (NULL where `None`).
+fn roles_list<'a>(rows: impl Iterator<Item = Option<&'a [String]>>) -> ListArray {
+    let mut b = datafusion::arrow::array::ListBuilder::new(
+        datafusion::arrow::array::StringBuilder::new(),
+    );
+    for roles in rows {
+        match roles {
+            Some(roles) => {
+                for r in roles {
+                    b.values().append_value(r);
+                }
+                b.append(true);
+            }
+            None => b.append(false),
+        }
+    }
+    b.finish()
 }
 
 /// A `representations` file as `index_files` records it.
@@ -388,26 +452,182 @@ impl IndexWriter {
 /// The `representations` files the committed index covers, as `index_files` names them.
 pub fn covered_files(root: &Root, snapshot: &Snapshot) -> Result<HashSet<CoveredFile>> {
     let mut covered = HashSet::new();
-    scan(
-        root,
-        snapshot,
-        INDEX_FILES,
-        &["file", "size", "version"],
-        |b| {
-            let files = b.column(0).as_string::<i32>();
-            let sizes = b.column(1).as_primitive::<Int64Type>();
-            let versions = b.column(2).as_string::<i32>();
-            for i in 0..b.num_rows() {
-                covered.insert(CoveredFile {
-                    file: files.value(i).to_string(),
-                    size: sizes.value(i) as u64,
-                    version: (!versions.is_null(i)).then(|| versions.value(i).to_string()),
-                });
-            }
-            Ok(())
-        },
-    )?;
+    scan(root, snapshot, INDEX_FILES, FILES_COLUMNS, |b| {
+        covered.extend(covered_rows(b));
+        Ok(())
+    })?;
     Ok(covered)
+}
+
+/// The `representations` files one index write covers: the rows of its `index_files` file at
+/// `location`.
+pub fn covered_by(root: &Root, location: &str) -> Result<Vec<CoveredFile>> {
+    let mut covered = Vec::new();
+    scan_file(root, location, FILES_COLUMNS, |b| {
+        covered.extend(covered_rows(b));
+        Ok(())
+    })?;
+    Ok(covered)
+}
+
+const FILES_COLUMNS: &[&str] = &["file", "size", "version"];
+
+fn covered_rows(b: &RecordBatch) -> Vec<CoveredFile> {
+    let files = b.column(0).as_string::<i32>();
+    let sizes = b.column(1).as_primitive::<Int64Type>();
+    let versions = b.column(2).as_string::<i32>();
+    (0..b.num_rows())
+        .map(|i| CoveredFile {
+            file: files.value(i).to_string(),
+            size: sizes.value(i) as u64,
+            version: (!versions.is_null(i)).then(|| versions.value(i).to_string()),
+        })
+        .collect()
+}
+
+/// The location of the file of the index table `table` written together with the index file
+/// at `location`: the file of the same name in the sibling folder.
+pub fn sibling(location: &str, table: &str) -> String {
+    let (dir, name) = location.rsplit_once('/').unwrap_or(("", location));
+    match dir.rsplit_once('/') {
+        Some((parent, _)) => format!("{parent}/{table}/{name}"),
+        None => format!("{table}/{name}"),
+    }
+}
+
+/// Calls `f(term, rep)` for every representation ordinal listed under one of `terms` (`term`
+/// is its position in `terms`) in the `index_terms` file at `location`. Only the row groups
+/// whose term statistics can hold one of the terms are read, the `term` column first; then
+/// only the matching rows' postings (the page index lets the reader skip the rest).
+pub fn postings(
+    root: &Root,
+    location: &str,
+    terms: &[String],
+    f: impl FnMut(usize, i64),
+) -> Result<()> {
+    if terms.is_empty() {
+        return Ok(());
+    }
+    match root.local() {
+        Some(_) => postings_in(
+            || std::fs::File::open(location).map_err(|e| CatalogError::io(location, e)),
+            location,
+            terms,
+            f,
+        ),
+        None => {
+            let bytes = root.read_location(location)?;
+            postings_in(|| Ok(bytes.clone()), location, terms, f)
+        }
+    }
+}
+
+fn postings_in<R: datafusion::parquet::file::reader::ChunkReader + 'static>(
+    open: impl Fn() -> Result<R>,
+    location: &str,
+    terms: &[String],
+    mut f: impl FnMut(usize, i64),
+) -> Result<()> {
+    use datafusion::parquet::arrow::ProjectionMask;
+    use datafusion::parquet::arrow::arrow_reader::{
+        ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder, RowSelection,
+        RowSelector,
+    };
+    let in_file = |e: &dyn std::fmt::Display| CatalogError::Invalid(format!("{location}: {e}"));
+    let options = ArrowReaderOptions::new()
+        .with_page_index_policy(datafusion::parquet::file::metadata::PageIndexPolicy::Optional);
+    let meta = ArrowReaderMetadata::load(&open()?, options).map_err(|e| in_file(&e))?;
+    let schema = meta.parquet_schema();
+    let leaf = |name: &str| {
+        (0..schema.num_columns())
+            .find(|&i| schema.column(i).path().parts()[0] == name)
+            .ok_or_else(|| in_file(&format!("no column `{name}`")))
+    };
+    let term_leaf = leaf("term")?;
+    let term_mask = ProjectionMask::leaves(schema, [term_leaf]);
+    let reps_mask = ProjectionMask::leaves(schema, [leaf("reps")?]);
+    let wanted: HashMap<&[u8], usize> = terms
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.as_bytes(), i))
+        .collect();
+    // Row groups whose [min, max] term range holds a wanted term (all, without statistics).
+    let groups: Vec<usize> = meta
+        .metadata()
+        .row_groups()
+        .iter()
+        .enumerate()
+        .filter(|(_, g)| {
+            let st = g.column(term_leaf).statistics();
+            let (lo, hi) = match st.map(|s| (s.min_bytes_opt(), s.max_bytes_opt())) {
+                Some((Some(lo), Some(hi))) => (lo, hi),
+                _ => return true,
+            };
+            wanted.keys().any(|t| *t >= lo && *t <= hi)
+        })
+        .map(|(i, _)| i)
+        .collect();
+    if groups.is_empty() {
+        return Ok(());
+    }
+    // The matching rows of those row groups, and which term each one is.
+    let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(open()?, meta.clone())
+        .with_row_groups(groups.clone())
+        .with_projection(term_mask)
+        .build()
+        .map_err(|e| in_file(&e))?;
+    let mut selectors: Vec<RowSelector> = Vec::new();
+    let mut matched: Vec<usize> = Vec::new();
+    let mut push = |select: bool| match selectors.last_mut() {
+        Some(last) if last.skip != select => last.row_count += 1,
+        _ => selectors.push(if select {
+            RowSelector::select(1)
+        } else {
+            RowSelector::skip(1)
+        }),
+    };
+    for batch in reader {
+        let batch = batch.map_err(|e| in_file(&e))?;
+        let col = cast(batch.column(0), &DataType::Binary)?;
+        let col = col.as_binary::<i32>();
+        for i in 0..col.len() {
+            match (!col.is_null(i)).then(|| wanted.get(col.value(i))).flatten() {
+                Some(&t) => {
+                    matched.push(t);
+                    push(true);
+                }
+                None => push(false),
+            }
+        }
+    }
+    if matched.is_empty() {
+        return Ok(());
+    }
+    let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(open()?, meta)
+        .with_row_groups(groups)
+        .with_row_selection(RowSelection::from(selectors))
+        .with_projection(reps_mask)
+        .build()
+        .map_err(|e| in_file(&e))?;
+    let mut next = matched.into_iter();
+    for batch in reader {
+        let batch = batch.map_err(|e| in_file(&e))?;
+        let lists = batch.column(0).as_list::<i32>();
+        let values = cast(lists.values(), &DataType::Int64)?;
+        let values = values.as_primitive::<Int64Type>();
+        let offsets = lists.value_offsets();
+        for i in 0..lists.len() {
+            let term = next
+                .next()
+                .ok_or_else(|| in_file(&"more posting lists than terms"))?;
+            for j in offsets[i] as usize..offsets[i + 1] as usize {
+                if values.is_valid(j) {
+                    f(term, values.value(j));
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// What `signalql index` did.
@@ -478,13 +698,30 @@ fn index_uncovered(root: &Root, snapshot: &Snapshot, ingest: &mut Ingest) -> Res
                     .get(&(id.to_string(), rev))
                     .copied()
                     .unwrap_or(true);
+                let roles = cols.roles.as_ref().and_then(|l| {
+                    (!l.is_null(i)).then(|| {
+                        let v = l.value(i);
+                        let v = v.as_string::<i32>();
+                        v.iter().flatten().map(str::to_string).collect::<Vec<_>>()
+                    })
+                });
                 w.add(RepText {
+                    file: files.len(),
                     object_id: id,
                     revision: rev,
                     name: cols.names.value(i),
                     media_type: cols.medias.value(i),
                     content: (!cols.contents.is_null(i)).then(|| cols.contents.value(i)),
+                    content_ref: cols
+                        .refs
+                        .as_ref()
+                        .and_then(|a| (!a.is_null(i)).then(|| a.value(i))),
                     content_hash: (!cols.hashes.is_null(i)).then(|| cols.hashes.value(i)),
+                    tokens: cols
+                        .tokens
+                        .as_ref()
+                        .and_then(|a| (!a.is_null(i)).then(|| a.value(i))),
+                    roles: roles.as_ref().map(|r| r.iter().map(String::as_str).collect()),
                     secret: rev_secret || cols.secret_role(i),
                 })?;
             }
@@ -508,6 +745,8 @@ const REP_COLUMNS: &[&str] = &[
     "media_type",
     "content",
     "content_hash",
+    "?content_ref",
+    "?tokens",
     OPTIONAL_ROLES,
 ];
 
@@ -524,6 +763,8 @@ struct RepColumns {
     medias: StringArray,
     contents: datafusion::arrow::array::LargeStringArray,
     hashes: StringArray,
+    refs: Option<StringArray>,
+    tokens: Option<Int64Array>,
     roles: Option<ListArray>,
 }
 
@@ -550,6 +791,14 @@ impl RepColumns {
                 .as_string::<i64>()
                 .clone(),
             hashes: s("content_hash")?,
+            refs: match b.column_by_name("content_ref") {
+                Some(c) => Some(cast(c, &DataType::Utf8)?.as_string::<i32>().clone()),
+                None => None,
+            },
+            tokens: match b.column_by_name("tokens") {
+                Some(c) => Some(cast(c, &DataType::Int64)?.as_primitive::<Int64Type>().clone()),
+                None => None,
+            },
             roles: match b.column_by_name("roles") {
                 Some(c) => Some(cast(c, &list)?.as_list::<i32>().clone()),
                 None => None,
@@ -620,12 +869,16 @@ mod tests {
     fn secret_and_binary_content_is_not_tokenised() {
         let mut rows = IndexRows::default();
         let rep = |name, media, content, secret| RepText {
+            file: 0,
             object_id: "o1",
             revision: 1,
             name,
             media_type: media,
             content: Some(content),
+            content_ref: None,
             content_hash: Some("h"),
+            tokens: None,
+            roles: Some(vec!["data"]),
             secret,
         };
         rows.add(rep(
@@ -650,9 +903,14 @@ mod tests {
             })
             .collect();
         assert_eq!(got, vec![("pricing", vec![0, 1]), ("strategy", vec![0])]);
-        let col = |i: usize| reps.column(i).as_primitive::<Int64Type>().clone();
-        let (ordinal, weight, chars) = (col(0), col(4), col(6));
-        let indexed = reps.column(7).as_boolean();
+        let col = |n: &str| {
+            reps.column_by_name(n)
+                .unwrap()
+                .as_primitive::<Int64Type>()
+                .clone()
+        };
+        let (ordinal, weight, chars) = (col("rep"), col("weight"), col("chars"));
+        let indexed = reps.column_by_name("indexed").unwrap().as_boolean();
         let got: Vec<(i64, i64, Option<i64>, bool)> = (0..4)
             .map(|i| {
                 let c = chars.is_valid(i).then(|| chars.value(i));

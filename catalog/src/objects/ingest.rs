@@ -559,13 +559,18 @@ fn write_index(root: &Root, ingest: &mut Ingest, rows: &Rows, stem: &str) -> Res
     };
     let mut writer = IndexWriter::new(root, stem)?;
     for r in &rows.reps {
+        // As written above: no reference, no stored count, no roles of its own.
         writer.add(RepText {
+            file: 0,
             object_id: &r.0,
             revision: r.1,
             name: r.2,
             media_type: &r.3,
             content: Some(&r.4),
+            content_ref: None,
             content_hash: Some(&r.5),
+            tokens: None,
+            roles: Some(Vec::new()),
             secret: secret.get(&(r.0.as_str(), r.1)).copied().unwrap_or(true),
         })?;
     }

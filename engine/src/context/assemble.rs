@@ -45,6 +45,7 @@ pub fn assemble(
         considered,
         seeds,
         expanded,
+        scanned,
     } = d;
     let estimators: Vec<String> = items
         .iter()
@@ -92,6 +93,11 @@ pub fn assemble(
         estimators: estimators.clone(),
         budget: budget_out.clone(),
         phases,
+        scoring: Some(super::bundle::Scoring {
+            index: considered - scanned.len() as u64,
+            scan: scanned.len() as u64,
+            scanned,
+        }),
         items: explained,
         rejected: rejected
             .into_iter()

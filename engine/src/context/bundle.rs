@@ -131,11 +131,24 @@ pub struct Explanation {
     pub estimators: Vec<String>,
     pub budget: Budget,
     pub phases: BTreeMap<String, u64>,
+    /// Which path each candidate's relevance took (a signalql extension; docs/index.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scoring: Option<Scoring>,
     pub items: Vec<Value>,
     pub rejected: Vec<Rejection>,
     /// Fields this version does not know, kept on a round trip (engine/src/forms.rs).
     #[serde(flatten, default, skip_serializing_if = "serde_json::Map::is_empty")]
     pub unknown: crate::forms::Unknown,
+}
+
+/// How the candidates were scored: `index` of them from the text index and their titles
+/// alone, `scan` by reading and tokenising the content of at least one representation (those
+/// listed in `scanned`, as object URIs sorted as `rejected` is).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Scoring {
+    pub index: u64,
+    pub scan: u64,
+    pub scanned: Vec<String>,
 }
 
 /// One object left out of a bundle, and why (`{"object": …, "reason": …}` in JSON).

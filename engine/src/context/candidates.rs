@@ -35,6 +35,10 @@ struct RowCols {
     packable: BooleanArray,
     roles: ListStrings,
     weights: ListArray,
+    /// The index path's term weights (NULL on the scan path and where no term is held).
+    idx_weights: ListArray,
+    /// Whether the row took the scan path (its content was read and tokenised).
+    scanned: BooleanArray,
 }
 
 impl RowCols {
@@ -80,6 +84,8 @@ impl RowCols {
             packable: bools("packable")?,
             roles: ListStrings::new(&list("eff_roles")?)?,
             weights: list("lex_weights")?,
+            idx_weights: list("idx_weights")?,
+            scanned: bools("scanned")?,
         })
     }
 }
@@ -123,6 +129,12 @@ pub fn candidates_from(
             .as_primitive_opt::<datafusion::arrow::datatypes::Int64Type>()
             .ok_or_else(|| Error::internal("lex_weights values"))?;
         let w_offsets = c.weights.value_offsets();
+        let i_values = c
+            .idx_weights
+            .values()
+            .as_primitive_opt::<datafusion::arrow::datatypes::Int64Type>()
+            .ok_or_else(|| Error::internal("idx_weights values"))?;
+        let i_offsets = c.idx_weights.value_offsets();
         for i in 0..c.ids.len() {
             let id = c.ids.value(i);
             let k = match index.get(id) {
@@ -144,20 +156,28 @@ pub fn candidates_from(
                         reps: Vec::new(),
                         lexical: 0,
                         weights: Vec::new(),
+                        scanned: false,
                     });
                     weights.push(None);
                     index.insert(id, out.len() - 1);
                     out.len() - 1
                 }
             };
-            if !c.weights.is_null(i) {
-                let part = &w_values.values()[w_offsets[i] as usize..w_offsets[i + 1] as usize];
+            for (list, values, offsets) in [
+                (&c.weights, w_values, w_offsets),
+                (&c.idx_weights, i_values, i_offsets),
+            ] {
+                if list.is_null(i) {
+                    continue;
+                }
+                let part = &values.values()[offsets[i] as usize..offsets[i + 1] as usize];
                 match &mut weights[k] {
                     Some(acc) => max_weights(acc, part),
                     slot => *slot = Some(part.to_vec()),
                 }
             }
             let cand = &mut out[k];
+            cand.scanned |= !c.names.is_null(i) && c.scanned.is_valid(i) && c.scanned.value(i);
             if c.names.is_null(i) || cand.reps.iter().any(|r| *r.name == *c.names.value(i)) {
                 continue; // no representation at all, or one seen already
             }

@@ -152,7 +152,7 @@ fn encode(d: &Decisions) -> DfResult<RecordBatch> {
     object.push(None);
     reason.push(None);
     item.push(Some(
-        json!({"used": d.used, "considered": d.considered, "seeds": d.seeds, "expanded": d.expanded}).to_string(),
+        json!({"used": d.used, "considered": d.considered, "seeds": d.seeds, "expanded": d.expanded, "scanned": d.scanned}).to_string(),
     ));
     explain.push(None);
     Ok(RecordBatch::try_new(
@@ -199,6 +199,8 @@ pub fn decode(batches: &[RecordBatch]) -> crate::error::Result<Decisions> {
                     d.considered = n("considered");
                     d.seeds = n("seeds");
                     d.expanded = n("expanded");
+                    d.scanned = serde_json::from_value(v["scanned"].clone())
+                        .map_err(|e| bad(&e.to_string()))?;
                 }
                 other => return Err(bad(&format!("unknown row kind {other}"))),
             }

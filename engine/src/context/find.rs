@@ -14,9 +14,14 @@ use datafusion::functions::core::expr_fn::coalesce;
 use datafusion::functions_nested::expr_fn::array_has;
 use datafusion::logical_expr::{Expr, col, lit};
 use datafusion::prelude::SessionContext;
-use signalql_udfs::scalar::lexical::lexical_score;
+use datafusion::dataframe::DataFrame;
+use datafusion::functions::core::expr_fn::greatest;
+use datafusion::functions_aggregate::expr_fn::max;
+use datafusion::functions_nested::expr_fn::array_element;
+use datafusion::logical_expr::when;
+use signalql_udfs::scalar::lexical::{self, lexical_weights};
 
-use super::load::{candidates_df, table};
+use super::load::candidates_df;
 use crate::catalog::Catalog;
 use crate::error::{Error, Result};
 use crate::lower::fields::Resolved;
@@ -38,6 +43,64 @@ pub const COLUMNS: [&str; 10] = [
     "origin",
     "validation",
 ];
+
+/// Per object of `objects` with a readable representation (`s_object_id`), its lexical-v1
+/// `score` for `about`: per term, the heaviest field holding it (the title, unless `using`
+/// names the one representation that counts), from each representation's content on the
+/// scan path or its postings on the index path (docs/index.md), folded by maximum.
+async fn about_scores(
+    ctx: &SessionContext,
+    catalog: &dyn Catalog,
+    objects: DataFrame,
+    about: &str,
+    using: Option<&str>,
+) -> Result<DataFrame> {
+    let terms = lexical::terms(about);
+    let reps = super::indexed::representations(ctx, catalog, &terms)
+        .await?
+        .build()?;
+    let rows = objects.join(
+        DataFrame::new(ctx.state(), reps),
+        JoinType::Inner,
+        &["object_id", "revision"],
+        &["p_object_id", "p_revision"],
+        None,
+    )?;
+    let secret = array_has(super::load::effective_roles(), lit("secret"));
+    let packable = super::load::packable_media();
+    let mut readable = packable.and(coalesce(vec![secret, lit(false)]).not_eq(lit(true)));
+    if let Some(r) = using {
+        readable = readable.and(col("name").eq(lit(r)));
+    }
+    let title = if using.is_some() { lit("") } else { col("title") };
+    let summary = when(col("name").eq(lit("summary")), col("content")).end()?;
+    let other = when(col("name").not_eq(lit("summary")), col("content")).end()?;
+    let lex = lexical_weights(lit(about), title, summary, other);
+    let term = |list: Expr, k: usize| coalesce(vec![array_element(list, lit(k as i64)), lit(0i64)]);
+    let per_term: Vec<Expr> = (1..=terms.len())
+        .map(|k| {
+            max(greatest(vec![term(lex.clone(), k), term(col("idx_weights"), k)]))
+                .alias(format!("__w{k}"))
+        })
+        .collect();
+    let folded = rows
+        .filter(readable)?
+        .aggregate(vec![col("object_id")], per_term)?;
+    let score = if terms.is_empty() {
+        lit(0i64)
+    } else {
+        (1..=terms.len())
+            .map(|k| col(format!("__w{k}")))
+            .reduce(|a, b| a + b)
+            .unwrap_or(lit(0i64))
+            * lit(1_000_000i64)
+            / lit(3 * terms.len() as i64)
+    };
+    Ok(folded.select(vec![
+        col("object_id").alias("s_object_id"),
+        score.alias("score"),
+    ])?)
+}
 
 /// The lowered query (plan, columns, limit and row cap).
 pub async fn plan(
@@ -94,45 +157,11 @@ pub async fn plan(
     let mut out: Vec<Expr> = COLUMNS.iter().map(|c| col(*c)).collect();
     let mut ordered = false;
     if let Some(about) = &q.about {
-        let reps = table(ctx, catalog, "representations").await?.select(vec![
-            col("object_id").alias("p_object_id"),
-            col("revision").alias("p_revision"),
-            col("name"),
-            col("media_type"),
-            col("content"),
-            col("roles").alias("rep_roles"),
-        ])?;
-        let joined = df.clone().join(
-            reps,
-            JoinType::Inner,
-            &["object_id", "revision"],
-            &["p_object_id", "p_revision"],
-            None,
-        )?;
-        let secret = array_has(super::load::effective_roles(), lit("secret"));
-        let packable = super::load::packable_media();
-        let mut readable = packable.and(coalesce(vec![secret, lit(false)]).not_eq(lit(true)));
-        if let Some(r) = &q.representation {
-            readable = readable.and(col("name").eq(lit(r.as_str())));
-        }
-        let text = lit(about.as_str());
-        let scored = super::load::per_object_text(joined.filter(readable)?)?.select(vec![
-            col("object_id").alias("s_object_id"),
-            if q.representation.is_some() {
-                lexical_score(
-                    text.clone(),
-                    lit(""),
-                    col("summary_text"),
-                    col("other_text"),
-                )
-            } else {
-                lexical_score(text, col("title"), col("summary_text"), col("other_text"))
-            }
-            .alias("score"),
-        ])?;
+        let scores =
+            about_scores(ctx, catalog, df.clone(), about, q.representation.as_deref()).await?;
         df = df
             .join(
-                scored,
+                scores,
                 JoinType::Inner,
                 &["object_id"],
                 &["s_object_id"],

@@ -13,7 +13,6 @@ use datafusion::functions::core::expr_fn::coalesce;
 use datafusion::functions::string::expr_fn::{concat, starts_with};
 use datafusion::functions::unicode::expr_fn::character_length;
 use datafusion::functions_aggregate::expr_fn::max;
-use datafusion::functions_aggregate::string_agg::string_agg_udaf;
 use datafusion::functions_nested::expr_fn::{array_has, array_union, make_array};
 use datafusion::logical_expr::{
     Expr, LogicalPlan, LogicalPlanBuilder, cast as cast_expr, col, lit, when,
@@ -201,24 +200,12 @@ pub async fn plan(
 ) -> Result<LogicalPlan> {
     let t_us = micros(t);
     let cands = candidates(ctx, catalog, t_us).await?;
-    let reps = scanned(ctx, catalog, "representations").await?;
     // A representation written twice (a re-run after a crash) is identical; duplicates are
     // dropped when the candidates are assembled and cannot change a score.
-    let reps = project(
-        reps,
-        vec![
-            col("object_id").alias("p_object_id"),
-            col("revision").alias("p_revision"),
-            col("name"),
-            col("media_type"),
-            col("content"),
-            col("content_ref"),
-            col("content_hash"),
-            col("tokens"),
-            col("roles").alias("rep_roles"),
-        ],
-    )?
-    .build()?;
+    let terms = signalql_udfs::scalar::lexical::terms(&q.task);
+    let reps = super::indexed::representations(ctx, catalog, &terms)
+        .await?
+        .build()?;
     let joined = cands.join(
         reps,
         JoinType::Left,
@@ -274,15 +261,19 @@ pub async fn plan(
         .schema()
         .columns()
         .into_iter()
-        .filter(|c| c.name != "content")
+        .filter(|c| c.name != "content" && c.name != "idx_chars")
         .map(Expr::Column)
         .collect();
     second.extend([
         secret.alias("secret"),
         role_excluded.alias("role_excluded"),
         packable.alias("packable"),
-        // Content only where readable, so nothing after this can read secret or excluded text.
-        when(readable, col("content")).end()?.alias("content"),
+        // Content only where readable, so nothing after this can read secret or excluded text
+        // (nor count it, on the index path).
+        when(readable.clone(), col("content"))
+            .end()?
+            .alias("content"),
+        when(readable, col("idx_chars")).end()?.alias("idx_chars"),
     ]);
     let tested = project(with_roles, second)?;
 
@@ -330,6 +321,7 @@ pub async fn plan(
         "secret",
         "role_excluded",
         "packable",
+        "scanned",
     ]
     .into_iter()
     .map(col)
@@ -341,7 +333,11 @@ pub async fn plan(
         cast_expr(
             coalesce(vec![
                 col("tokens"),
-                (character_length(col("content")) + lit(3i64)) / lit(4i64),
+                (coalesce(vec![
+                    cast_expr(character_length(col("content")), DataType::Int64),
+                    col("idx_chars"),
+                ]) + lit(3i64))
+                    / lit(4i64),
             ]),
             DataType::Int64,
         )
@@ -349,9 +345,10 @@ pub async fn plan(
         when(col("tokens").is_not_null(), lit(STORED))
             .otherwise(lit(CHARS_DIV_4))?
             .alias("estimator"),
-        when(scope, lexical_weights(task, col("title"), summary, other))
+        when(scope.clone(), lexical_weights(task, col("title"), summary, other))
             .end()?
             .alias("lex_weights"),
+        when(scope, col("idx_weights")).end()?.alias("idx_weights"),
     ]);
     let rows = project(tested, out)?.build()?;
     let edges = edges(ctx, catalog).await?;
@@ -359,24 +356,6 @@ pub async fn plan(
         crate::operator::TwoInputNode::new(rows, edges, super::exec::BundlePack(params.clone()))?
             .into_plan(),
     )
-}
-
-/// Per object (`object_id`, `title`): the `summary` representation's content as
-/// `summary_text` and every other one's joined by a line break as `other_text` (lexical-v1's
-/// fields), from rows of readable representations with `name` and `content`.
-pub(crate) fn per_object_text(rows: DataFrame) -> Result<DataFrame> {
-    Ok(rows.aggregate(
-        vec![col("object_id"), col("title")],
-        vec![
-            max(when(col("name").eq(lit("summary")), col("content")).end()?).alias("summary_text"),
-            string_agg_udaf()
-                .call(vec![
-                    when(col("name").not_eq(lit("summary")), col("content")).end()?,
-                    lit("\n"),
-                ])
-                .alias("other_text"),
-        ],
-    )?)
 }
 
 /// The graph edges (`a`, `b`, `relation`) of every revision: links (an `object` entity is an

@@ -97,6 +97,9 @@ pub struct Decisions {
     pub considered: u64,
     pub seeds: u64,
     pub expanded: u64,
+    /// The candidates that took the scan path ([`Candidate::scanned`]), as object URIs sorted
+    /// as the rejected are.
+    pub scanned: Vec<String>,
 }
 
 /// Eligibility, expansion, boosts, rank, MAX OBJECTS and both packing passes.
@@ -361,6 +364,10 @@ pub fn decide(p: &PackParams, candidates: &[Candidate], edges: &[select::Edge]) 
         if let Value::Object(m) = &mut e {
             m.insert("terms".into(), json!(r.c.terms(&p.terms)));
             m.insert(
+                "scored_by".into(),
+                json!(if r.c.scanned { "scan" } else { "index" }),
+            );
+            m.insert(
                 "score_breakdown".into(),
                 json!({"lexical": r.c.lexical, "propagated": r.propagated, "boosts": r.boosts}),
             );
@@ -370,7 +377,14 @@ pub fn decide(p: &PackParams, candidates: &[Candidate], edges: &[select::Edge]) 
     }
 
     rejected.sort_by(|a, b| select::utf16_cmp(&a.0, &b.0));
+    let mut scanned: Vec<String> = candidates
+        .iter()
+        .filter(|c| c.scanned)
+        .map(|c| object_uri(&c.id, c.revision))
+        .collect();
+    scanned.sort_by(|a, b| select::utf16_cmp(a, b));
     Decisions {
+        scanned,
         items,
         explained,
         rejected,

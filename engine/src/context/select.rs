@@ -58,6 +58,9 @@ pub struct Candidate {
     /// Per task term, its lexical-v1 weight (empty unless eligible): the matched terms are
     /// those weighing more than 0 ([`Candidate::terms`]).
     pub weights: Vec<i64>,
+    /// Whether a representation of it took the scan path: its content was read and
+    /// tokenised (otherwise its relevance came from the text index and its title).
+    pub scanned: bool,
 }
 
 impl Candidate {

@@ -125,6 +125,7 @@ mod tests {
             estimators: vec![],
             budget: Budget { limit: 1, used: 0 },
             phases: Default::default(),
+            scoring: None,
             items: vec![],
             rejected: vec![],
             unknown: Default::default(),

@@ -53,8 +53,9 @@ pub async fn explanation(
             nodes.insert(n.to_string());
         }
     }
-    for r in &x.rejected {
-        if let Some((id, rev)) = parse_object_uri(&r.object) {
+    let scanned = x.scoring.iter().flat_map(|s| &s.scanned);
+    for o in x.rejected.iter().map(|r| &r.object).chain(scanned) {
+        if let Some((id, rev)) = parse_object_uri(o) {
             named.push((id.to_string(), rev));
         }
     }
@@ -93,6 +94,14 @@ pub async fn explanation(
             .is_some_and(|(id, rev)| visible.contains(&(id.to_string(), rev)))
     });
     let packed = x.items.len() as u64;
+    if let Some(s) = &mut x.scoring {
+        // Which path the candidates the caller may know of took.
+        s.scanned.retain(|o| {
+            parse_object_uri(o).is_some_and(|(id, rev)| visible.contains(&(id.to_string(), rev)))
+        });
+        s.scan = s.scanned.len() as u64;
+        s.index = (packed + x.rejected.len() as u64).saturating_sub(s.scan);
+    }
     x.phases = [("packed", packed), ("rejected", x.rejected.len() as u64)]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
