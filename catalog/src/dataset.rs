@@ -214,9 +214,7 @@ impl TableInfo {
         if self.view.is_some() {
             return None;
         }
-        let folder = self
-            .provider
-            .downcast_ref::<crate::folder::FolderTable>()?;
+        let folder = self.provider.downcast_ref::<crate::folder::FolderTable>()?;
         let provider: Arc<dyn TableProvider> = Arc::new(folder.with_file_column(name));
         Some(TableInfo {
             schema: provider.schema(),
@@ -230,9 +228,7 @@ impl TableInfo {
     /// schema, view and restriction; `None` when it is not a folder of Parquet files (a Delta
     /// or an application's table) or when no file is kept.
     pub fn only_files(&self, keep: impl Fn(&str) -> bool) -> Option<TableInfo> {
-        let folder = self
-            .provider
-            .downcast_ref::<crate::folder::FolderTable>()?;
+        let folder = self.provider.downcast_ref::<crate::folder::FolderTable>()?;
         let kept: Vec<bool> = self.files.iter().map(|(l, _)| keep(l)).collect();
         if !kept.contains(&true) {
             return None;

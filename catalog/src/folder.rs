@@ -257,10 +257,7 @@ impl FolderTable {
             partition_fields: self.partition_fields.clone(),
             schema: Arc::clone(&self.schema),
             store: self.store.clone(),
-            files: (0..n)
-                .filter(pick)
-                .map(|i| self.files[i].clone())
-                .collect(),
+            files: (0..n).filter(pick).map(|i| self.files[i].clone()).collect(),
             file_schemas: (0..n)
                 .filter(pick)
                 .map(|i| Arc::clone(&self.file_schemas[i]))

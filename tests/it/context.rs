@@ -943,3 +943,152 @@ async fn context_for_keeps_the_sessions_registered_tables() {
         assert_eq!(n, 1);
     }
 }
+
+/// The words of the random corpora of [`the_index_changes_no_answer`]: mixed case, a non-ASCII
+/// one and a stopword, so the tokeniser's folding is part of what the index must repeat.
+const WORDS: [&str; 7] = [
+    "Parquet", "storage", "ENGINE", "funnel", "Straße", "cohort", "the",
+];
+
+/// Rewrites the file at `path` in place with the same bytes: a new version (modification
+/// time), so an index that covered it no longer does.
+fn rewrite(path: &Path) {
+    let bytes = std::fs::read(path).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(10));
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, bytes).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+/// The answer of `q` in a form the paths must agree on: a bundle without its evaluation
+/// time and store fields (its address included), or a FIND OBJECT envelope's rows.
+async fn comparable(root: &Path, q: &str) -> serde_json::Value {
+    match engine(root).answer(q).await {
+        Ok(Answer::Bundle(b)) => serde_json::json!({
+            "id": b.id,
+            "items": b.items,
+            "evidence": b.evidence,
+            "considered": b.metadata.considered,
+            "excluded": b.metadata.excluded,
+            "truncated": b.metadata.truncated,
+            "used": b.metadata.budget.used,
+            "estimators": b.metadata.estimators,
+        }),
+        Ok(Answer::Envelope(e)) => serde_json::json!(e.rows),
+        Ok(other) => panic!("{q}: {other:?}"),
+        Err(e) => serde_json::json!({"error": e.to_json()}),
+    }
+}
+
+// The text index changes no answer (docs/index.md, "Queries"): over random corpora (second
+// revisions, secret revisions and representations, instruction roles, untrusted objects,
+// stored token counts, content kept by reference, binary media, links), every CONTEXT FOR and
+// FIND OBJECT ABOUT gives the same bundle (its address, items, evidence and counts) and the
+// same rows with the index covering every representations file, covering some (the others
+// rewritten since it was written), and with no index at all.
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(12))]
+    #[test]
+    fn the_index_changes_no_answer(
+        spec in prop::collection::vec(
+            (0usize..7, 0usize..7, 0usize..7, 0usize..3, 0usize..4, 0usize..4, 0usize..4, any::<bool>()),
+            1..9,
+        ),
+        queries in prop::collection::vec(
+            (0usize..7, 0usize..7, 1u64..400, 1u32..6, 0u32..3, any::<u8>()),
+            4,
+        ),
+    ) {
+        let mut objs = Vec::new();
+        let mut links: Vec<Link> = Vec::new();
+        let ids: Vec<&'static str> = ["o0", "o1", "o2", "o3", "o4", "o5", "o6", "o7", "o8"].to_vec();
+        for (i, &(t, a, b, trust, roles, media, second, link)) in spec.iter().enumerate() {
+            let text = format!("{} and {}-x{} {}", WORDS[a], WORDS[(a + b) % 7], i, "y ".repeat(i * 7));
+            let mut o = obj(ids[i], &format!("{} notes", WORDS[t]), vec![
+                rep("text", &text),
+                rep("summary", &format!("About {}.", WORDS[b])),
+            ]);
+            o.trust = ["unknown", "untrusted", "verified"][trust];
+            match roles {
+                1 => o.roles = vec!["data", "secret"],
+                2 => o.reps[0].roles = vec!["instruction"],
+                3 => o.reps[1].roles = vec!["secret"],
+                _ => {}
+            }
+            match media {
+                1 => o.reps[0].media = "image/png",
+                2 => o.reps[1].tokens = Some(5),
+                3 => o.reps[0].by_ref = Some("s3://bucket/blob"),
+                _ => {}
+            }
+            if link && i > 0 {
+                links.push((ids[i], "object", ids[i - 1], "links_to"));
+            }
+            objs.push(o.clone());
+            if second > 1 {
+                // A later revision: other words, a title that changed.
+                let mut r2 = o;
+                r2.revision = 2;
+                r2.created = "2026-05-25T00:00:00Z";
+                r2.title = format!("{} revised", WORDS[(t + second) % 7]);
+                r2.reps[0].content = format!("{} {}", WORDS[(a + 3) % 7], WORDS[(b + 5) % 7]);
+                objs.push(r2);
+            }
+        }
+        let scan = tempfile::tempdir().unwrap();
+        write_store(scan.path(), &objs, &links, &[], true);
+        let full = tempfile::tempdir().unwrap();
+        crate::common::copy_dir(scan.path(), full.path());
+        let root = signalql::catalog::storage::Root::Local(full.path().to_path_buf());
+        let summary = signalql::catalog::objects::index::index_root(&root).unwrap();
+        prop_assert!(summary.files >= 1);
+        let part = tempfile::tempdir().unwrap();
+        crate::common::copy_dir(full.path(), part.path());
+        let mut reps: Vec<_> = std::fs::read_dir(part.path().join("representations"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        reps.sort();
+        for p in reps.iter().step_by(2) {
+            rewrite(p);
+        }
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        for &(w1, w2, budget, max_objects, depth, flags) in &queries {
+            let task = format!("{} {} the", WORDS[w1], WORDS[w2].to_lowercase());
+            let mut q = format!(r#"CONTEXT FOR "{task}" BUDGET {budget} TOKENS"#);
+            if flags & 1 != 0 {
+                q.push_str(r#" PREFER REPRESENTATION "summary""#);
+            }
+            let mut ex = Vec::new();
+            if flags & 2 != 0 { ex.push("UNTRUSTED"); }
+            if flags & 4 != 0 { ex.push("ROLE INSTRUCTION"); }
+            if !ex.is_empty() {
+                q.push_str(&format!(" EXCLUDE {}", ex.join(", ")));
+            }
+            q.push_str(&format!(" MAX OBJECTS {max_objects} MAX DEPTH {depth}"));
+            if flags & 8 != 0 { q.push_str(" WITH EVIDENCE"); }
+            if flags & 64 != 0 { q.push_str(" COMPRESS"); }
+            let as_of = if flags & 16 != 0 { r#" AS OF "2026-05-22T00:00:00Z""# } else { "" };
+            q.push_str(as_of);
+            let using = if flags & 32 != 0 { r#" USING REPRESENTATION "summary""# } else { "" };
+            let find = format!(r#"FIND OBJECT ABOUT "{task}"{using}{as_of}"#);
+            for q in [q, find] {
+                let a = rt.block_on(comparable(scan.path(), &q));
+                let b = rt.block_on(comparable(full.path(), &q));
+                let c = rt.block_on(comparable(part.path(), &q));
+                prop_assert_eq!(&a, &b, "{} (index covering every file)", q);
+                prop_assert_eq!(&a, &c, "{} (index covering some files)", q);
+            }
+        }
+        // The index path was taken: EXPLAIN CONTEXT says so per candidate.
+        let b = rt.block_on(bundle(full.path(), r#"CONTEXT FOR "storage""#));
+        let x = rt.block_on(engine(full.path()).answer(&format!("EXPLAIN CONTEXT {}", b.id))).unwrap();
+        let x = serde_json::to_value(match x { Answer::Explanation(x) => x, other => panic!("{other:?}") }).unwrap();
+        prop_assert_eq!(&x["scoring"]["scan"], &serde_json::json!(0));
+        prop_assert_eq!(&x["scoring"]["scanned"], &serde_json::json!([]));
+        let b = rt.block_on(bundle(scan.path(), r#"CONTEXT FOR "storage""#));
+        let x = rt.block_on(engine(scan.path()).answer(&format!("EXPLAIN CONTEXT {}", b.id))).unwrap();
+        let x = serde_json::to_value(match x { Answer::Explanation(x) => x, other => panic!("{other:?}") }).unwrap();
+        prop_assert_eq!(&x["scoring"]["index"], &serde_json::json!(0));
+    }
+}

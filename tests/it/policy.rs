@@ -405,3 +405,39 @@ fn the_cli_runs_as_the_principal_it_is_given() {
     assert!(o.status.success());
     assert!(!String::from_utf8_lossy(&o.stdout).contains("o_borealis"));
 }
+
+/// With the text index (docs/index.md), a restricted caller's answers are still the ones over
+/// the copy with the policy applied by hand (which has no index): the index is read under the
+/// caller's restriction, its postings only score rows the caller may see, and EXPLAIN CONTEXT
+/// says the index path was taken.
+#[tokio::test]
+async fn the_text_index_keeps_the_callers_view() {
+    let f = fixture();
+    let root = signalql::catalog::storage::Root::Local(f.root.clone());
+    let summary = signalql::catalog::objects::index::index_root(&root).unwrap();
+    assert!(summary.files >= 1, "{summary:?}");
+    for q in [
+        r#"FIND OBJECT ABOUT "quantum zeppelin""#,
+        r#"FIND OBJECT ABOUT "funnel conversion""#,
+        r#"FIND OBJECT ABOUT "escalation disputes""#,
+        r#"FIND OBJECT ABOUT "retention cohorts""#,
+        r#"CONTEXT FOR "funnel conversion" MAX DEPTH 3 WITH EVIDENCE"#,
+        r#"CONTEXT FOR "quantum zeppelin borealis""#,
+        r#"CONTEXT FOR "refund policy funnels" BUDGET 40 TOKENS"#,
+    ] {
+        same_as_copy(&f, q).await;
+    }
+    let acme = engine(&f.root, Some("acme_agent"));
+    let b = answer(&acme, r#"CONTEXT FOR "funnel conversion""#)
+        .await
+        .unwrap();
+    let x = answer(
+        &acme,
+        &format!("EXPLAIN CONTEXT {}", b["id"].as_str().unwrap()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(x["scoring"]["scan"], 0, "{x}");
+    assert!(x["scoring"]["index"].as_u64().unwrap() > 0, "{x}");
+    assert_no_leak("EXPLAIN CONTEXT", &x);
+}

@@ -267,7 +267,9 @@ impl IndexRows {
                 )),
                 Arc::new(Int64Array::from_iter_values(reps.iter().map(|r| r.file))),
                 strs(reps.iter().map(|r| r.object_id.as_str()).collect()),
-                Arc::new(Int64Array::from_iter_values(reps.iter().map(|r| r.revision))),
+                Arc::new(Int64Array::from_iter_values(
+                    reps.iter().map(|r| r.revision),
+                )),
                 strs(reps.iter().map(|r| r.name.as_str()).collect()),
                 strs(reps.iter().map(|r| r.media_type.as_str()).collect()),
                 opt_strs(reps.iter().map(|r| r.content_ref.as_deref()).collect()),
@@ -277,8 +279,7 @@ impl IndexRows {
                 )),
                 Arc::new(roles_list(reps.iter().map(|r| r.roles.as_deref()))),
                 Arc::new(Int64Array::from_iter_values(
-                    reps.iter()
-                        .map(|r| if r.name == SUMMARY { 2 } else { 1 }),
+                    reps.iter().map(|r| if r.name == SUMMARY { 2 } else { 1 }),
                 )),
                 Arc::new(Int64Array::from(
                     reps.iter().map(|r| r.chars).collect::<Vec<_>>(),
@@ -294,9 +295,8 @@ impl IndexRows {
 
 /// A list of roles per row (NULL where `None`).
 fn roles_list<'a>(rows: impl Iterator<Item = Option<&'a [String]>>) -> ListArray {
-    let mut b = datafusion::arrow::array::ListBuilder::new(
-        datafusion::arrow::array::StringBuilder::new(),
-    );
+    let mut b =
+        datafusion::arrow::array::ListBuilder::new(datafusion::arrow::array::StringBuilder::new());
     for roles in rows {
         match roles {
             Some(roles) => {
@@ -591,7 +591,10 @@ fn postings_in<R: datafusion::parquet::file::reader::ChunkReader + 'static>(
         let col = cast(batch.column(0), &DataType::Binary)?;
         let col = col.as_binary::<i32>();
         for i in 0..col.len() {
-            match (!col.is_null(i)).then(|| wanted.get(col.value(i))).flatten() {
+            match (!col.is_null(i))
+                .then(|| wanted.get(col.value(i)))
+                .flatten()
+            {
                 Some(&t) => {
                     matched.push(t);
                     push(true);
@@ -721,7 +724,9 @@ fn index_uncovered(root: &Root, snapshot: &Snapshot, ingest: &mut Ingest) -> Res
                         .tokens
                         .as_ref()
                         .and_then(|a| (!a.is_null(i)).then(|| a.value(i))),
-                    roles: roles.as_ref().map(|r| r.iter().map(String::as_str).collect()),
+                    roles: roles
+                        .as_ref()
+                        .map(|r| r.iter().map(String::as_str).collect()),
                     secret: rev_secret || cols.secret_role(i),
                 })?;
             }
@@ -796,7 +801,11 @@ impl RepColumns {
                 None => None,
             },
             tokens: match b.column_by_name("tokens") {
-                Some(c) => Some(cast(c, &DataType::Int64)?.as_primitive::<Int64Type>().clone()),
+                Some(c) => Some(
+                    cast(c, &DataType::Int64)?
+                        .as_primitive::<Int64Type>()
+                        .clone(),
+                ),
                 None => None,
             },
             roles: match b.column_by_name("roles") {

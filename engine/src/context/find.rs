@@ -10,15 +10,15 @@
 
 use chrono::{DateTime, Utc};
 use datafusion::common::JoinType;
-use datafusion::functions::core::expr_fn::coalesce;
-use datafusion::functions_nested::expr_fn::array_has;
-use datafusion::logical_expr::{Expr, col, lit};
-use datafusion::prelude::SessionContext;
 use datafusion::dataframe::DataFrame;
+use datafusion::functions::core::expr_fn::coalesce;
 use datafusion::functions::core::expr_fn::greatest;
 use datafusion::functions_aggregate::expr_fn::max;
 use datafusion::functions_nested::expr_fn::array_element;
+use datafusion::functions_nested::expr_fn::array_has;
 use datafusion::logical_expr::when;
+use datafusion::logical_expr::{Expr, col, lit};
+use datafusion::prelude::SessionContext;
 use signalql_udfs::scalar::lexical::{self, lexical_weights};
 
 use super::load::candidates_df;
@@ -56,7 +56,7 @@ async fn about_scores(
     using: Option<&str>,
 ) -> Result<DataFrame> {
     let terms = lexical::terms(about);
-    let reps = super::indexed::representations(ctx, catalog, &terms)
+    let reps = super::indexed::representations(ctx, catalog, &terms, false)
         .await?
         .build()?;
     let rows = objects.join(
@@ -72,15 +72,22 @@ async fn about_scores(
     if let Some(r) = using {
         readable = readable.and(col("name").eq(lit(r)));
     }
-    let title = if using.is_some() { lit("") } else { col("title") };
+    let title = if using.is_some() {
+        lit("")
+    } else {
+        col("title")
+    };
     let summary = when(col("name").eq(lit("summary")), col("content")).end()?;
     let other = when(col("name").not_eq(lit("summary")), col("content")).end()?;
     let lex = lexical_weights(lit(about), title, summary, other);
     let term = |list: Expr, k: usize| coalesce(vec![array_element(list, lit(k as i64)), lit(0i64)]);
     let per_term: Vec<Expr> = (1..=terms.len())
         .map(|k| {
-            max(greatest(vec![term(lex.clone(), k), term(col("idx_weights"), k)]))
-                .alias(format!("__w{k}"))
+            max(greatest(vec![
+                term(lex.clone(), k),
+                term(col("idx_weights"), k),
+            ]))
+            .alias(format!("__w{k}"))
         })
         .collect();
     let folded = rows

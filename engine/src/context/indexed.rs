@@ -42,10 +42,14 @@ const REP_COLUMNS: [&str; 8] = [
 /// content's characters, on the index path), `idx_weights` (per term of `terms`, the
 /// representation's lexical-v1 field weight where it holds the term, else 0; NULL when it
 /// holds none of them or took the scan path) and `scanned` (whether it took the scan path).
+///
+/// With `content`, every representation is read whole (COMPRESS shrinks the text of what does
+/// not fit, so it needs the content of every candidate).
 pub(crate) async fn representations(
     ctx: &SessionContext,
     catalog: &dyn Catalog,
     terms: &[String],
+    content: bool,
 ) -> Result<LogicalPlanBuilder> {
     let reps = catalog.table(ctx, REPRESENTATIONS).await?;
     let typed = |name: &str| -> Result<DataType> {
@@ -58,7 +62,11 @@ pub(crate) async fn representations(
     };
     let roles_type = typed("roles")?;
     let weights_type = weights_type();
-    let Some(covered) = Covered::find(ctx, catalog, &reps).await? else {
+    let covered = match content {
+        true => None,
+        false => Covered::find(ctx, catalog, &reps).await?,
+    };
+    let Some(covered) = covered else {
         return scanned(&reps, &weights_type);
     };
     // The postings of the task's terms, per index file (its position among `index_reps`'
@@ -90,8 +98,7 @@ pub(crate) async fn representations(
             (vec!["__ifile", "rep"], vec!["h_file", "h_rep"]),
             None,
         )?;
-        when(col("weight").eq(lit(SUMMARY_WEIGHT)), col("h_w2"))
-            .otherwise(col("h_w1"))?
+        when(col("weight").eq(lit(SUMMARY_WEIGHT)), col("h_w2")).otherwise(col("h_w1"))?
     };
     let mut out: Vec<Expr> = Vec::new();
     for c in REP_COLUMNS {
@@ -160,10 +167,8 @@ fn hits_plan(
         files.push(*file);
         reps.push(*rep);
         for &h in has.iter().take(terms) {
-            w1.values()
-                .append_value(if h { TEXT_WEIGHT } else { 0 });
-            w2.values()
-                .append_value(if h { SUMMARY_WEIGHT } else { 0 });
+            w1.values().append_value(if h { TEXT_WEIGHT } else { 0 });
+            w2.values().append_value(if h { SUMMARY_WEIGHT } else { 0 });
         }
         w1.append(true);
         w2.append(true);

@@ -203,7 +203,7 @@ pub async fn plan(
     // A representation written twice (a re-run after a crash) is identical; duplicates are
     // dropped when the candidates are assembled and cannot change a score.
     let terms = signalql_udfs::scalar::lexical::terms(&q.task);
-    let reps = super::indexed::representations(ctx, catalog, &terms)
+    let reps = super::indexed::representations(ctx, catalog, &terms, params.compress)
         .await?
         .build()?;
     let joined = cands.join(
@@ -345,9 +345,12 @@ pub async fn plan(
         when(col("tokens").is_not_null(), lit(STORED))
             .otherwise(lit(CHARS_DIV_4))?
             .alias("estimator"),
-        when(scope.clone(), lexical_weights(task, col("title"), summary, other))
-            .end()?
-            .alias("lex_weights"),
+        when(
+            scope.clone(),
+            lexical_weights(task, col("title"), summary, other),
+        )
+        .end()?
+        .alias("lex_weights"),
         when(scope, col("idx_weights")).end()?.alias("idx_weights"),
     ]);
     let rows = project(tested, out)?.build()?;
