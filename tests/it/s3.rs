@@ -305,3 +305,95 @@ fn s3_failures_are_prompt_clear_io_errors() {
     assert_eq!(e["code"], "capability_error", "{e}");
     assert!(e["message"].as_str().unwrap().contains("gs://"), "{e}");
 }
+
+/// `signalql index` over object tables another tool wrote (pyarrow's, tests/data/foreign/objects)
+/// in an S3 bucket: the index is written there under one commit, covers the file once, and the
+/// bundle and FIND OBJECT's rows are the ones the scan gave before it, now through the index.
+#[test]
+fn the_text_index_is_built_and_read_on_s3() {
+    let s3 = S3Server::start();
+    s3.create_bucket("lake");
+    let env = s3.env();
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/foreign/objects");
+    s3.upload_dir(&src, "lake", "foreign");
+    let data = "s3://lake/foreign";
+    let context = ["context", "--data", data, "parquet storage columnar keys"];
+    let find = [
+        "query",
+        "--format",
+        "json",
+        "--data",
+        data,
+        r#"FIND OBJECT ABOUT "storage keys window""#,
+    ];
+    let explain = |id: &str| {
+        ok_json(&signalql(
+            &env,
+            &[
+                "query",
+                "--format",
+                "json",
+                "--data",
+                data,
+                &format!("EXPLAIN CONTEXT {id}"),
+            ],
+        ))
+    };
+    let before = ok_json(&signalql(&env, &context));
+    let found_before = ok_json(&signalql(&env, &find));
+    let x = explain(before["id"].as_str().unwrap());
+    assert_eq!(x["scoring"]["index"], 0, "{x}");
+    assert!(x["scoring"]["scan"].as_u64().unwrap() > 0, "{x}");
+
+    let o = signalql(&env, &["index", "--data", data]);
+    assert!(
+        stdout(&o).contains(
+            "indexed 1 representations file(s) (3 representations, 3 with indexable text"
+        ),
+        "{o:?}"
+    );
+    // One file per index table, with one name, and one commit record (in sequence with the
+    // object ingests: docs/index.md).
+    let keys = s3.keys("lake", "foreign/");
+    let names: std::collections::BTreeSet<&str> = ["index_terms", "index_reps", "index_files"]
+        .iter()
+        .flat_map(|t| {
+            let prefix = format!("foreign/{t}/");
+            let files: Vec<&str> = keys
+                .iter()
+                .filter_map(|k| k.strip_prefix(&prefix))
+                .collect();
+            assert_eq!(files.len(), 1, "{t}: {keys:?}");
+            files
+        })
+        .collect();
+    assert_eq!(names.len(), 1, "{keys:?}");
+    let commits = keys
+        .iter()
+        .filter(|k| k.starts_with("foreign/_signalql/commits/"))
+        .count();
+    assert_eq!(commits, 1, "{keys:?}");
+    let again = signalql(&env, &["index", "--data", data]);
+    assert!(
+        stdout(&again).contains("indexed 0 representations file(s)"),
+        "{again:?}"
+    );
+    assert!(stdout(&again).contains("1 already covered"), "{again:?}");
+
+    let after = ok_json(&signalql(&env, &context));
+    assert_eq!(after["id"], before["id"]);
+    assert_eq!(after["items"], before["items"]);
+    assert_eq!(
+        ok_json(&signalql(&env, &find))["rows"],
+        found_before["rows"]
+    );
+    assert!(!found_before["rows"].as_array().unwrap().is_empty());
+    // (Its record was stored by the first run, so a new task shows the path taken now.)
+    let fresh = ok_json(&signalql(
+        &env,
+        &["context", "--data", data, "window storage"],
+    ));
+    let x = explain(fresh["id"].as_str().unwrap());
+    assert_eq!(x["scoring"]["scan"], 0, "{x}");
+    assert_eq!(x["scoring"]["index"], 3, "{x}");
+}

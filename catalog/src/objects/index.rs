@@ -38,7 +38,7 @@ use datafusion::arrow::array::{
 };
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
-use signalql_udfs::scalar::lexical::{STOPWORDS, tokens};
+use signalql_udfs::scalar::lexical::{STOPWORDS, SUMMARY_WEIGHT, TEXT_WEIGHT, tokens};
 
 use super::{REPRESENTATIONS, REVISIONS, scan, scan_file};
 use crate::commit::{Ingest, Snapshot};
@@ -278,9 +278,13 @@ impl IndexRows {
                     reps.iter().map(|r| r.tokens).collect::<Vec<_>>(),
                 )),
                 Arc::new(roles_list(reps.iter().map(|r| r.roles.as_deref()))),
-                Arc::new(Int64Array::from_iter_values(
-                    reps.iter().map(|r| if r.name == SUMMARY { 2 } else { 1 }),
-                )),
+                Arc::new(Int64Array::from_iter_values(reps.iter().map(|r| {
+                    if r.name == SUMMARY {
+                        SUMMARY_WEIGHT
+                    } else {
+                        TEXT_WEIGHT
+                    }
+                }))),
                 Arc::new(Int64Array::from(
                     reps.iter().map(|r| r.chars).collect::<Vec<_>>(),
                 )),

@@ -8,17 +8,20 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Int64Array, Int64Builder, ListBuilder, RecordBatch};
-use datafusion::arrow::datatypes::{DataType, Field, Schema};
-use datafusion::common::{JoinType, ScalarValue};
-use datafusion::logical_expr::{Expr, LogicalPlanBuilder, cast, col, lit, when};
+use datafusion::arrow::array::{Array, AsArray, Int64Array, Int64Builder, ListBuilder};
+use datafusion::arrow::datatypes::{DataType, Field, Int64Type};
+use datafusion::common::ScalarValue;
+use datafusion::logical_expr::{
+    ColumnarValue, Expr, LogicalPlanBuilder, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl,
+    Signature, Volatility, cast, col, lit,
+};
 use datafusion::prelude::SessionContext;
+use signalql_catalog::mapping::{Read, TableView};
 use signalql_catalog::objects::REPRESENTATIONS;
 use signalql_catalog::objects::index::{
     CoveredFile, INDEX_FILES, INDEX_REPS, INDEX_TERMS, covered_by, postings, sibling,
 };
 use signalql_catalog::{Dataset, TableInfo};
-use signalql_udfs::scalar::lexical::{SUMMARY_WEIGHT, TEXT_WEIGHT};
 
 use crate::catalog::{Catalog, optional_table, scan};
 use crate::error::{Error, Result};
@@ -92,13 +95,11 @@ pub(crate) async fn representations(
     let weights = if hits.is_empty() {
         lit(ScalarValue::try_from(&weights_type)?)
     } else {
-        b = b.join(
-            hits_plan(ctx, &hits, terms.len())?,
-            JoinType::Left,
-            (vec!["__ifile", "rep"], vec!["h_file", "h_rep"]),
-            None,
-        )?;
-        when(col("weight").eq(lit(SUMMARY_WEIGHT)), col("h_w2")).otherwise(col("h_w1"))?
+        Arc::new(ScalarUDF::from(IndexWeights::new(hits, terms.len()))).call(vec![
+            col("__ifile"),
+            col(format!("{REPRESENTATIONS}.rep")),
+            col(format!("{REPRESENTATIONS}.weight")),
+        ])
     };
     let mut out: Vec<Expr> = Vec::new();
     for c in REP_COLUMNS {
@@ -152,43 +153,104 @@ fn scanned(reps: &TableInfo, weights_type: &DataType) -> Result<LogicalPlanBuild
     Ok(project(b, out)?)
 }
 
-/// The postings as a table: `h_file` (index file rank), `h_rep` (ordinal), and per term the
-/// weight the representation's field gives it: `h_w1` for a text field, `h_w2` for the summary.
-fn hits_plan(
-    ctx: &SessionContext,
-    hits: &HashMap<(i64, i64), Vec<bool>>,
+/// `signalql_index_weights(file, rep, weight)`: per task term, `weight` where the postings say
+/// the representation `rep` of the index file `file` holds the term, else 0; NULL for a
+/// representation that holds none of them. The postings are the query's own (looked up
+/// while planning), so the function is built per query and not registered by name.
+#[derive(Debug)]
+struct IndexWeights {
+    signature: Signature,
+    /// Per (index file, representation ordinal): which terms it holds.
+    hits: Arc<HashMap<(i64, i64), Vec<bool>>>,
     terms: usize,
-) -> Result<datafusion::logical_expr::LogicalPlan> {
-    let mut files = Vec::with_capacity(hits.len());
-    let mut reps = Vec::with_capacity(hits.len());
-    let mut w1 = ListBuilder::with_capacity(Int64Builder::new(), hits.len());
-    let mut w2 = ListBuilder::with_capacity(Int64Builder::new(), hits.len());
-    for ((file, rep), has) in hits {
-        files.push(*file);
-        reps.push(*rep);
-        for &h in has.iter().take(terms) {
-            w1.values().append_value(if h { TEXT_WEIGHT } else { 0 });
-            w2.values().append_value(if h { SUMMARY_WEIGHT } else { 0 });
+}
+
+impl IndexWeights {
+    fn new(hits: HashMap<(i64, i64), Vec<bool>>, terms: usize) -> Self {
+        IndexWeights {
+            signature: Signature::exact(
+                vec![DataType::Int64, DataType::Int64, DataType::Int64],
+                Volatility::Immutable,
+            ),
+            hits: Arc::new(hits),
+            terms,
         }
-        w1.append(true);
-        w2.append(true);
     }
-    let schema = Arc::new(Schema::new(vec![
-        Field::new("h_file", DataType::Int64, false),
-        Field::new("h_rep", DataType::Int64, false),
-        Field::new("h_w1", weights_type(), true),
-        Field::new("h_w2", weights_type(), true),
-    ]));
-    let batch = RecordBatch::try_new(
-        schema,
-        vec![
-            Arc::new(Int64Array::from(files)),
-            Arc::new(Int64Array::from(reps)),
-            Arc::new(w1.finish()),
-            Arc::new(w2.finish()),
-        ],
-    )?;
-    Ok(ctx.read_batch(batch)?.into_unoptimized_plan())
+}
+
+impl PartialEq for IndexWeights {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.hits, &other.hits)
+    }
+}
+
+impl Eq for IndexWeights {}
+
+impl std::hash::Hash for IndexWeights {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        (Arc::as_ptr(&self.hits) as usize).hash(state);
+    }
+}
+
+impl ScalarUDFImpl for IndexWeights {
+    fn name(&self) -> &str {
+        "signalql_index_weights"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _args: &[DataType]) -> datafusion::common::Result<DataType> {
+        Ok(weights_type())
+    }
+
+    fn invoke_with_args(
+        &self,
+        args: ScalarFunctionArgs,
+    ) -> datafusion::common::Result<ColumnarValue> {
+        let n = args.number_rows;
+        let arrays = ColumnarValue::values_to_arrays(&args.args)?;
+        let int = |i: usize| -> datafusion::common::Result<Int64Array> {
+            Ok(
+                datafusion::arrow::compute::cast(&arrays[i], &DataType::Int64)?
+                    .as_primitive::<Int64Type>()
+                    .clone(),
+            )
+        };
+        let (files, reps, weights) = (int(0)?, int(1)?, int(2)?);
+        let mut out = ListBuilder::with_capacity(Int64Builder::new(), n);
+        for i in 0..n {
+            let held = (files.is_valid(i) && reps.is_valid(i))
+                .then(|| self.hits.get(&(files.value(i), reps.value(i))))
+                .flatten();
+            match held {
+                None => out.append(false),
+                Some(held) => {
+                    let w = if weights.is_valid(i) {
+                        weights.value(i)
+                    } else {
+                        0
+                    };
+                    for &h in held.iter().take(self.terms) {
+                        out.values().append_value(if h { w } else { 0 });
+                    }
+                    out.append(true);
+                }
+            }
+        }
+        Ok(ColumnarValue::Array(Arc::new(out.finish())))
+    }
+}
+
+/// Whether a view reads every column as the file has it, or as NULL where the file lacks it
+/// (what `signalql index` reads too), so `index_reps` holds what the view would read.
+fn plain(view: &TableView) -> bool {
+    view.columns.iter().all(|c| match &c.read {
+        Read::Column(name) => *name == c.name,
+        Read::Null => true,
+        _ => false,
+    })
 }
 
 /// What the index covers of a `representations` table as opened.
@@ -206,7 +268,7 @@ struct Covered {
 
 impl Covered {
     /// `None` when no file is covered, or the index cannot stand for the table: a table
-    /// read through a mapping, in another place, not a folder of Parquet files, or whose
+    /// read through a mapping that renames or converts a column, in another place, not a folder of Parquet files, or whose
     /// caller restriction hides a column the index path keys on or filters on its content.
     async fn find(
         ctx: &SessionContext,
@@ -214,7 +276,7 @@ impl Covered {
         reps: &TableInfo,
     ) -> Result<Option<Covered>> {
         let dataset: &Dataset = catalog.dataset();
-        if reps.view.is_some() || reps.only_files(|_| true).is_none() {
+        if !reps.view.as_deref().is_none_or(plain) || reps.only_files(|_| true).is_none() {
             return Ok(None);
         }
         let place = dataset.place(REPRESENTATIONS)?;

@@ -199,7 +199,14 @@ pub async fn plan(
     params: &super::PackParams,
 ) -> Result<LogicalPlan> {
     let t_us = micros(t);
+    let task = lit(q.task.as_str());
+    // The title's term weights, once per object (the index path has no other text to weigh;
+    // the scan path weighs the title with the content).
     let cands = candidates(ctx, catalog, t_us).await?;
+    let mut with_title: Vec<Expr> = plan::columns(&cands);
+    with_title
+        .push(lexical_weights(task.clone(), col("title"), lit(""), lit("")).alias("title_weights"));
+    let cands = project(cands, with_title)?;
     // A representation written twice (a re-run after a crash) is identical; duplicates are
     // dropped when the candidates are assembled and cannot change a score.
     let terms = signalql_udfs::scalar::lexical::terms(&q.task);
@@ -278,7 +285,6 @@ pub async fn plan(
     let tested = project(with_roles, second)?;
 
     // lexical-v1 over the loaded (eligible) content, per object: title 3, summary 2, other 1.
-    let task = lit(q.task.as_str());
     // Scope, MAX AGE and the object-level EXCLUDE items filter before relevance reads
     // anything (the packer gives the same objects their rejection reasons).
     // Readable representations only (content kept by reference still lets the title count).
@@ -347,7 +353,11 @@ pub async fn plan(
             .alias("estimator"),
         when(
             scope.clone(),
-            lexical_weights(task, col("title"), summary, other),
+            when(
+                col("scanned"),
+                lexical_weights(task, col("title"), summary, other),
+            )
+            .otherwise(col("title_weights"))?,
         )
         .end()?
         .alias("lex_weights"),
