@@ -10,6 +10,10 @@
 
 use chrono::{DateTime, Utc};
 use datafusion::common::JoinType;
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::{DataType, Field};
+use datafusion::common::ScalarValue;
 use datafusion::dataframe::DataFrame;
 use datafusion::functions::core::expr_fn::coalesce;
 use datafusion::functions::core::expr_fn::greatest;
@@ -59,6 +63,19 @@ async fn about_scores(
     let reps = super::indexed::representations(ctx, catalog, &terms, false)
         .await?
         .build()?;
+    // The title's weights once per object (none with USING REPRESENTATION).
+    let title = match using {
+        None => lexical_weights(lit(about), col("title"), lit(""), lit("")),
+        Some(_) => lit(ScalarValue::try_from(&DataType::List(Arc::new(
+            Field::new_list_field(DataType::Int64, true),
+        )))?),
+    };
+    let objects = objects.select(vec![
+        col("object_id"),
+        col("revision"),
+        col("rev_roles"),
+        title.alias("__title"),
+    ])?;
     let rows = objects.join(
         DataFrame::new(ctx.state(), reps),
         JoinType::Inner,
@@ -66,33 +83,41 @@ async fn about_scores(
         &["p_object_id", "p_revision"],
         None,
     )?;
-    let secret = array_has(super::load::effective_roles(), lit("secret"));
+    // Secret when the revision's roles or the representation's own include it.
+    let secret =
+        array_has(col("rev_roles"), lit("secret")).or(array_has(col("rep_roles"), lit("secret")));
     let packable = super::load::packable_media();
     let mut readable = packable.and(coalesce(vec![secret, lit(false)]).not_eq(lit(true)));
     if let Some(r) = using {
         readable = readable.and(col("name").eq(lit(r)));
     }
-    let title = if using.is_some() {
-        lit("")
-    } else {
-        col("title")
-    };
     let summary = when(col("name").eq(lit("summary")), col("content")).end()?;
     let other = when(col("name").not_eq(lit("summary")), col("content")).end()?;
-    let lex = lexical_weights(lit(about), title, summary, other);
-    let term = |list: Expr, k: usize| coalesce(vec![array_element(list, lit(k as i64)), lit(0i64)]);
+    // The content's weights on the scan path (the index path has them as `idx_weights`).
+    let content = when(
+        col("scanned"),
+        lexical_weights(lit(about), lit(""), summary, other),
+    )
+    .end()?;
+    let rows = rows.filter(readable)?.select(vec![
+        col("object_id"),
+        col("__title"),
+        content.alias("__content"),
+        col("idx_weights"),
+    ])?;
+    let term =
+        |list: &str, k: usize| coalesce(vec![array_element(col(list), lit(k as i64)), lit(0i64)]);
     let per_term: Vec<Expr> = (1..=terms.len())
         .map(|k| {
             max(greatest(vec![
-                term(lex.clone(), k),
-                term(col("idx_weights"), k),
+                term("__title", k),
+                term("__content", k),
+                term("idx_weights", k),
             ]))
             .alias(format!("__w{k}"))
         })
         .collect();
-    let folded = rows
-        .filter(readable)?
-        .aggregate(vec![col("object_id")], per_term)?;
+    let folded = rows.aggregate(vec![col("object_id")], per_term)?;
     let score = if terms.is_empty() {
         lit(0i64)
     } else {
