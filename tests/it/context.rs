@@ -981,9 +981,10 @@ async fn comparable(root: &Path, q: &str) -> serde_json::Value {
 }
 
 // The text index changes no answer (docs/index.md, "Queries"): over random corpora (second
-// revisions, secret revisions and representations, instruction roles, untrusted objects,
-// stored token counts, content kept by reference, binary media, links), every CONTEXT FOR and
-// FIND OBJECT ABOUT gives the same bundle (its address, items, evidence and counts) and the
+// revisions, secret revisions and representations, instruction roles, untrusted and stale
+// objects, two projects, stored token counts, content kept by reference, binary media, links),
+// every CONTEXT FOR (each clause: USING PROJECT, BUDGET, PREFER, EXCLUDE, MAX OBJECTS, DEPTH
+// and AGE, WITH EVIDENCE, COMPRESS, AS OF) and FIND OBJECT ABOUT gives the same bundle (its address, items, evidence and counts) and the
 // same rows with the index covering every representations file, covering some (the others
 // rewritten since it was written), and with no index at all.
 proptest! {
@@ -995,7 +996,7 @@ proptest! {
             1..9,
         ),
         queries in prop::collection::vec(
-            (0usize..7, 0usize..7, 1u64..400, 1u32..6, 0u32..3, any::<u8>()),
+            (0usize..7, 0usize..7, 1u64..400, 1u32..6, 0u32..3, any::<u16>()),
             4,
         ),
     ) {
@@ -1009,6 +1010,12 @@ proptest! {
                 rep("summary", &format!("About {}.", WORDS[b])),
             ]);
             o.trust = ["unknown", "untrusted", "verified"][trust];
+            if i % 3 == 1 {
+                o.project = "other";
+            }
+            if i % 4 == 2 {
+                o.state = "stale";
+            }
             match roles {
                 1 => o.roles = vec!["data", "secret"],
                 2 => o.reps[0].roles = vec!["instruction"],
@@ -1055,17 +1062,27 @@ proptest! {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         for &(w1, w2, budget, max_objects, depth, flags) in &queries {
             let task = format!("{} {} the", WORDS[w1], WORDS[w2].to_lowercase());
-            let mut q = format!(r#"CONTEXT FOR "{task}" BUDGET {budget} TOKENS"#);
-            if flags & 1 != 0 {
-                q.push_str(r#" PREFER REPRESENTATION "summary""#);
+            let mut q = format!(r#"CONTEXT FOR "{task}""#);
+            if flags & 128 != 0 {
+                q.push_str(r#" USING PROJECT "main""#);
+            }
+            q.push_str(&format!(" BUDGET {budget} TOKENS"));
+            let mut prefer = Vec::new();
+            if flags & 256 != 0 { prefer.push("CURRENT"); }
+            if flags & 512 != 0 { prefer.push("VERIFIED"); }
+            if flags & 1 != 0 { prefer.push(r#"REPRESENTATION "summary""#); }
+            if !prefer.is_empty() {
+                q.push_str(&format!(" PREFER {}", prefer.join(", ")));
             }
             let mut ex = Vec::new();
             if flags & 2 != 0 { ex.push("UNTRUSTED"); }
+            if flags & 1024 != 0 { ex.push("STALE"); }
             if flags & 4 != 0 { ex.push("ROLE INSTRUCTION"); }
             if !ex.is_empty() {
                 q.push_str(&format!(" EXCLUDE {}", ex.join(", ")));
             }
             q.push_str(&format!(" MAX OBJECTS {max_objects} MAX DEPTH {depth}"));
+            if flags & 2048 != 0 { q.push_str(" MAX AGE 10 d"); }
             if flags & 8 != 0 { q.push_str(" WITH EVIDENCE"); }
             if flags & 64 != 0 { q.push_str(" COMPRESS"); }
             let as_of = if flags & 16 != 0 { r#" AS OF "2026-05-22T00:00:00Z""# } else { "" };
