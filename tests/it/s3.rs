@@ -33,6 +33,21 @@ fn ok_json(o: &Output) -> Value {
     serde_json::from_slice(&o.stdout).unwrap()
 }
 
+/// `EXPLAIN CONTEXT id` over the dataset `data`, through the CLI.
+fn explain_context(env: &[(&str, String)], data: &str, id: &str) -> Value {
+    ok_json(&signalql(
+        env,
+        &[
+            "query",
+            "--format",
+            "json",
+            "--data",
+            data,
+            &format!("EXPLAIN CONTEXT {id}"),
+        ],
+    ))
+}
+
 fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
@@ -180,17 +195,7 @@ fn the_cli_ingests_queries_and_stores_contexts_on_s3() {
     // The same bundle again: the stored record stays as it was.
     let again = ok_json(&signalql(&env, &context));
     assert_eq!(again["id"], id);
-    let x = ok_json(&signalql(
-        &env,
-        &[
-            "query",
-            "--format",
-            "json",
-            "--data",
-            data,
-            &format!("EXPLAIN CONTEXT {id}"),
-        ],
-    ));
+    let x = explain_context(&env, data, id);
     assert_eq!(x["context"], id);
     assert_eq!(x, stored["explanation"]);
 }
@@ -326,19 +331,7 @@ fn the_text_index_is_built_and_read_on_s3() {
         data,
         r#"FIND OBJECT ABOUT "storage keys window""#,
     ];
-    let explain = |id: &str| {
-        ok_json(&signalql(
-            &env,
-            &[
-                "query",
-                "--format",
-                "json",
-                "--data",
-                data,
-                &format!("EXPLAIN CONTEXT {id}"),
-            ],
-        ))
-    };
+    let explain = |id: &str| explain_context(&env, data, id);
     let before = ok_json(&signalql(&env, &context));
     let found_before = ok_json(&signalql(&env, &find));
     let x = explain(before["id"].as_str().unwrap());

@@ -123,18 +123,8 @@ pub fn candidates_from(
     let mut out: Vec<Candidate> = Vec::new();
     let mut weights: Vec<Option<Vec<i64>>> = Vec::new();
     for c in &cols {
-        let w_values = c
-            .weights
-            .values()
-            .as_primitive_opt::<datafusion::arrow::datatypes::Int64Type>()
-            .ok_or_else(|| Error::internal("lex_weights values"))?;
-        let w_offsets = c.weights.value_offsets();
-        let i_values = c
-            .idx_weights
-            .values()
-            .as_primitive_opt::<datafusion::arrow::datatypes::Int64Type>()
-            .ok_or_else(|| Error::internal("idx_weights values"))?;
-        let i_offsets = c.idx_weights.value_offsets();
+        let (w_values, w_offsets) = int_lists(&c.weights, "lex_weights")?;
+        let (i_values, i_offsets) = int_lists(&c.idx_weights, "idx_weights")?;
         for i in 0..c.ids.len() {
             let id = c.ids.value(i);
             let k = match index.get(id) {
@@ -216,6 +206,18 @@ pub fn candidates_from(
         }
     }
     Ok(out)
+}
+
+/// The Int64 values and the offsets of a list column of term weights.
+fn int_lists<'a>(
+    list: &'a ListArray,
+    name: &str,
+) -> Result<(&'a datafusion::arrow::array::Int64Array, &'a [i32])> {
+    let values = list
+        .values()
+        .as_primitive_opt::<datafusion::arrow::datatypes::Int64Type>()
+        .ok_or_else(|| Error::internal(format!("{name} values")))?;
+    Ok((values, list.value_offsets()))
 }
 
 pub(crate) fn string_col(b: &RecordBatch, name: &str) -> Result<StringColumn> {
