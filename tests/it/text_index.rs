@@ -244,3 +244,67 @@ fn columns_are_read_by_name_in_any_order() {
     ));
     assert_eq!(storage, vec![row(&["doc-a"]), row(&["doc-c"])]);
 }
+
+/// A copy of a dataset gives its files new versions (modification times, ETags). The files
+/// signalql wrote under a commit (`ingest-<id>.parquet`) are never rewritten, so the copied
+/// index still covers them: `signalql index` finds nothing to do and CONTEXT FOR takes the
+/// index path. A file another tool wrote and that is rewritten is uncovered again
+/// (tests/it/context.rs, `the_index_changes_no_answer`).
+#[test]
+fn a_copied_dataset_keeps_the_coverage_of_signalqls_own_files() {
+    let tmp = tempfile::tempdir().unwrap();
+    let notes = tmp.path().join("notes");
+    std::fs::create_dir_all(&notes).unwrap();
+    std::fs::write(
+        notes.join("a.md"),
+        "# Parquet storage\n\nColumns on disk.\n",
+    )
+    .unwrap();
+    std::fs::write(notes.join("b.md"), "# Funnels\n\nSteps in order.\n").unwrap();
+    let root = tmp.path().join("store");
+    let now = chrono::DateTime::parse_from_rfc3339("2026-06-01T00:00:00Z")
+        .unwrap()
+        .with_timezone(&chrono::Utc);
+    let options = ObjectIngestOptions {
+        now,
+        ..Default::default()
+    };
+    ingest_objects(root.as_path(), std::slice::from_ref(&notes), &options).unwrap();
+    let copy = tmp.path().join("copy");
+    crate::common::copy_dir(&root, &copy);
+    // A new modification time even on a file system that keeps whole seconds.
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    for e in std::fs::read_dir(copy.join("representations")).unwrap() {
+        let p = e.unwrap().path();
+        let bytes = std::fs::read(&p).unwrap();
+        std::fs::write(&p, bytes).unwrap();
+    }
+    let s = index_root(&Root::Local(copy.clone())).unwrap();
+    assert_eq!((s.files, s.already), (0, 1), "{s:?}");
+    let engine = signalql::Engine::open_with(
+        &copy,
+        signalql::EngineOptions {
+            now: Some(now),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let rt = crate::common::rt();
+    let b = match rt
+        .block_on(engine.answer(r#"CONTEXT FOR "parquet storage""#))
+        .unwrap()
+    {
+        signalql::Answer::Bundle(b) => b,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(b.items.len(), 1, "{b:?}");
+    let x = match rt
+        .block_on(engine.answer(&format!("EXPLAIN CONTEXT {}", b.id)))
+        .unwrap()
+    {
+        signalql::Answer::Explanation(x) => x,
+        other => panic!("{other:?}"),
+    };
+    let scoring = x.scoring.expect("scoring");
+    assert_eq!((scoring.index, scoring.scan), (2, 0), "{scoring:?}");
+}

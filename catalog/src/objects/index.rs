@@ -325,6 +325,17 @@ pub struct CoveredFile {
 }
 
 impl CoveredFile {
+    /// Whether this `index_files` entry covers the file `now` (as listed now): the same file
+    /// and size, and the same version, except for a file signalql wrote under a commit
+    /// (`ingest-<id>.parquet`), which is never rewritten: its name and size name it, so a
+    /// copy of the dataset (whose files get new modification times or ETags) stays covered.
+    pub fn covers(&self, now: &CoveredFile) -> bool {
+        let name = self.file.rsplit('/').next().unwrap_or(&self.file);
+        self.file == now.file
+            && self.size == now.size
+            && (self.version == now.version || crate::commit::ingest_id(name).is_some())
+    }
+
     pub fn of(root: &Root, listed: &ListedFile) -> CoveredFile {
         CoveredFile {
             file: root.relative(&listed.location),
@@ -674,7 +685,7 @@ fn index_uncovered(root: &Root, snapshot: &Snapshot, ingest: &mut Ingest) -> Res
             continue;
         }
         let file = CoveredFile::of(root, &listed);
-        if covered.contains(&file) {
+        if covered.iter().any(|c| c.covers(&file)) {
             summary.already += 1;
             continue;
         }

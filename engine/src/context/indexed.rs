@@ -303,10 +303,13 @@ impl Covered {
         let ranked: Vec<String> = index.files.iter().map(|(l, _)| l.clone()).collect();
         let listed = root.parquet_files(REPRESENTATIONS)?.unwrap_or_default();
         let opened: HashSet<&str> = reps.files.iter().map(|(l, _)| l.as_str()).collect();
-        let current: HashMap<CoveredFile, &str> = listed
+        let current: HashMap<String, (CoveredFile, &str)> = listed
             .iter()
             .filter(|l| opened.contains(l.location.as_str()))
-            .map(|l| (CoveredFile::of(root, l), l.location.as_str()))
+            .map(|l| {
+                let file = CoveredFile::of(root, l);
+                (file.file.clone(), (file, l.location.as_str()))
+            })
             .collect();
         let mut files = HashSet::new();
         let mut keep: Vec<Expr> = Vec::new();
@@ -315,8 +318,8 @@ impl Covered {
             let mut valid: Vec<Expr> = Vec::new();
             let named = covered_by(root, &sibling(location, INDEX_FILES))?;
             for (ordinal, file) in named.iter().enumerate() {
-                match current.get(file) {
-                    Some(l) => {
+                match current.get(&file.file).filter(|(now, _)| file.covers(now)) {
+                    Some((_, l)) => {
                         files.insert(l.to_string());
                         valid.push(lit(ordinal as i64));
                     }
