@@ -29,9 +29,6 @@ use signalql::{Engine, EngineOptions};
 mod common;
 use common::s3::S3Server;
 
-/// The folders of the text index (signalql_catalog::commit::INDEX_TABLES).
-const INDEX_TABLES: [&str; 3] = ["index_terms", "index_reps", "index_files"];
-
 /// The bucket the S3 trials read the datasets from (`s3://golden/<dataset>`).
 const S3_BUCKET: &str = "golden";
 
@@ -440,20 +437,7 @@ fn main() {
     s3.create_bucket(S3_BUCKET);
     s3.upload_dir(&signalql::sample_dataset(), S3_BUCKET, "sample");
     for name in BUILT.iter().chain(FOREIGN).chain([&POLICY]) {
-        let dir = tiny_path.join(name);
-        if !dir.join("index_reps").is_dir() {
-            s3.upload_dir(&dir, S3_BUCKET, name);
-            continue;
-        }
-        // A copy's files have new versions (ETags), so the copied text index covers none of
-        // them (docs/index.md); the copy is indexed where it is instead, as a user would.
-        s3.upload_dir_without(&dir, S3_BUCKET, name, &INDEX_TABLES);
-        let root = signalql::catalog::storage::Root::parse(
-            &format!("s3://{S3_BUCKET}/{name}"),
-            &s3.storage(),
-        )
-        .unwrap();
-        signalql::catalog::objects::index::index_root(&root).unwrap();
+        s3.upload_dir(&tiny_path.join(name), S3_BUCKET, name);
     }
     let mut trials = Vec::new();
     for f in files {

@@ -207,6 +207,14 @@ impl TableInfo {
         self.files.iter().map(|(_, s)| s).sum()
     }
 
+    /// Whether it is read from a folder of Parquet files (not a Delta or an application's
+    /// table).
+    pub fn is_folder(&self) -> bool {
+        self.provider
+            .downcast_ref::<crate::folder::FolderTable>()
+            .is_some()
+    }
+
     /// The table with one more column, `name`: the position of each row's file in
     /// [`TableInfo::files`] (see [`crate::folder::FolderTable::with_file_column`]); `None` for
     /// a table read through a view or not a folder of Parquet files.

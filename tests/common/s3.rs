@@ -176,22 +176,10 @@ impl S3Server {
 
     /// Uploads every file under the local folder `dir` to `bucket/prefix/<relative path>`.
     pub fn upload_dir(&self, dir: &Path, bucket: &str, prefix: &str) {
-        self.upload_dir_without(dir, bucket, prefix, &[]);
-    }
-
-    /// [`S3Server::upload_dir`] leaving out the top-level folders `without`.
-    pub fn upload_dir_without(&self, dir: &Path, bucket: &str, prefix: &str, without: &[&str]) {
         let mut stack = vec![dir.to_path_buf()];
         while let Some(d) = stack.pop() {
             for entry in std::fs::read_dir(&d).unwrap() {
                 let path = entry.unwrap().path();
-                if d == dir
-                    && without
-                        .iter()
-                        .any(|w| path.file_name().is_some_and(|n| n == *w))
-                {
-                    continue;
-                }
                 if path.is_dir() {
                     stack.push(path);
                     continue;

@@ -253,23 +253,17 @@ fn columns_are_read_by_name_in_any_order() {
 #[test]
 fn a_copied_dataset_keeps_the_coverage_of_signalqls_own_files() {
     let tmp = tempfile::tempdir().unwrap();
-    let notes = tmp.path().join("notes");
-    std::fs::create_dir_all(&notes).unwrap();
-    std::fs::write(
-        notes.join("a.md"),
-        "# Parquet storage\n\nColumns on disk.\n",
-    )
-    .unwrap();
-    std::fs::write(notes.join("b.md"), "# Funnels\n\nSteps in order.\n").unwrap();
     let root = tmp.path().join("store");
+    crate::common::ingest_docs(
+        &root,
+        &[
+            ("a.md", "# Parquet storage\n\nColumns on disk.\n"),
+            ("b.md", "# Funnels\n\nSteps in order.\n"),
+        ],
+    );
     let now = chrono::DateTime::parse_from_rfc3339("2026-06-01T00:00:00Z")
         .unwrap()
         .with_timezone(&chrono::Utc);
-    let options = ObjectIngestOptions {
-        now,
-        ..Default::default()
-    };
-    ingest_objects(root.as_path(), std::slice::from_ref(&notes), &options).unwrap();
     let copy = tmp.path().join("copy");
     crate::common::copy_dir(&root, &copy);
     // A new modification time even on a file system that keeps whole seconds.

@@ -34,9 +34,9 @@ struct RowCols {
     role_ex: BooleanArray,
     packable: BooleanArray,
     roles: ListStrings,
-    weights: ListArray,
-    /// The index path's term weights (NULL on the scan path and where no term is held).
-    idx_weights: ListArray,
+    /// Per task term, the weights the row's title and content give it (NULL out of scope).
+    title_weights: ListArray,
+    content_weights: ListArray,
     /// Whether the row took the scan path (its content was read and tokenised).
     scanned: BooleanArray,
 }
@@ -83,8 +83,8 @@ impl RowCols {
             role_ex: bools("role_excluded")?,
             packable: bools("packable")?,
             roles: ListStrings::new(&list("eff_roles")?)?,
-            weights: list("lex_weights")?,
-            idx_weights: list("idx_weights")?,
+            title_weights: list("title_weights")?,
+            content_weights: list("content_weights")?,
             scanned: bools("scanned")?,
         })
     }
@@ -123,8 +123,8 @@ pub fn candidates_from(
     let mut out: Vec<Candidate> = Vec::new();
     let mut weights: Vec<Option<Vec<i64>>> = Vec::new();
     for c in &cols {
-        let (w_values, w_offsets) = int_lists(&c.weights, "lex_weights")?;
-        let (i_values, i_offsets) = int_lists(&c.idx_weights, "idx_weights")?;
+        let (t_values, t_offsets) = int_lists(&c.title_weights, "title_weights")?;
+        let (c_values, c_offsets) = int_lists(&c.content_weights, "content_weights")?;
         for i in 0..c.ids.len() {
             let id = c.ids.value(i);
             let k = match index.get(id) {
@@ -154,8 +154,8 @@ pub fn candidates_from(
                 }
             };
             for (list, values, offsets) in [
-                (&c.weights, w_values, w_offsets),
-                (&c.idx_weights, i_values, i_offsets),
+                (&c.title_weights, t_values, t_offsets),
+                (&c.content_weights, c_values, c_offsets),
             ] {
                 if list.is_null(i) {
                     continue;

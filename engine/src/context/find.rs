@@ -20,7 +20,6 @@ use datafusion::functions::core::expr_fn::greatest;
 use datafusion::functions_aggregate::expr_fn::max;
 use datafusion::functions_nested::expr_fn::array_element;
 use datafusion::functions_nested::expr_fn::array_has;
-use datafusion::logical_expr::when;
 use datafusion::logical_expr::{Expr, col, lit};
 use datafusion::prelude::SessionContext;
 use signalql_udfs::scalar::lexical::{self, lexical_weights};
@@ -91,30 +90,16 @@ async fn about_scores(
     if let Some(r) = using {
         readable = readable.and(col("name").eq(lit(r)));
     }
-    let summary = when(col("name").eq(lit("summary")), col("content")).end()?;
-    let other = when(col("name").not_eq(lit("summary")), col("content")).end()?;
-    // The content's weights on the scan path (the index path has them as `idx_weights`).
-    let content = when(
-        col("scanned"),
-        lexical_weights(lit(about), lit(""), summary, other),
-    )
-    .end()?;
     let rows = rows.filter(readable)?.select(vec![
         col("object_id"),
         col("__title"),
-        content.alias("__content"),
-        col("idx_weights"),
+        super::indexed::content_weights(about)?.alias("__content"),
     ])?;
     let term =
         |list: &str, k: usize| coalesce(vec![array_element(col(list), lit(k as i64)), lit(0i64)]);
     let per_term: Vec<Expr> = (1..=terms.len())
         .map(|k| {
-            max(greatest(vec![
-                term("__title", k),
-                term("__content", k),
-                term("idx_weights", k),
-            ]))
-            .alias(format!("__w{k}"))
+            max(greatest(vec![term("__title", k), term("__content", k)])).alias(format!("__w{k}"))
         })
         .collect();
     let folded = rows.aggregate(vec![col("object_id")], per_term)?;

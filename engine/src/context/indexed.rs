@@ -13,7 +13,7 @@ use datafusion::arrow::datatypes::{DataType, Field, Int64Type};
 use datafusion::common::ScalarValue;
 use datafusion::logical_expr::{
     ColumnarValue, Expr, LogicalPlanBuilder, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl,
-    Signature, Volatility, cast, col, lit,
+    Signature, Volatility, cast, col, lit, when,
 };
 use datafusion::prelude::SessionContext;
 use signalql_catalog::mapping::{Read, TableView};
@@ -22,6 +22,7 @@ use signalql_catalog::objects::index::{
     CoveredFile, INDEX_FILES, INDEX_REPS, INDEX_TERMS, covered_by, postings, sibling,
 };
 use signalql_catalog::{Dataset, TableInfo};
+use signalql_udfs::scalar::lexical::lexical_weights;
 
 use crate::catalog::{Catalog, optional_table, scan};
 use crate::error::{Error, Result};
@@ -74,10 +75,9 @@ pub(crate) async fn representations(
     };
     // The postings of the task's terms, per index file (its position among `index_reps`'
     // files) and representation ordinal.
-    let ranked = &covered.ranked;
     let root = catalog.dataset().root();
     let mut hits: HashMap<(i64, i64), Vec<bool>> = HashMap::new();
-    for (rank, location) in ranked.iter().enumerate() {
+    for (rank, (location, _)) in covered.index.files.iter().enumerate() {
         postings(root, &sibling(location, INDEX_TERMS), terms, |t, rep| {
             hits.entry((rank as i64, rep))
                 .or_insert_with(|| vec![false; terms.len()])[t] = true;
@@ -95,7 +95,7 @@ pub(crate) async fn representations(
     let weights = if hits.is_empty() {
         lit(ScalarValue::try_from(&weights_type)?)
     } else {
-        Arc::new(ScalarUDF::from(IndexWeights::new(hits, terms.len()))).call(vec![
+        Arc::new(ScalarUDF::from(IndexWeights::new(hits))).call(vec![
             col("__ifile"),
             col(format!("{REPRESENTATIONS}.rep")),
             col(format!("{REPRESENTATIONS}.weight")),
@@ -121,6 +121,20 @@ pub(crate) async fn representations(
         None => Ok(from_index),
         Some(rest) => Ok(scanned(&rest, &weights_type)?.union(from_index.build()?)?),
     }
+}
+
+/// Per task term, the weight a row of [`representations`] gets from its content: its
+/// lexical-v1 field weight (2 for `summary`, 1 for any other) where the content holds the
+/// term, else 0; tokenised on the scan path, from the postings (`idx_weights`) on the index
+/// path. To be evaluated where `content` is already NULL unless the caller may read it.
+pub(crate) fn content_weights(task: &str) -> Result<Expr> {
+    let summary = when(col("name").eq(lit("summary")), col("content")).end()?;
+    let other = when(col("name").not_eq(lit("summary")), col("content")).end()?;
+    Ok(when(
+        col("scanned"),
+        lexical_weights(lit(task), lit(""), summary, other),
+    )
+    .otherwise(col("idx_weights"))?)
 }
 
 /// The name a representation column has in the rows.
@@ -162,18 +176,16 @@ struct IndexWeights {
     signature: Signature,
     /// Per (index file, representation ordinal): which terms it holds.
     hits: Arc<HashMap<(i64, i64), Vec<bool>>>,
-    terms: usize,
 }
 
 impl IndexWeights {
-    fn new(hits: HashMap<(i64, i64), Vec<bool>>, terms: usize) -> Self {
+    fn new(hits: HashMap<(i64, i64), Vec<bool>>) -> Self {
         IndexWeights {
             signature: Signature::exact(
                 vec![DataType::Int64, DataType::Int64, DataType::Int64],
                 Volatility::Immutable,
             ),
             hits: Arc::new(hits),
-            terms,
         }
     }
 }
@@ -232,7 +244,7 @@ impl ScalarUDFImpl for IndexWeights {
                     } else {
                         0
                     };
-                    for &h in held.iter().take(self.terms) {
+                    for &h in held {
                         out.values().append_value(if h { w } else { 0 });
                     }
                     out.append(true);
@@ -255,10 +267,9 @@ fn plain(view: &TableView) -> bool {
 
 /// What the index covers of a `representations` table as opened.
 struct Covered {
-    /// `index_reps`, as committed when it was opened.
+    /// `index_reps`, as committed when it was opened (an index file's `__ifile` is its
+    /// position in `files`).
     index: TableInfo,
-    /// Its files' locations, in its order (an index file's `__ifile`).
-    ranked: Vec<String>,
     /// The locations of the table's files the index covers (as listed now).
     files: HashSet<String>,
     /// The `index_reps` rows to keep (by `__ifile` and `file`), when a file some index write
@@ -268,15 +279,16 @@ struct Covered {
 
 impl Covered {
     /// `None` when no file is covered, or the index cannot stand for the table: a table
-    /// read through a mapping that renames or converts a column, in another place, not a folder of Parquet files, or whose
-    /// caller restriction hides a column the index path keys on or filters on its content.
+    /// read through a mapping that renames or converts a column, in another place, not a
+    /// folder of Parquet files, or whose caller restriction hides a column the index path
+    /// keys on or filters on its content.
     async fn find(
         ctx: &SessionContext,
         catalog: &dyn Catalog,
         reps: &TableInfo,
     ) -> Result<Option<Covered>> {
         let dataset: &Dataset = catalog.dataset();
-        if !reps.view.as_deref().is_none_or(plain) || reps.only_files(|_| true).is_none() {
+        if !reps.view.as_deref().is_none_or(plain) || !reps.is_folder() {
             return Ok(None);
         }
         let place = dataset.place(REPRESENTATIONS)?;
@@ -300,7 +312,6 @@ impl Covered {
             return Ok(None);
         };
         let root = dataset.root();
-        let ranked: Vec<String> = index.files.iter().map(|(l, _)| l.clone()).collect();
         let listed = root.parquet_files(REPRESENTATIONS)?.unwrap_or_default();
         let opened: HashSet<&str> = reps.files.iter().map(|(l, _)| l.as_str()).collect();
         let current: HashMap<String, (CoveredFile, &str)> = listed
@@ -314,7 +325,7 @@ impl Covered {
         let mut files = HashSet::new();
         let mut keep: Vec<Expr> = Vec::new();
         let mut stale = false;
-        for (rank, location) in ranked.iter().enumerate() {
+        for (rank, (location, _)) in index.files.iter().enumerate() {
             let mut valid: Vec<Expr> = Vec::new();
             let named = covered_by(root, &sibling(location, INDEX_FILES))?;
             for (ordinal, file) in named.iter().enumerate() {
@@ -340,11 +351,6 @@ impl Covered {
             true => keep.into_iter().reduce(Expr::or),
             false => None,
         };
-        Ok(Some(Covered {
-            index,
-            ranked,
-            files,
-            only,
-        }))
+        Ok(Some(Covered { index, files, only }))
     }
 }

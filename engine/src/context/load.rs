@@ -1,6 +1,7 @@
-//! The DataFusion plans behind `CONTEXT FOR`: candidates at T, their representations (content
-//! loaded only where packable and neither secret nor excluded), lexical-v1 scores from the
-//! `lexical_weights` UDF per representation row, and the graph edges of every revision.
+//! The DataFusion plans behind `CONTEXT FOR`: candidates at T, their representations (through
+//! the text index where it covers them, `indexed`; content loaded only where packable and
+//! neither secret nor excluded), per row the lexical-v1 term weights of the title and of the
+//! content, and the graph edges of every revision.
 
 use std::sync::Arc;
 
@@ -199,13 +200,13 @@ pub async fn plan(
     params: &super::PackParams,
 ) -> Result<LogicalPlan> {
     let t_us = micros(t);
-    let task = lit(q.task.as_str());
-    // The title's term weights, once per object (the index path has no other text to weigh;
-    // the scan path weighs the title with the content).
+    // The title's term weights, once per object.
     let cands = candidates(ctx, catalog, t_us).await?;
     let mut with_title: Vec<Expr> = plan::columns(&cands);
-    with_title
-        .push(lexical_weights(task.clone(), col("title"), lit(""), lit("")).alias("title_weights"));
+    with_title.push(
+        lexical_weights(lit(q.task.as_str()), col("title"), lit(""), lit(""))
+            .alias("title_weights"),
+    );
     let cands = project(cands, with_title)?;
     // A representation written twice (a re-run after a crash) is identical; duplicates are
     // dropped when the candidates are assembled and cannot change a score.
@@ -303,11 +304,9 @@ pub async fn plan(
     if params.exclude_stale {
         scope = scope.and(col("state").in_list(vec![lit("stale"), lit("invalid")], true));
     }
-    // Each in-scope row's term weights (title, and its content as the summary or as other
-    // text); the packer folds an object's rows by maximum, which equals scoring the object
-    // whole (`lexical_weights`), without holding or joining any text.
-    let summary = when(col("name").eq(lit("summary")), col("content")).end()?;
-    let other = when(col("name").not_eq(lit("summary")), col("content")).end()?;
+    // Each in-scope row's term weights, its title's and its content's (as the summary or as
+    // other text); the packer folds an object's rows by maximum, which equals scoring the
+    // object whole (`lexical_weights`), without holding or joining any text.
     // What the packer reads (`RowCols`); content only for COMPRESS, which shrinks the text of
     // what does not fit.
     let mut out: Vec<Expr> = [
@@ -351,17 +350,12 @@ pub async fn plan(
         when(col("tokens").is_not_null(), lit(STORED))
             .otherwise(lit(CHARS_DIV_4))?
             .alias("estimator"),
-        when(
-            scope.clone(),
-            when(
-                col("scanned"),
-                lexical_weights(task, col("title"), summary, other),
-            )
-            .otherwise(col("title_weights"))?,
-        )
-        .end()?
-        .alias("lex_weights"),
-        when(scope, col("idx_weights")).end()?.alias("idx_weights"),
+        when(scope.clone(), col("title_weights"))
+            .end()?
+            .alias("title_weights"),
+        when(scope, super::indexed::content_weights(&q.task)?)
+            .end()?
+            .alias("content_weights"),
     ]);
     let rows = project(tested, out)?.build()?;
     let edges = edges(ctx, catalog).await?;

@@ -2,9 +2,9 @@
 //! DESIGN.md §5, docs/context.md).
 //!
 //! `build` runs a CONTEXT FOR end to end. `load` builds the DataFusion plans: the objects live
-//! at T at their latest revision, their representations (secret or excluded content is never
-//! loaded), lexical-v1 scores from the `lexical_weights` UDF over eligible content, and the
-//! graph edges; `reads` the packed content and the evidence after packing; `candidates` decodes the packer's input and `exec` is the packer operator.
+//! at T at their latest revision, their representations (`indexed`: from the text index where
+//! it covers them; secret or excluded content is never loaded), lexical-v1 term weights of the
+//! titles and of the eligible content, and the graph edges; `reads` the packed content and the evidence after packing; `candidates` decodes the packer's input and `exec` is the packer operator.
 //! `pack` decides, with `select` (eligibility, boosts, rank), `expand` (graph expansion) and
 //! `packing` (the budget passes, COMPRESS), `assemble`
 //! makes the bundle and the explanation the context store (`store`) keeps for
