@@ -24,6 +24,7 @@ pub use crate::error::DatasetError;
 pub use crate::limits::LimitsConfig;
 use crate::mapping::{TableConfig, TableView};
 use crate::storage::{ListedFile, Root, RootError, StorageOptions};
+use signalql_udfs::scalar::token_estimate::Estimator;
 
 /// Settings read from `ROOT/signalql.toml` (every key optional).
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -87,6 +88,9 @@ pub struct ContextConfig {
     /// The context store: a folder or `s3://bucket/prefix` (default: the dataset root, whose
     /// `contexts/` folder holds the bundles). For a root signalql may only read.
     pub store: Option<String>,
+    /// The token estimator of bundles whose query names none (`USING ESTIMATOR`):
+    /// `chars-div-4-v1` (the default) or `o200k_base` (docs/context.md, "Token counts").
+    pub estimator: Option<String>,
 }
 
 /// A dataset: its root (a local folder or an S3 prefix) and its `signalql.toml`.
@@ -311,6 +315,17 @@ impl Dataset {
                 }
             })?,
         };
+        if let Some(name) = &config.context.estimator
+            && Estimator::from_name(name).is_none()
+        {
+            return Err(DatasetError::Config {
+                path: root.display_of("signalql.toml"),
+                message: format!(
+                    "[context] estimator = {name:?} is not a token estimator (known: {})",
+                    Estimator::names()
+                ),
+            });
+        }
         Ok(Dataset {
             root,
             config,
@@ -942,6 +957,14 @@ impl Dataset {
             m.insert(key, read.clone());
         }
         Ok(read)
+    }
+
+    /// The Arrow schema of a file of a table opened before, by its location and size, as
+    /// its footer gave it (no request; `None` for a file not opened through this dataset).
+    pub fn opened_file_schema(&self, location: &str, size: u64) -> Option<SchemaRef> {
+        let m = self.file_schemas.lock().ok()?;
+        m.get(&(location.to_string(), size))
+            .map(|f| f.schema.clone())
     }
 
     /// The table as opened before, if its files are the same ones (a file is named by its

@@ -557,6 +557,124 @@ async fn items_name_estimators_and_unknown_addresses_are_errors() {
     assert_eq!(err.to_json()["error"]["code"], "unknown_context");
 }
 
+/// o200k_base token counts (docs/context.md, "Token counts"), against tiktoken's own counts:
+/// inline content is counted exactly (a stored count then stands only for content kept by
+/// reference), every item and the metadata name the estimator (so the address differs), the
+/// budget holds the exact counts, and a dataset selects it in signalql.toml.
+#[tokio::test]
+async fn o200k_counts_tokens_as_tiktoken_does() {
+    let tiktoken = tiktoken_rs::o200k_base().unwrap();
+    let o200k = |t: &str| tiktoken.encode_ordinary(t).len() as i64;
+    let div4 = |t: &str| (t.chars().count() as i64 + 3) / 4;
+    // Long words: fewer o200k tokens than characters / 4.
+    let long = "internationalization counterrevolutionaries incomprehensibilities parquet";
+    let short = "Parquet is columnar. Filler words, here and there: 1 2 3 4.";
+    assert!(o200k(long) < div4(long), "the case needs o200k < chars/4");
+    let a = obj("a_long", "Parquet notes", vec![rep("text", long)]);
+    let mut b = obj("b_stored", "Parquet notes", vec![rep("text", short)]);
+    b.reps[0].tokens = Some(999);
+    let mut c = obj("c_ref", "Parquet notes", vec![rep("text", "")]);
+    c.reps[0].by_ref = Some("s3://bucket/c.txt");
+    c.reps[0].tokens = Some(7);
+    let dir = tempfile::tempdir().unwrap();
+    write_store(dir.path(), &[a, b, c], &[], &[], false);
+    let counts = |b: &Bundle| -> Vec<(String, i64, String)> {
+        b.items
+            .iter()
+            .map(|i| (i.object.clone(), i.tokens, i.estimator.clone()))
+            .collect()
+    };
+    let item = |o: &str, t: i64, e: &str| (format!("object://{o}@1"), t, e.to_string());
+
+    let default = bundle(dir.path(), r#"CONTEXT FOR "parquet""#).await;
+    assert_eq!(
+        counts(&default),
+        [
+            item("a_long", div4(long), "chars-div-4-v1"),
+            item("b_stored", 999, "stored"),
+            item("c_ref", 7, "stored"),
+        ]
+    );
+    let q = r#"CONTEXT FOR "parquet" USING ESTIMATOR "o200k""#;
+    let exact = bundle(dir.path(), q).await;
+    assert_eq!(
+        counts(&exact),
+        [
+            item("a_long", o200k(long), "o200k_base"),
+            item("b_stored", o200k(short), "o200k_base"),
+            item("c_ref", 7, "stored"),
+        ]
+    );
+    assert_eq!(exact.metadata.estimators, ["o200k_base", "stored"]);
+    assert_eq!(
+        exact.metadata.canonical_query,
+        r#"CONTEXT FOR "parquet" USING ESTIMATOR "o200k_base""#
+    );
+    assert_ne!(exact.id, default.id);
+
+    // A budget of exactly a_long's o200k count: it fits (then nothing else does); counted as
+    // chars / 4 it does not, and c_ref's 7 stored tokens are what fits.
+    let budget = o200k(long);
+    assert!(budget >= 7 && budget < div4(long) && budget < o200k(short) + 7);
+    let exact = bundle(dir.path(), &format!("{q} BUDGET {budget} TOKENS")).await;
+    assert_eq!(counts(&exact), [item("a_long", budget, "o200k_base")]);
+    let rough = bundle(
+        dir.path(),
+        &format!(r#"CONTEXT FOR "parquet" BUDGET {budget} TOKENS"#),
+    )
+    .await;
+    assert_eq!(counts(&rough), [item("c_ref", 7, "stored")]);
+
+    // COMPRESS counts the shrunk text with the same estimator.
+    let squeezed = bundle(
+        dir.path(),
+        &format!(r#"CONTEXT FOR "parquet columnar" USING ESTIMATOR "o200k" BUDGET 9 TOKENS MAX OBJECTS 1 PREFER REPRESENTATION "text" COMPRESS"#),
+    )
+    .await;
+    assert!(o200k(short) > 9, "b_stored must not fit whole");
+    let [i] = squeezed.items.as_slice() else {
+        panic!("one compressed item: {:?}", counts(&squeezed))
+    };
+    assert!(i.compression.is_some());
+    assert_eq!(i.content.as_deref(), Some("Parquet is columnar."));
+    assert_eq!(
+        (i.tokens, i.estimator.as_str()),
+        (o200k("Parquet is columnar."), "o200k_base")
+    );
+
+    // The dataset's default: the same items as the query naming it.
+    std::fs::write(
+        dir.path().join("signalql.toml"),
+        "[context]\nestimator = \"o200k_base\"\n",
+    )
+    .unwrap();
+    let by_dataset = bundle(dir.path(), r#"CONTEXT FOR "parquet""#).await;
+    assert_eq!(by_dataset.items, bundle(dir.path(), q).await.items);
+    // An unknown name is an error naming where it was given.
+    let err = engine(dir.path())
+        .answer(r#"CONTEXT FOR "parquet" USING ESTIMATOR "gpt2""#)
+        .await
+        .unwrap_err()
+        .to_json();
+    assert_eq!(err["error"]["code"], "parse_error");
+    assert_eq!(err["error"]["column"], 39);
+    assert!(
+        err["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("o200k_base")
+    );
+    std::fs::write(
+        dir.path().join("signalql.toml"),
+        "[context]\nestimator = \"gpt2\"\n",
+    )
+    .unwrap();
+    let err = Engine::open(dir.path())
+        .err()
+        .expect("a bad estimator is refused");
+    assert!(err.to_string().contains("[context] estimator"), "{err}");
+}
+
 #[tokio::test]
 async fn limits_are_enforced() {
     let dir = store();
@@ -984,7 +1102,7 @@ async fn comparable(root: &Path, q: &str) -> serde_json::Value {
 // revisions, secret revisions and representations, instruction roles, untrusted and stale
 // objects, two projects, stored token counts, content kept by reference, binary media, links),
 // every CONTEXT FOR (each clause: USING PROJECT, BUDGET, PREFER, EXCLUDE, MAX OBJECTS, DEPTH
-// and AGE, WITH EVIDENCE, COMPRESS, AS OF) and FIND OBJECT ABOUT gives the same bundle (its address, items, evidence and counts) and the
+// and AGE, WITH EVIDENCE, COMPRESS, AS OF, USING ESTIMATOR) and FIND OBJECT ABOUT gives the same bundle (its address, items, evidence and counts) and the
 // same rows with the index covering every representations file, covering some (the others
 // rewritten since it was written), and with no index at all.
 proptest! {
@@ -996,7 +1114,7 @@ proptest! {
             1..9,
         ),
         queries in prop::collection::vec(
-            (0usize..7, 0usize..7, 1u64..400, 1u32..6, 0u32..3, any::<u16>()),
+            (0usize..7, 0usize..7, 1u64..400, 1u32..6, 0u32..3, 0u16..8192),
             4,
         ),
     ) {
@@ -1065,6 +1183,9 @@ proptest! {
             let mut q = format!(r#"CONTEXT FOR "{task}""#);
             if flags & 128 != 0 {
                 q.push_str(r#" USING PROJECT "main""#);
+            }
+            if flags & 4096 != 0 {
+                q.push_str(r#" USING ESTIMATOR "o200k""#);
             }
             q.push_str(&format!(" BUDGET {budget} TOKENS"));
             let mut prefer = Vec::new();

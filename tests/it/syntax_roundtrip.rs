@@ -630,11 +630,15 @@ fn context_task() -> impl Strategy<Value = ContextQuery> {
         any::<bool>(),
         any::<bool>(),
         prop::option::of(timestamp()),
+        prop::option::of(prop_oneof![
+            Just("chars-div-4-v1".to_string()),
+            Just("o200k_base".to_string())
+        ]),
     );
     (a, b).prop_map(
         |(
             (task, project, budget, mut prefer, mut exclude),
-            (max_objects, max_depth, max_age, with_evidence, compress, as_of),
+            (max_objects, max_depth, max_age, with_evidence, compress, as_of, estimator),
         )| {
             prefer.sort();
             prefer.dedup();
@@ -651,6 +655,7 @@ fn context_task() -> impl Strategy<Value = ContextQuery> {
                 max_age,
                 with_evidence,
                 compress,
+                estimator,
                 as_of,
                 span: Span::default(),
             }

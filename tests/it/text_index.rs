@@ -302,3 +302,75 @@ fn a_copied_dataset_keeps_the_coverage_of_signalqls_own_files() {
     let scoring = x.scoring.expect("scoring");
     assert_eq!((scoring.index, scoring.scan), (2, 0), "{scoring:?}");
 }
+
+/// An `index_reps` file without the `o200k` column (the first index format) covers nothing:
+/// its files are scanned, with the answers the current index gives (docs/index.md).
+#[test]
+fn an_index_of_the_first_format_covers_nothing() {
+    use datafusion::parquet::arrow::ArrowWriter;
+    use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("store");
+    crate::common::ingest_docs(
+        &root,
+        &[
+            ("a.md", "# Parquet storage\n\nColumns on disk.\n"),
+            ("b.md", "# Funnels\n\nSteps in order.\n"),
+        ],
+    );
+    let now = chrono::DateTime::parse_from_rfc3339("2026-06-01T00:00:00Z")
+        .unwrap()
+        .with_timezone(&chrono::Utc);
+    let rt = crate::common::rt();
+    let answer = |q: &str| {
+        let engine = signalql::Engine::open_with(
+            &root,
+            signalql::EngineOptions {
+                now: Some(now),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        rt.block_on(engine.answer(q)).unwrap()
+    };
+    let q = r#"CONTEXT FOR "parquet storage" USING ESTIMATOR "o200k""#;
+    let scoring = |id: &str| match answer(&format!("EXPLAIN CONTEXT {id}")) {
+        signalql::Answer::Explanation(x) => {
+            let s = x.scoring.expect("scoring");
+            (s.index, s.scan)
+        }
+        other => panic!("{other:?}"),
+    };
+    let bundle = |q: &str| match answer(q) {
+        signalql::Answer::Bundle(b) => b,
+        other => panic!("{other:?}"),
+    };
+    let current = bundle(q);
+    assert_eq!(current.items.len(), 1);
+    assert_eq!(scoring(&current.id), (2, 0));
+    // Drop `o200k` from every index_reps file, as the first format wrote them.
+    for e in std::fs::read_dir(root.join("index_reps")).unwrap() {
+        let p = e.unwrap().path();
+        let reader =
+            ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(&p).unwrap()).unwrap();
+        let batches: Vec<_> = reader.build().unwrap().map(|b| b.unwrap()).collect();
+        let keep: Vec<usize> = (0..batches[0].num_columns())
+            .filter(|&i| batches[0].schema().field(i).name() != "o200k")
+            .collect();
+        let batches: Vec<_> = batches.iter().map(|b| b.project(&keep).unwrap()).collect();
+        let mut w = ArrowWriter::try_new(
+            std::fs::File::create(&p).unwrap(),
+            batches[0].schema(),
+            None,
+        )
+        .unwrap();
+        for b in &batches {
+            w.write(b).unwrap();
+        }
+        w.close().unwrap();
+    }
+    // Another budget, so another address: the store keeps the first record of an address.
+    let old = bundle(&format!("{q} BUDGET 7999 TOKENS"));
+    assert_eq!(old.items, current.items);
+    assert_eq!(scoring(&old.id), (0, 2));
+}

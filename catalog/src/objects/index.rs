@@ -13,8 +13,10 @@
 //! - `index_reps`: one row per representation of a covered file: `rep` (its ordinal in the
 //!   file), `object_id`, `revision`, `name`, `weight` (lexical-v1's field weight: 2 for the
 //!   `summary` representation, 1 for any other), `content_hash`, `chars` (the content's
-//!   Unicode scalar values, for chars-div-4-v1; NULL when the content is not indexable) and
-//!   `indexed` (whether its terms are in `index_terms`).
+//!   Unicode scalar values, for chars-div-4-v1; NULL when the content is not indexable),
+//!   `o200k` (its exact o200k_base token count, for the `o200k_base` estimator; NULL likewise)
+//!   and `indexed` (whether its terms are in `index_terms`). An `index_reps` file without
+//!   `o200k` is of the first format (before 2026-12-03): queries do not use its index write.
 //! - `index_files`: the `representations` files the index covers: `file` (the location
 //!   relative to the root), `size` and `version` (the modification time locally, the ETag on
 //!   S3). A file is covered while a row names it with its current size and version.
@@ -39,6 +41,7 @@ use datafusion::arrow::array::{
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use signalql_udfs::scalar::lexical::{STOPWORDS, SUMMARY_WEIGHT, TEXT_WEIGHT, tokens};
+use signalql_udfs::scalar::token_estimate::Estimator;
 
 use super::{REPRESENTATIONS, REVISIONS, scan, scan_file};
 use crate::commit::{Ingest, Snapshot};
@@ -52,6 +55,9 @@ use datafusion::parquet::file::properties::{EnabledStatistics, WriterProperties}
 pub const INDEX_TERMS: &str = crate::commit::INDEX_TABLES[0];
 pub const INDEX_REPS: &str = crate::commit::INDEX_TABLES[1];
 pub const INDEX_FILES: &str = crate::commit::INDEX_TABLES[2];
+
+/// The `index_reps` column of the o200k_base token counts.
+pub const O200K_COLUMN: &str = "o200k";
 
 /// The representation name that weighs 2 (lexical-v1's summary field).
 const SUMMARY: &str = "summary";
@@ -87,6 +93,7 @@ pub fn index_reps_schema() -> SchemaRef {
         ),
         Field::new("weight", DataType::Int64, false),
         Field::new("chars", DataType::Int64, true),
+        Field::new(O200K_COLUMN, DataType::Int64, true),
         Field::new("indexed", DataType::Boolean, false),
     ]))
 }
@@ -170,6 +177,7 @@ struct RepRow {
     tokens: Option<i64>,
     roles: Option<Vec<String>>,
     chars: Option<i64>,
+    o200k: Option<i64>,
     indexed: bool,
 }
 
@@ -225,6 +233,7 @@ impl IndexRows {
                 .as_ref()
                 .map(|r| r.iter().map(|x| x.to_string()).collect()),
             chars: content.map(|t| t.chars().count() as i64),
+            o200k: content.map(|t| Estimator::O200k.count(t)),
             indexed: content.is_some(),
         });
         content.map(|_| added)
@@ -287,6 +296,9 @@ impl IndexRows {
                 }))),
                 Arc::new(Int64Array::from(
                     reps.iter().map(|r| r.chars).collect::<Vec<_>>(),
+                )),
+                Arc::new(Int64Array::from(
+                    reps.iter().map(|r| r.o200k).collect::<Vec<_>>(),
                 )),
                 Arc::new(BooleanArray::from(
                     reps.iter().map(|r| r.indexed).collect::<Vec<_>>(),
@@ -948,6 +960,22 @@ mod tests {
                 (1, 2, Some(7), true),
                 (2, 1, None, false),
                 (3, 1, None, false)
+            ]
+        );
+        // o200k counts of the indexable contents, as tiktoken counts them; none for the rest.
+        let tiktoken = tiktoken_rs::o200k_base().unwrap();
+        let o200k = col("o200k");
+        let counted: Vec<Option<i64>> = (0..4)
+            .map(|i| o200k.is_valid(i).then(|| o200k.value(i)))
+            .collect();
+        let want = |t: &str| Some(tiktoken.encode_ordinary(t).len() as i64);
+        assert_eq!(
+            counted,
+            vec![
+                want("Pricing strategy; pricing"),
+                want("pricing"),
+                None,
+                None
             ]
         );
         // Ordinals count on across batches of one file.

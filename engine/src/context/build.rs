@@ -17,6 +17,7 @@ use crate::error::{Error, Result};
 use crate::execute::Executor;
 use crate::lower::time::{micros, parse_timestamp, rfc3339};
 use crate::syntax::ast::ContextQuery;
+use signalql_udfs::scalar::token_estimate::Estimator;
 
 /// The logical plan behind `CONTEXT FOR` evaluated at `now` (opening the object tables;
 /// nothing is run): one plan whose result is the packing decisions. Also returns the AS OF
@@ -48,7 +49,7 @@ pub async fn plan(
         Some(ts) => parse_timestamp(ts)?,
         None => now,
     };
-    let params = PackParams::of(q, micros(t))?;
+    let params = PackParams::of(q, micros(t), dataset_estimator(catalog))?;
     let plan = load::plan(exec.session(), catalog, q, t, &params).await?;
     Ok((plan, t))
 }
@@ -149,4 +150,11 @@ fn compression_ratio(bundle: &Bundle) -> f64 {
     } else {
         used as f64 / full as f64
     }
+}
+
+/// The dataset's token estimator: `[context] estimator` of signalql.toml (checked when the
+/// dataset was opened), else chars-div-4-v1.
+fn dataset_estimator(catalog: &dyn Catalog) -> Estimator {
+    let name = catalog.dataset().config().context.estimator.as_deref();
+    name.and_then(Estimator::from_name).unwrap_or_default()
 }

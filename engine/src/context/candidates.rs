@@ -10,7 +10,7 @@ use datafusion::arrow::datatypes::{DataType, TimestampMicrosecondType};
 use signalql_udfs::scalar::lexical::{max_weights, score_of};
 use signalql_udfs::strings::StringColumn;
 
-use super::select::{CHARS_DIV_4, Candidate, Rep, STORED};
+use super::select::{Candidate, Rep, STORED};
 use crate::error::{Error, Result};
 
 /// The columns of one batch of [`plan`](super::load::plan)'s first input, cast once.
@@ -189,7 +189,7 @@ pub fn candidates_from(
                 estimator: if c.estimators.value(i) == STORED {
                     STORED
                 } else {
-                    CHARS_DIV_4
+                    params.estimator.name()
                 },
                 roles: c.roles.get_with(i, |r| strings.get(r)),
                 secret: c.secret.value(i),

@@ -44,8 +44,11 @@ impl Kernel for BundlePack {
 
     fn params(&self) -> String {
         format!(
-            "budget={} max_objects={} max_depth={}",
-            self.0.budget, self.0.max_objects, self.0.max_depth
+            "budget={} max_objects={} max_depth={} estimator={}",
+            self.0.budget,
+            self.0.max_objects,
+            self.0.max_depth,
+            self.0.estimator.name()
         )
     }
 

@@ -19,7 +19,7 @@ use datafusion::prelude::SessionContext;
 use signalql_catalog::mapping::{Read, TableView};
 use signalql_catalog::objects::REPRESENTATIONS;
 use signalql_catalog::objects::index::{
-    CoveredFile, INDEX_FILES, INDEX_REPS, INDEX_TERMS, covered_by, postings, sibling,
+    CoveredFile, INDEX_FILES, INDEX_REPS, INDEX_TERMS, O200K_COLUMN, covered_by, postings, sibling,
 };
 use signalql_catalog::{Dataset, TableInfo};
 use signalql_udfs::scalar::lexical::lexical_weights;
@@ -43,7 +43,8 @@ const REP_COLUMNS: [&str; 8] = [
 /// The rows of every representation, one per representation (a representation in two files
 /// is there twice): `p_object_id`, `p_revision`, `name`, `media_type`, `content` (NULL on the
 /// index path), `content_ref`, `content_hash`, `tokens`, `rep_roles`, `idx_chars` (the
-/// content's characters, on the index path), `idx_weights` (per term of `terms`, the
+/// content's characters, on the index path), `idx_o200k` (its o200k_base tokens, likewise),
+/// `idx_weights` (per term of `terms`, the
 /// representation's lexical-v1 field weight where it holds the term, else 0; NULL when it
 /// holds none of them or took the scan path) and `scanned` (whether it took the scan path).
 ///
@@ -113,6 +114,7 @@ pub(crate) async fn representations(
     out.extend([
         cast(col(format!("{REPRESENTATIONS}.roles")), roles_type).alias("rep_roles"),
         col("chars").alias("idx_chars"),
+        col(O200K_COLUMN).alias("idx_o200k"),
         weights.alias("idx_weights"),
         lit(false).alias("scanned"),
     ]);
@@ -161,6 +163,7 @@ fn scanned(reps: &TableInfo, weights_type: &DataType) -> Result<LogicalPlanBuild
     out.extend([
         col("roles").alias("rep_roles"),
         lit(ScalarValue::Int64(None)).alias("idx_chars"),
+        lit(ScalarValue::Int64(None)).alias("idx_o200k"),
         lit(ScalarValue::try_from(weights_type)?).alias("idx_weights"),
         lit(true).alias("scanned"),
     ]);
@@ -325,7 +328,15 @@ impl Covered {
         let mut files = HashSet::new();
         let mut keep: Vec<Expr> = Vec::new();
         let mut stale = false;
-        for (rank, (location, _)) in index.files.iter().enumerate() {
+        for (rank, (location, size)) in index.files.iter().enumerate() {
+            // An index write of the first format (no o200k counts) covers nothing.
+            let current_format = dataset
+                .opened_file_schema(location, *size)
+                .is_some_and(|s| s.field_with_name(O200K_COLUMN).is_ok());
+            if !current_format {
+                stale = true;
+                continue;
+            }
             let mut valid: Vec<Expr> = Vec::new();
             let named = covered_by(root, &sibling(location, INDEX_FILES))?;
             for (ordinal, file) in named.iter().enumerate() {

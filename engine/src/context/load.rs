@@ -28,6 +28,7 @@ use crate::lower::fields::ts_lit;
 use crate::lower::time::micros;
 use crate::lower::{plan, project};
 use crate::syntax::ast::{ContextQuery, ExcludeItem, Role};
+use signalql_udfs::scalar::token_estimate::{Estimator, token_count};
 
 fn role_name(r: Role) -> &'static str {
     match r {
@@ -269,7 +270,7 @@ pub async fn plan(
         .schema()
         .columns()
         .into_iter()
-        .filter(|c| c.name != "content" && c.name != "idx_chars")
+        .filter(|c| !["content", "idx_chars", "idx_o200k"].contains(&c.name.as_str()))
         .map(Expr::Column)
         .collect();
     second.extend([
@@ -281,7 +282,10 @@ pub async fn plan(
         when(readable.clone(), col("content"))
             .end()?
             .alias("content"),
-        when(readable, col("idx_chars")).end()?.alias("idx_chars"),
+        when(readable.clone(), col("idx_chars"))
+            .end()?
+            .alias("idx_chars"),
+        when(readable, col("idx_o200k")).end()?.alias("idx_o200k"),
     ]);
     let tested = project(with_roles, second)?;
 
@@ -334,22 +338,10 @@ pub async fn plan(
     if params.compress {
         out.push(col("content"));
     }
+    let (est_tokens, estimator) = token_counts(params.estimator)?;
     out.extend([
-        cast_expr(
-            coalesce(vec![
-                col("tokens"),
-                (coalesce(vec![
-                    cast_expr(character_length(col("content")), DataType::Int64),
-                    col("idx_chars"),
-                ]) + lit(3i64))
-                    / lit(4i64),
-            ]),
-            DataType::Int64,
-        )
-        .alias("est_tokens"),
-        when(col("tokens").is_not_null(), lit(STORED))
-            .otherwise(lit(CHARS_DIV_4))?
-            .alias("estimator"),
+        est_tokens.alias("est_tokens"),
+        estimator.alias("estimator"),
         when(scope.clone(), col("title_weights"))
             .end()?
             .alias("title_weights"),
@@ -363,6 +355,40 @@ pub async fn plan(
         crate::operator::TwoInputNode::new(rows, edges, super::exec::BundlePack(params.clone()))?
             .into_plan(),
     )
+}
+
+/// A representation row's token count and the estimator that gave it (docs/context.md,
+/// "Token counts"). With chars-div-4-v1, a stored `tokens` count wins (the spec's
+/// reference algorithm); with o200k_base, readable inline content is counted exactly (on the
+/// index path the count is the index's) and a stored count stands only for content kept by
+/// reference. NULL: nothing to count, so the representation is not packed.
+fn token_counts(estimator: Estimator) -> Result<(Expr, Expr)> {
+    Ok(match estimator {
+        Estimator::CharsDiv4 => (
+            coalesce(vec![
+                col("tokens"),
+                (coalesce(vec![
+                    cast_expr(character_length(col("content")), DataType::Int64),
+                    col("idx_chars"),
+                ]) + lit(3i64))
+                    / lit(4i64),
+            ]),
+            when(col("tokens").is_not_null(), lit(STORED)).otherwise(lit(CHARS_DIV_4))?,
+        ),
+        Estimator::O200k => {
+            let counted = col("content")
+                .is_not_null()
+                .or(col("idx_o200k").is_not_null());
+            (
+                coalesce(vec![
+                    token_count(col("content"), estimator),
+                    col("idx_o200k"),
+                    col("tokens"),
+                ]),
+                when(counted, lit(estimator.name())).otherwise(lit(STORED))?,
+            )
+        }
+    })
 }
 
 /// The graph edges (`a`, `b`, `relation`) of every revision: links (an `object` entity is an

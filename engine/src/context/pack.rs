@@ -8,7 +8,7 @@ use sha2::{Digest, Sha256};
 
 use super::bundle::{Compression, Item, object_uri};
 use super::expand::expand;
-use super::packing;
+use super::packing::{self, Estimator};
 use super::select::{self, Candidate, Exclusions, RankKey, Reason, boost, ineligible, rank_cmp};
 use crate::error::{Error, Result};
 use crate::syntax::ast::{ContextQuery, ExcludeItem, PreferItem, TrustLevel};
@@ -52,11 +52,14 @@ pub struct PackParams {
     /// COMPRESS, and the task's lexical-v1 terms it keeps sentences for.
     pub compress: bool,
     pub terms: Vec<String>,
+    /// How representations without a stored count, and compressed texts, are counted.
+    pub estimator: Estimator,
 }
 
 impl PackParams {
-    /// The parameters of `q` evaluated at `t` (µs).
-    pub fn of(q: &ContextQuery, t: i64) -> Result<Self> {
+    /// The parameters of `q` evaluated at `t` (µs), with `estimator` where the query names
+    /// none.
+    pub fn of(q: &ContextQuery, t: i64, estimator: Estimator) -> Result<Self> {
         Ok(PackParams {
             budget: q.budget.unwrap_or(DEFAULT_BUDGET),
             max_objects: q.max_objects.unwrap_or(DEFAULT_MAX_OBJECTS),
@@ -82,6 +85,12 @@ impl PackParams {
             },
             compress: q.compress,
             terms: signalql_udfs::scalar::lexical::terms(&q.task),
+            estimator: match &q.estimator {
+                Some(name) => Estimator::from_name(name).ok_or_else(|| {
+                    Error::parse(format!("unknown token estimator \"{name}\""), q.span)
+                })?,
+                None => estimator,
+            },
         })
     }
 }
@@ -291,8 +300,8 @@ pub fn decide(p: &PackParams, candidates: &[Candidate], edges: &[select::Edge]) 
                 })
             })?;
         let text = reps[idx].content.as_deref()?;
-        let (out, preservation) = packing::compress_text(text, &p.terms, left)?;
-        let tokens = packing::chars_div_4(&out);
+        let (out, preservation) = packing::compress_text(text, &p.terms, left, p.estimator)?;
+        let tokens = p.estimator.count(&out);
         compressed.insert(k, (idx, out, preservation));
         Some(tokens)
     };
@@ -340,8 +349,8 @@ pub fn decide(p: &PackParams, candidates: &[Candidate], edges: &[select::Edge]) 
         let item = match squeezed {
             None => item,
             Some((text, preservation)) => Item {
-                tokens: packing::chars_div_4(&text),
-                estimator: select::CHARS_DIV_4.into(),
+                tokens: p.estimator.count(&text),
+                estimator: p.estimator.name().into(),
                 content_hash: hex::encode(Sha256::digest(text.as_bytes())),
                 compression: Some(Compression {
                     preservation,

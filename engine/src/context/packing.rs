@@ -3,7 +3,7 @@
 
 /// `ceil(characters / 4)`, characters as Unicode scalar values (chars-div-4-v1): the same
 /// function as the `token_estimate` UDF.
-pub use signalql_udfs::scalar::token_estimate::chars_div_4;
+pub use signalql_udfs::scalar::token_estimate::Estimator;
 
 use super::select::utf16_cmp;
 
@@ -101,12 +101,17 @@ pub fn pack_compressing(
 }
 
 /// COMPRESS (context-packets.md): `text` shrunk to its task-relevant sentences within
-/// `max_tokens` (chars-div-4-v1). Sentences end at `.`, `!` or `?` followed by white space, or
+/// `max_tokens` as `estimator` counts them. Sentences end at `.`, `!` or `?` followed by white space, or
 /// at a line break. Each is scored by the number of task terms it holds as whole tokens; those
 /// with a score are taken best first (ties by position) while they fit, and printed in their
 /// original order joined by a space. Returns the text and its preservation: the fraction of the
 /// task terms found in `text` that are still in it. None when no relevant sentence fits.
-pub fn compress_text(text: &str, terms: &[String], max_tokens: i64) -> Option<(String, f64)> {
+pub fn compress_text(
+    text: &str,
+    terms: &[String],
+    max_tokens: i64,
+    estimator: Estimator,
+) -> Option<(String, f64)> {
     use signalql_udfs::scalar::lexical::tokens;
     let mut sentences: Vec<&str> = Vec::new();
     for line in text.split('\n') {
@@ -146,11 +151,29 @@ pub fn compress_text(text: &str, terms: &[String], max_tokens: i64) -> Option<(S
             i,
         )
     });
+    let joined = |keep: &[usize]| {
+        let mut keep = keep.to_vec();
+        keep.sort();
+        keep.iter()
+            .map(|&i| sentences[i])
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
     let mut keep: Vec<usize> = Vec::new();
     let mut chars = 0usize;
     for i in order {
         let extra = sentences[i].chars().count() + usize::from(!keep.is_empty());
-        if (((chars + extra) as i64) + 3) / 4 <= max_tokens {
+        let fits = match estimator {
+            // The joined text's characters add up: no need to join it to count them.
+            Estimator::CharsDiv4 => (((chars + extra) as i64) + 3) / 4 <= max_tokens,
+            // A byte-pair count depends on the neighbours: count the text as it would be.
+            Estimator::O200k => {
+                let mut with = keep.clone();
+                with.push(i);
+                estimator.count(&joined(&with)) <= max_tokens
+            }
+        };
+        if fits {
             chars += extra;
             keep.push(i);
         }
@@ -158,12 +181,8 @@ pub fn compress_text(text: &str, terms: &[String], max_tokens: i64) -> Option<(S
     if keep.is_empty() {
         return None;
     }
+    let out = joined(&keep);
     keep.sort();
-    let out = keep
-        .iter()
-        .map(|&i| sentences[i])
-        .collect::<Vec<_>>()
-        .join(" ");
     let kept = (0..terms.len())
         .filter(|&j| keep.iter().any(|&i| found[i][j]))
         .count();
@@ -210,14 +229,14 @@ mod compress_tests {
         let text =
             "Intro words here. Parquet files are columnar! Nothing else.\nThe budget is small? End";
         // Both relevant sentences fit in 20 tokens: 26 + 1 + 22 = 49 chars → 13 tokens.
-        let (out, p) = compress_text(text, &terms, 20).unwrap();
+        let (out, p) = compress_text(text, &terms, 20, Estimator::CharsDiv4).unwrap();
         assert_eq!(out, "Parquet files are columnar! The budget is small?");
         assert_eq!(p, 1.0);
         // 7 tokens fit one (27 chars): the tie goes to the first; half the terms are kept.
-        let (out, p) = compress_text(text, &terms, 7).unwrap();
+        let (out, p) = compress_text(text, &terms, 7, Estimator::CharsDiv4).unwrap();
         assert_eq!(out, "Parquet files are columnar!");
         assert_eq!(p, 0.5);
-        assert!(compress_text(text, &terms, 2).is_none());
-        assert!(compress_text("no match at all.", &terms, 100).is_none());
+        assert!(compress_text(text, &terms, 2, Estimator::CharsDiv4).is_none());
+        assert!(compress_text("no match at all.", &terms, 100, Estimator::CharsDiv4).is_none());
     }
 }

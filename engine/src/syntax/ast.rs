@@ -456,6 +456,10 @@ pub struct ContextQuery {
     /// shrunk to its task-relevant sentences instead of dropped.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub compress: bool,
+    /// `USING ESTIMATOR "name"` (signalql extension): the token estimator, by its recorded
+    /// name (`chars-div-4-v1`, `o200k_base`); `None` leaves it to the dataset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub estimator: Option<String>,
     pub as_of: Option<Timestamp>,
     #[serde(skip)]
     pub span: Span,
@@ -475,6 +479,7 @@ impl ContextQuery {
             max_age: None,
             with_evidence: false,
             compress: false,
+            estimator: None,
             as_of: None,
             span,
         }

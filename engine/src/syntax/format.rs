@@ -467,6 +467,9 @@ impl Display for ContextQuery {
         if let Some(p) = &self.project {
             write!(f, " USING PROJECT {}", quote(p))?;
         }
+        if let Some(e) = &self.estimator {
+            write!(f, " USING ESTIMATOR {}", quote(e))?;
+        }
         if let Some(b) = self.budget {
             write!(f, " BUDGET {b} TOKENS")?;
         }

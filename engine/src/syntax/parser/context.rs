@@ -9,6 +9,7 @@ use crate::syntax::ast::{
     TrustLevel,
 };
 use crate::syntax::lexer::TokenKind;
+use signalql_udfs::scalar::token_estimate::Estimator;
 
 /// The address prefix of a context bundle.
 pub const CONTEXT_SCHEME: &str = "context://";
@@ -52,10 +53,33 @@ impl Parser {
             match t.text.to_ascii_uppercase().as_str() {
                 _ if t.kind != TokenKind::Word => break,
                 "USING" => {
-                    seen.once("USING PROJECT", t.span)?;
                     self.advance();
-                    self.expect_kw("project")?;
-                    q.project = Some(self.parse_string("a project string")?.0);
+                    let what = self.peek().clone();
+                    if self.eat_kw("project").is_some() {
+                        seen.once("USING PROJECT", t.span)?;
+                        q.project = Some(self.parse_string("a project string")?.0);
+                    } else if self.eat_kw("estimator").is_some() {
+                        seen.once("USING ESTIMATOR", t.span)?;
+                        let (name, span) = self.parse_string("an estimator name")?;
+                        let Some(e) = Estimator::from_name(&name) else {
+                            return Err(Error::parse(
+                                format!(
+                                    "unknown token estimator \"{name}\" (known: {})",
+                                    Estimator::names()
+                                ),
+                                span,
+                            ));
+                        };
+                        q.estimator = Some(e.name().to_string());
+                    } else {
+                        return Err(Error::parse(
+                            format!(
+                                "expected PROJECT or ESTIMATOR, found {}",
+                                super::describe(&what)
+                            ),
+                            what.span,
+                        ));
+                    }
                 }
                 "BUDGET" => {
                     seen.once("BUDGET", t.span)?;
