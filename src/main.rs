@@ -120,6 +120,36 @@ enum Command {
         /// Shrink items that do not fit to their task-relevant sentences (COMPRESS).
         #[arg(long)]
         compress: bool,
+        /// A PREFER item: `current`, a trust level (`verified`…) or `representation "NAME"`;
+        /// repeat for more.
+        #[arg(long, value_name = "ITEM")]
+        prefer: Vec<String>,
+        /// An EXCLUDE item: `untrusted`, `stale`, `role ROLE` or `role ROLE from ROLE`;
+        /// repeat for more.
+        #[arg(long, value_name = "ITEM")]
+        exclude: Vec<String>,
+        /// MAX OBJECTS n.
+        #[arg(long, value_name = "N")]
+        max_objects: Option<u64>,
+        /// MAX DEPTH n (graph hops of expansion).
+        #[arg(long, value_name = "N")]
+        max_depth: Option<u64>,
+        /// MAX AGE, as `N UNIT` (`30 d`, `12 h`).
+        #[arg(long, value_name = "AGE")]
+        max_age: Option<String>,
+        /// Add the items' derivations and entities (WITH EVIDENCE).
+        #[arg(long)]
+        with_evidence: bool,
+        /// Build the bundle as of this instant (AS OF, RFC 3339).
+        #[arg(long, value_name = "TIMESTAMP")]
+        as_of: Option<String>,
+        /// The token estimator (USING ESTIMATOR): `chars-div-4-v1` or `o200k_base`;
+        /// default: `[context] estimator` of signalql.toml, else chars-div-4-v1.
+        #[arg(long, value_name = "NAME")]
+        estimator: Option<String>,
+        /// Further clauses in SignalQL syntax (the options above override them).
+        #[arg(long, value_name = "SIGNALQL")]
+        clauses: Option<String>,
         /// Evaluation time T (RFC 3339) when the bundle has no AS OF.
         #[arg(long)]
         now: Option<String>,
@@ -543,6 +573,15 @@ fn run(cli: Cli) -> Result<(), Error> {
             project,
             render,
             compress,
+            prefer,
+            exclude,
+            max_objects,
+            max_depth,
+            max_age,
+            with_evidence,
+            as_of,
+            estimator,
+            clauses,
             now,
             task,
         } => {
@@ -550,8 +589,16 @@ fn run(cli: Cli) -> Result<(), Error> {
                 task,
                 budget,
                 project,
-                clauses: None,
+                clauses,
                 compress: compress.then_some(true),
+                prefer,
+                exclude,
+                max_objects,
+                max_depth,
+                max_age,
+                with_evidence: with_evidence.then_some(true),
+                as_of,
+                estimator,
             }
             .query()?;
             let engine = open(data, now, &reach)?;

@@ -1,11 +1,11 @@
 //! `signalql mcp`: an MCP server over stdio (the official Rust SDK, rmcp) with the tools
-//! `query`, `describe`, `context`, `explain_context`, `explain`, `simulate`, `stats` and
-//! `format`. The same server answers at
+//! `query`, `describe`, `context`, `watch`, `explain_context`, `explain`, `simulate`, `stats`
+//! and `format`. The same server answers at
 //! `/mcp` of `signalql serve` (src/serve.rs), where each request's bearer token selects the
 //! caller whose engine answers it.
 //!
 //! Each tool answers with one text content holding JSON: the result envelope (`query`,
-//! `describe`), the bundle (`context`), the explanation (`explain_context`), the EXPLAIN object
+//! `describe`), the bundle (`context`), `{polls, holds, alert}` (`watch`), the explanation (`explain_context`), the EXPLAIN object
 //! (`explain`), the simulation (`simulate`), the estimator statistics (`stats`) or
 //! `{"canonical": …}` (`format`). A failure is an MCP tool error (`isError: true`) whose text
 //! is the engine's `{"error": {"code", "message", "line"?, "column"?, …}}`.
@@ -60,6 +60,58 @@ pub struct ContextArgs {
     pub clauses: Option<String>,
     #[schemars(description = "Shrink items that do not fit to their task-relevant sentences")]
     pub compress: Option<bool>,
+    #[schemars(
+        description = "PREFER items: `current`, a trust level (`verified`, `authoritative`…), \
+                       `representation \"NAME\"`"
+    )]
+    pub prefer: Option<Vec<String>>,
+    #[schemars(
+        description = "EXCLUDE items: `untrusted`, `stale`, `role ROLE`, `role ROLE from ROLE`"
+    )]
+    pub exclude: Option<Vec<String>>,
+    #[schemars(description = "MAX OBJECTS n (default 20)")]
+    pub max_objects: Option<u64>,
+    #[schemars(description = "MAX DEPTH n: graph hops of expansion (default 1)")]
+    pub max_depth: Option<u64>,
+    #[schemars(description = "MAX AGE as `N UNIT`, e.g. `30 d`, `12 h`")]
+    pub max_age: Option<String>,
+    #[schemars(description = "WITH EVIDENCE: add the items' derivations and entities")]
+    pub with_evidence: Option<bool>,
+    #[schemars(description = "AS OF: build the bundle as of this RFC 3339 instant")]
+    pub as_of: Option<String>,
+    #[schemars(
+        description = "Token estimator (USING ESTIMATOR): `chars-div-4-v1` or `o200k_base` \
+                       (exact GPT-4o tokens); default: the dataset's"
+    )]
+    pub estimator: Option<String>,
+}
+
+/// `watch`: wait for a WATCH condition.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct WatchArgs {
+    #[schemars(description = "A WATCH statement: WATCH (FROM … RETURN …) WHEN condition")]
+    pub watch: String,
+    #[schemars(description = "Seconds between polls (default 5)")]
+    pub interval_seconds: Option<f64>,
+    #[schemars(
+        description = "Polls at most (default 1): the call answers at the first alert, or \
+                       after this many polls without one"
+    )]
+    pub max_polls: Option<u64>,
+}
+
+/// The longest a `watch` call may wait between its first and last poll.
+pub const MAX_WATCH_SECONDS: u64 = 600;
+
+/// What a `watch` call found.
+#[derive(Debug, Serialize)]
+pub struct WatchAnswer {
+    /// The polls run.
+    pub polls: u64,
+    /// Whether the condition held at the last poll.
+    pub holds: bool,
+    /// The alert of the first poll where the condition held (docs/watch.md), else null.
+    pub alert: Option<crate::watch::Alert>,
 }
 
 /// `explain_context`: the explanation of a stored bundle.
@@ -252,6 +304,27 @@ impl SignalqlServer {
         }
     }
 
+    #[tool(
+        description = "Wait for a WATCH condition: poll `WATCH (query) WHEN condition` every \
+                       interval_seconds, up to max_polls times, and answer at the first poll \
+                       where it holds with the alert (its rows' envelope), or with alert null"
+    )]
+    async fn watch(
+        &self,
+        ctx: RequestContext<RoleServer>,
+        Parameters(args): Parameters<WatchArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let cancelled = ctx.ct.clone().cancelled_owned();
+        let run = async {
+            let (engine, _permit) = self.admit(&ctx)?;
+            watch_until_alert(&engine, &args, cancelled).await
+        };
+        match catch_panics(run).await {
+            Ok(w) => ok(&w),
+            Err(e) => failed(&e),
+        }
+    }
+
     #[tool(description = "Explain a stored context bundle: phases, scores, rejections")]
     async fn explain_context(
         &self,
@@ -356,9 +429,68 @@ async fn context_bundle(engine: &Engine, args: &ContextArgs) -> crate::Result<cr
         project: args.project.clone(),
         clauses: args.clauses.clone(),
         compress: args.compress,
+        prefer: args.prefer.clone().unwrap_or_default(),
+        exclude: args.exclude.clone().unwrap_or_default(),
+        max_objects: args.max_objects,
+        max_depth: args.max_depth,
+        max_age: args.max_age.clone(),
+        with_evidence: args.with_evidence,
+        as_of: args.as_of.clone(),
+        estimator: args.estimator.clone(),
     }
     .query()?;
     engine.context(&q).await
+}
+
+/// Polls `args.watch` until an alert, `max_polls` polls, or the client cancels the request.
+/// A failing poll is the call's error (a WATCH that cannot run is not waited on).
+async fn watch_until_alert(
+    engine: &Engine,
+    args: &WatchArgs,
+    cancelled: impl std::future::Future<Output = ()>,
+) -> crate::Result<WatchAnswer> {
+    tokio::pin!(cancelled);
+    let crate::ast::Statement::Watch(w) = crate::parse(&args.watch)? else {
+        return Err(Error::type_error(
+            "the watch tool takes a WATCH (query) WHEN condition statement; use query for others",
+        ));
+    };
+    let interval = args.interval_seconds.unwrap_or(5.0);
+    if !interval.is_finite() || interval < 0.0 {
+        return Err(Error::type_error(
+            "interval_seconds must be a non-negative number",
+        ));
+    }
+    let max_polls = args.max_polls.unwrap_or(1);
+    if max_polls == 0 {
+        return Err(Error::type_error("max_polls must be at least 1"));
+    }
+    let waited = interval * (max_polls - 1) as f64;
+    if waited > MAX_WATCH_SECONDS as f64 {
+        return Err(
+            Error::limit("watch_seconds", MAX_WATCH_SECONDS, waited.ceil() as u64).with_help(
+                "interval_seconds × (max_polls − 1) is how long the call may wait; call again \
+                 to wait longer",
+            ),
+        );
+    }
+    let mut watcher = crate::watch::Watcher::new(w);
+    loop {
+        let poll = watcher.poll(engine).await?;
+        if poll.alert.is_some() || watcher.polls() >= max_polls {
+            return Ok(WatchAnswer {
+                polls: watcher.polls(),
+                holds: poll.holds,
+                alert: poll.alert,
+            });
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(std::time::Duration::from_secs_f64(interval)) => {}
+            _ = &mut cancelled => {
+                return Err(Error::io("watch: the client cancelled the request"));
+            }
+        }
+    }
 }
 
 #[tool_handler(router = self.tool_router)]

@@ -161,7 +161,7 @@ pub fn write_parquet(
 }
 
 /// The tools `signalql mcp` and `signalql serve`'s `/mcp` list, sorted.
-pub const MCP_TOOLS: [&str; 8] = [
+pub const MCP_TOOLS: [&str; 9] = [
     "context",
     "describe",
     "explain",
@@ -170,6 +170,7 @@ pub const MCP_TOOLS: [&str; 8] = [
     "query",
     "simulate",
     "stats",
+    "watch",
 ];
 
 /// Rows of `q` run by plain DataFusion SQL (not the engine, not the catalog's reader) over the

@@ -402,6 +402,54 @@ fn ingest_objects_then_context_and_explain() {
     let x = json(&o);
     assert_eq!(x["context"], id);
     assert_eq!(x["rejected"][0]["reason"], "excluded_secret");
+
+    // Every clause as an option: the bundle of the statement written by hand (run by
+    // `query`, through the parser only).
+    let by_hand = r#"CONTEXT FOR "object storage" USING PROJECT "p" USING ESTIMATOR "o200k_base" BUDGET 900 TOKENS PREFER CURRENT, VERIFIED EXCLUDE UNTRUSTED, ROLE INSTRUCTION MAX OBJECTS 3 MAX DEPTH 0 MAX AGE 3650 d WITH EVIDENCE AS OF "2026-06-01T00:00:00Z""#;
+    let o = signalql(&[
+        "context",
+        "--data",
+        root_s,
+        "--project",
+        "p",
+        "--estimator",
+        "o200k",
+        "--budget",
+        "900",
+        "--prefer",
+        "current",
+        "--prefer",
+        "verified",
+        "--exclude",
+        "untrusted",
+        "--exclude",
+        "role instruction",
+        "--max-objects",
+        "3",
+        "--max-depth",
+        "0",
+        "--max-age",
+        "3650 d",
+        "--with-evidence",
+        "--as-of",
+        "2026-06-01T00:00:00Z",
+        "object storage",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let b = json(&o);
+    assert_eq!(b["metadata"]["canonical_query"], by_hand);
+    assert_eq!(b["items"][0]["estimator"], "o200k_base");
+    assert!(b["evidence"].is_array(), "{b}");
+    let q = json(&signalql(&[
+        "query", "--data", root_s, "--format", "json", by_hand,
+    ]));
+    assert_eq!(b["id"], q["id"]);
+    // A bad option names itself, with a code, and ends with a newline.
+    let o = signalql(&["context", "--data", root_s, "--max-age", "3 fortnights", "x"]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("max_age:"), "{err}");
+    assert!(err.ends_with('\n'), "{err:?}");
 }
 
 #[test]

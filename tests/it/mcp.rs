@@ -242,6 +242,88 @@ async fn an_mcp_client_session_uses_every_tool() {
     client.cancel().await.unwrap();
 }
 
+/// The `watch` tool answers at the first poll where the condition holds, with the alert, or
+/// after `max_polls` polls without one; its wait is bounded. The `context` tool takes every
+/// clause as a field and gives the bundle of the statement written by hand.
+#[tokio::test]
+async fn the_watch_tool_waits_and_the_context_tool_takes_every_clause() {
+    let root = dataset();
+    let (client, _child) = serve(root.path(), None).await;
+    // 7 304 page views in the last 7 days (the DuckDB oracle of golden spec/v01_count_events).
+    let views = r#"FROM events WHERE event_name = "page_view" DURING LAST 7 d RETURN count"#;
+    let (err, w) = call(
+        &client,
+        "watch",
+        json!({"watch": format!("WATCH ({views}) WHEN count > 7000"), "max_polls": 3, "interval_seconds": 0.05}),
+    )
+    .await;
+    assert!(!err, "{w}");
+    assert_eq!(
+        (w["polls"].clone(), w["holds"].clone()),
+        (json!(1), json!(true))
+    );
+    assert_eq!(w["alert"]["poll"], 1);
+    assert_eq!(w["alert"]["condition"], "count > 7000");
+    assert_eq!(w["alert"]["envelope"]["rows"], json!([[7304]]));
+    let (err, w) = call(
+        &client,
+        "watch",
+        json!({"watch": format!("WATCH ({views}) WHEN count > 7304"), "max_polls": 2, "interval_seconds": 0.05}),
+    )
+    .await;
+    assert!(!err, "{w}");
+    assert_eq!(w, json!({"polls": 2, "holds": false, "alert": null}));
+    let (err, e) = call(
+        &client,
+        "watch",
+        json!({"watch": format!("WATCH ({views}) WHEN count > 1"), "max_polls": 1000, "interval_seconds": 60}),
+    )
+    .await;
+    assert!(err);
+    assert_eq!(e["error"]["code"], "limit_exceeded", "{e}");
+    let (err, e) = call(&client, "watch", json!({"watch": views})).await;
+    assert!(err);
+    assert_eq!(e["error"]["code"], "type_error", "{e}");
+
+    let fields = json!({
+        "task": "object storage",
+        "budget": 900,
+        "prefer": ["current", "verified"],
+        "exclude": ["untrusted", "role instruction"],
+        "max_objects": 3,
+        "max_depth": 0,
+        "max_age": "3650 d",
+        "with_evidence": true,
+        "as_of": "2026-06-01T00:00:00Z",
+        "estimator": "o200k",
+    });
+    let by_hand = r#"CONTEXT FOR "object storage" USING ESTIMATOR "o200k_base" BUDGET 900 TOKENS PREFER CURRENT, VERIFIED EXCLUDE UNTRUSTED, ROLE INSTRUCTION MAX OBJECTS 3 MAX DEPTH 0 MAX AGE 3650 d WITH EVIDENCE AS OF "2026-06-01T00:00:00Z""#;
+    let (err, b) = call(&client, "context", fields).await;
+    assert!(!err, "{b}");
+    assert_eq!(b["metadata"]["canonical_query"], by_hand);
+    assert_eq!(b["items"][0]["estimator"], "o200k_base");
+    assert!(b["evidence"].is_array(), "{b}");
+    let (err, q) = call(&client, "query", json!({"query": by_hand})).await;
+    assert!(!err, "{q}");
+    assert_eq!(b["id"], q["id"]);
+    let (err, e) = call(
+        &client,
+        "context",
+        json!({"task": "x", "exclude": ["role wizard"]}),
+    )
+    .await;
+    assert!(err);
+    assert_eq!(e["error"]["code"], "parse_error", "{e}");
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("exclude:"),
+        "{e}"
+    );
+    client.cancel().await.unwrap();
+}
+
 /// `signalql mcp --principal NAME`: one principal for the process (docs/policy.md), over
 /// tests/data/policy/root: acme's 126 events in the window (DuckDB over
 /// tests/data/policy/as_acme_agent), its denied column refused.
