@@ -445,7 +445,14 @@ fn ingest_objects_then_context_and_explain() {
     ]));
     assert_eq!(b["id"], q["id"]);
     // A bad option names itself, with a code, and ends with a newline.
-    let o = signalql(&["context", "--data", root_s, "--max-age", "3 fortnights", "x"]);
+    let o = signalql(&[
+        "context",
+        "--data",
+        root_s,
+        "--max-age",
+        "3 fortnights",
+        "x",
+    ]);
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("max_age:"), "{err}");
