@@ -675,6 +675,288 @@ async fn o200k_counts_tokens_as_tiktoken_does() {
     assert!(err.to_string().contains("[context] estimator"), "{err}");
 }
 
+/// `entities` (JSON attributes) and `relationships` rows for the entity-form tests.
+fn write_entities(
+    root: &Path,
+    entities: &[(&str, &str, &str, &str)],
+    rels: &[(&str, &str, &str, &str, &str, &str)],
+) {
+    use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+    let t = || DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()));
+    let s = |n: &str| Field::new(n, DataType::Utf8, false);
+    let schema = Arc::new(Schema::new(vec![
+        s("entity_type"),
+        s("entity_id"),
+        s("attributes"),
+        Field::new("updated_at", t(), false),
+    ]));
+    let col = |i: usize| {
+        strings(
+            entities
+                .iter()
+                .map(|e| [e.0, e.1, e.2][i].to_string())
+                .collect(),
+        )
+    };
+    let b = RecordBatch::try_new(
+        schema.clone(),
+        vec![
+            col(0),
+            col(1),
+            col(2),
+            ts(entities.iter().map(|e| at(e.3)).collect()),
+        ],
+    )
+    .unwrap();
+    write_parquet_atomic(&root.join("entities"), "part-00000", schema, &[b]).unwrap();
+    let schema = Arc::new(Schema::new(vec![
+        s("src_type"),
+        s("src_id"),
+        s("relation"),
+        s("dst_type"),
+        s("dst_id"),
+        Field::new("created_at", t(), false),
+    ]));
+    let col = |i: usize| {
+        strings(
+            rels.iter()
+                .map(|r| [r.0, r.1, r.2, r.3, r.4][i].to_string())
+                .collect(),
+        )
+    };
+    let b = RecordBatch::try_new(
+        schema.clone(),
+        vec![
+            col(0),
+            col(1),
+            col(2),
+            col(3),
+            col(4),
+            ts(rels.iter().map(|r| at(r.5)).collect()),
+        ],
+    )
+    .unwrap();
+    write_parquet_atomic(&root.join("relationships"), "part-00000", schema, &[b]).unwrap();
+}
+
+/// CONTEXT FOR entity(type, "id") (docs/context.md, "CONTEXT FOR entity(…)"), by hand: the
+/// entity's record first, then the objects around it ranked by hops (1 000 000 halved per
+/// hop), through links, derivations and relationships, within MAX DEPTH, EXCLUDE, BUDGET and
+/// AS OF, with the task form's provenance, address and EXPLAIN CONTEXT.
+#[tokio::test]
+async fn context_for_an_entity_packs_its_record_and_its_neighbourhood() {
+    let text = |w: &str| format!("{w} {}", "x".repeat(39 - w.len())); // 40 chars: 10 tokens
+    let mk = |id: &str| obj(id, "Notes", vec![rep("text", &text(id))]);
+    let mut untrusted = mk("o_untrusted");
+    untrusted.trust = "untrusted";
+    let objs = vec![
+        mk("o_direct"),
+        mk("o_acct"),
+        mk("o_derived"),
+        mk("o_alone"),
+        untrusted,
+    ];
+    let links: Vec<Link> = vec![
+        ("o_direct", "user", "u1", "about"),
+        ("o_untrusted", "user", "u1", "mentions"),
+        ("o_acct", "account", "a1", "about"),
+    ];
+    let derivs = vec![("o_derived", "derived_from", "o_direct", 1)];
+    let dir = tempfile::tempdir().unwrap();
+    write_store(dir.path(), &objs, &links, &derivs, false);
+    write_entities(
+        dir.path(),
+        &[
+            ("user", "u1", r#"{"plan": "free"}"#, "2026-04-01T00:00:00Z"),
+            ("user", "u1", r#"{"plan": "pro"}"#, "2026-05-01T00:00:00Z"),
+            ("user", "u1", r#"{"plan": "team"}"#, "2026-07-01T00:00:00Z"),
+            (
+                "account",
+                "a1",
+                r#"{"tier": "gold"}"#,
+                "2026-05-01T00:00:00Z",
+            ),
+        ],
+        &[
+            (
+                "user",
+                "u1",
+                "member_of",
+                "account",
+                "a1",
+                "2026-05-02T00:00:00Z",
+            ),
+            (
+                "user",
+                "u2",
+                "referred",
+                "user",
+                "u1",
+                "2026-05-03T00:00:00Z",
+            ),
+            (
+                "user",
+                "u1",
+                "member_of",
+                "account",
+                "a9",
+                "2026-07-01T00:00:00Z",
+            ),
+        ],
+    );
+    let div4 = |t: &str| (t.chars().count() as i64 + 3) / 4;
+    let order = |b: &Bundle| -> Vec<(String, i64)> {
+        b.items
+            .iter()
+            .map(|i| (i.object.clone(), i.score))
+            .collect()
+    };
+    let o = |id: &str, score: i64| (format!("object://{id}@1"), score);
+    let record = |score: i64| ("entity://user/u1".to_string(), score);
+
+    let q = r#"CONTEXT FOR entity(user, "u1") MAX DEPTH 2"#;
+    let b = bundle(dir.path(), q).await;
+    assert_eq!(b.task, r#"entity(user, "u1")"#);
+    assert_eq!(b.metadata.canonical_query, q);
+    // The record, then hop 1 (500 000; ties by id), then hop 2 (250 000): o_acct through
+    // the relationship to account:a1, o_derived through its derivation. o_alone is not reached.
+    assert_eq!(
+        order(&b),
+        [
+            record(1_000_000),
+            o("o_direct", 500_000),
+            o("o_untrusted", 500_000),
+            o("o_acct", 250_000),
+            o("o_derived", 250_000),
+        ]
+    );
+    let r = &b.items[0];
+    assert_eq!(
+        (r.representation.as_str(), r.media_type.as_str()),
+        ("record", "application/json")
+    );
+    let content = r.content.as_deref().unwrap();
+    assert_eq!(
+        (r.tokens, r.estimator.as_str()),
+        (div4(content), "chars-div-4-v1")
+    );
+    use sha2::Digest;
+    assert_eq!(
+        r.content_hash,
+        hex::encode(sha2::Sha256::digest(content.as_bytes()))
+    );
+    let rec: serde_json::Value = serde_json::from_str(content).unwrap();
+    // The row updated last before T, and the relationships created before T, either way.
+    assert_eq!(rec["attributes"], serde_json::json!({"plan": "pro"}));
+    assert!(
+        rec["updated_at"]
+            .as_str()
+            .unwrap()
+            .starts_with("2026-05-01")
+    );
+    let rels: Vec<(&str, &str, &str)> = rec["relationships"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["direction"].as_str().unwrap(),
+                r["relation"].as_str().unwrap(),
+                r["entity"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        rels,
+        [
+            ("out", "member_of", "account:a1"),
+            ("in", "referred", "user:u2")
+        ]
+    );
+    let acct = &b.items[3];
+    assert_eq!(
+        acct.why,
+        [serde_json::json!({"graph_expansion": {"from": "user:u1", "via": "about", "hops": 2}})]
+    );
+    assert_eq!(acct.path, ["user:u1", "account:a1", "object://o_acct@1"]);
+    assert_eq!(b.metadata.budget.used, (div4(content) + 4 * 10) as u64);
+    // Stable address; EXPLAIN CONTEXT shows the record first.
+    assert_eq!(bundle(dir.path(), q).await.id, b.id);
+    let x = engine(dir.path()).explain_context(&b.id).await.unwrap();
+    assert_eq!(x.items[0]["object"], "entity://user/u1");
+    assert_eq!(x.items[0]["score_breakdown"]["propagated"], 1_000_000);
+
+    // MAX DEPTH 1 (the default): the record and hop 1 only. EXCLUDE UNTRUSTED: a rejection.
+    let b = bundle(
+        dir.path(),
+        r#"CONTEXT FOR entity(user, "u1") EXCLUDE UNTRUSTED"#,
+    )
+    .await;
+    assert_eq!(order(&b), [record(1_000_000), o("o_direct", 500_000)]);
+    assert_eq!(b.metadata.excluded["excluded_trust"], 1);
+
+    // BUDGET: the record first, then what is left; a record that does not fit is left out
+    // for the budget and the objects share the whole budget.
+    let rt = div4(content);
+    let b = bundle(
+        dir.path(),
+        &format!(
+            r#"CONTEXT FOR entity(user, "u1") BUDGET {} TOKENS MAX DEPTH 2"#,
+            rt + 15
+        ),
+    )
+    .await;
+    assert_eq!(order(&b), [record(1_000_000), o("o_direct", 500_000)]);
+    assert!(b.metadata.truncated);
+    assert_eq!(b.metadata.budget.used, (rt + 10) as u64);
+    let b = bundle(
+        dir.path(),
+        r#"CONTEXT FOR entity(user, "u1") BUDGET 25 TOKENS"#,
+    )
+    .await;
+    assert!(rt > 25);
+    assert_eq!(
+        order(&b),
+        [o("o_direct", 500_000), o("o_untrusted", 500_000)]
+    );
+    let x = engine(dir.path()).explain_context(&b.id).await.unwrap();
+    assert!(
+        x.rejected
+            .iter()
+            .any(|r| r.object == "entity://user/u1" && r.reason.as_str() == "budget")
+    );
+
+    // AS OF before the objects and the relationships: the record as it was, alone.
+    let b = bundle(
+        dir.path(),
+        r#"CONTEXT FOR entity(user, "u1") AS OF "2026-04-15T00:00:00Z""#,
+    )
+    .await;
+    assert_eq!(order(&b), [record(1_000_000)]);
+    let rec: serde_json::Value =
+        serde_json::from_str(b.items[0].content.as_deref().unwrap()).unwrap();
+    assert_eq!(rec["attributes"], serde_json::json!({"plan": "free"}));
+    assert_eq!(rec["relationships"], serde_json::json!([]));
+
+    // An entity with no record: only what links reach (here nothing).
+    let b = bundle(dir.path(), r#"CONTEXT FOR entity(user, "nobody")"#).await;
+    assert!(b.items.is_empty());
+
+    // The syntax: canonical text, and what the form refuses.
+    let e = engine(dir.path());
+    let canonical = signalql::parse(r#"context for ENTITY(user, "u1") max depth 2"#).unwrap();
+    assert_eq!(canonical.to_string(), q);
+    for (bad, column) in [
+        (r#"CONTEXT FOR entity(user, "u1") COMPRESS"#, 32),
+        (r#"CONTEXT FOR entity(object, "o_direct")"#, 20),
+        (r#"CONTEXT FOR entity(user)"#, 24),
+    ] {
+        let err = e.answer(bad).await.unwrap_err().to_json();
+        assert_eq!(err["error"]["code"], "parse_error", "{bad}");
+        assert_eq!(err["error"]["column"], column, "{bad}: {err}");
+    }
+}
+
 #[tokio::test]
 async fn limits_are_enforced() {
     let dir = store();

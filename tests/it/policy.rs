@@ -161,11 +161,43 @@ async fn context_for_neither_shows_nor_bridges_through_hidden_objects() {
         r#"CONTEXT FOR "retention cohorts" PREFER VERIFIED"#,
         r#"CONTEXT FOR "refund policy funnels" BUDGET 40 TOKENS"#,
         r#"CONTEXT FOR "zebra crossing" MAX DEPTH 2 WITH EVIDENCE"#,
+        // The entity form: a1's record without its partner g1 (hidden), nor what g1 reaches.
+        r#"CONTEXT FOR entity(account, "a1") MAX DEPTH 2 WITH EVIDENCE"#,
     ] {
         // The same bundle as over the copy (so no path through a hidden node), naming
         // nothing hidden.
         same_as_copy(&f, q).await;
     }
+    // g1 itself has no record for acme and reaches nothing (the answer names g1 only
+    // because the query does).
+    let q = r#"CONTEXT FOR entity(account, "g1") MAX DEPTH 2"#;
+    let acme = answer(&engine(&f.root, Some("acme_agent")), q)
+        .await
+        .unwrap();
+    let by_hand = answer(&engine(&f.copy, None), q).await.unwrap();
+    assert_eq!(comparable(acme.clone()), comparable(by_hand));
+    assert_eq!(acme["items"], serde_json::json!([]));
+    // acme may explain its own entity bundle: it reads the same record.
+    let acme = engine(&f.root, Some("acme_agent"));
+    let b = answer(&acme, r#"CONTEXT FOR entity(account, "a1") MAX DEPTH 2"#)
+        .await
+        .unwrap();
+    assert_eq!(b["items"][0]["object"], "entity://account/a1", "{b}");
+    let id = b["id"].as_str().unwrap();
+    let x = answer(&acme, &format!("EXPLAIN CONTEXT {id}"))
+        .await
+        .unwrap();
+    assert_eq!(x["items"][0]["object"], "entity://account/a1");
+    assert_no_leak("EXPLAIN CONTEXT of an entity bundle", &x);
+    // The unrestricted principal's record of a1 names its partner g1.
+    let admin = answer(
+        &engine(&f.root, Some("admin")),
+        r#"CONTEXT FOR entity(account, "a1") MAX DEPTH 2"#,
+    )
+    .await
+    .unwrap();
+    let record = admin["items"][0]["content"].as_str().unwrap();
+    assert!(record.contains("account:g1"), "{record}");
     // The unrestricted principal does reach them through the hidden nodes.
     let admin = answer(
         &engine(&f.root, Some("admin")),

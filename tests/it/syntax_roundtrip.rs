@@ -635,17 +635,37 @@ fn context_task() -> impl Strategy<Value = ContextQuery> {
             Just("o200k_base".to_string())
         ]),
     );
-    (a, b).prop_map(
+    // The entity form (CONTEXT FOR entity(type, "id")): a type of one or two words, any id.
+    let subject = prop::option::of((
+        ident().prop_filter("not an entity", |t| !t.eq_ignore_ascii_case("object")),
+        prop::option::of(word()),
+        text(),
+    ));
+    (a, b, subject).prop_map(
         |(
             (task, project, budget, mut prefer, mut exclude),
             (max_objects, max_depth, max_age, with_evidence, compress, as_of, estimator),
+            subject,
         )| {
+            let subject = subject.map(|(t, rest, entity_id)| EntityRef {
+                entity_type: match rest {
+                    Some(r) => format!("{t}.{r}"),
+                    None => t,
+                },
+                entity_id,
+            });
+            // The entity form has no task, so no COMPRESS either.
+            let (task, compress) = match &subject {
+                Some(_) => (String::new(), false),
+                None => (task, compress),
+            };
             prefer.sort();
             prefer.dedup();
             exclude.sort();
             exclude.dedup();
             ContextQuery {
                 task,
+                subject,
                 project,
                 budget,
                 prefer,

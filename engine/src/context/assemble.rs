@@ -108,7 +108,10 @@ pub fn assemble(
     let bundle = Bundle {
         spec_version: crate::forms::context_forms(),
         id,
-        task: q.task.clone(),
+        task: match &q.subject {
+            Some(e) => e.to_string(),
+            None => q.task.clone(),
+        },
         items,
         evidence,
         metadata: BundleMetadata {

@@ -8,6 +8,9 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 use datafusion::logical_expr::LogicalPlan;
 
+use super::pack::Decisions;
+use super::select::{Reason, utf16_cmp};
+use super::subject::{self, Subject};
 use super::{
     Bundle, PackParams, assemble, check_limits, exec, free_in_background, load, reads, store,
 };
@@ -21,13 +24,14 @@ use signalql_udfs::scalar::token_estimate::Estimator;
 
 /// The logical plan behind `CONTEXT FOR` evaluated at `now` (opening the object tables;
 /// nothing is run): one plan whose result is the packing decisions. Also returns the AS OF
-/// time.
+/// time and, for CONTEXT FOR entity(…), the entity's record item with whether it fits the
+/// budget (the packer then has what is left).
 pub async fn plan(
     catalog: &dyn Catalog,
     exec: &Executor,
     q: &ContextQuery,
     now: DateTime<Utc>,
-) -> Result<(LogicalPlan, DateTime<Utc>)> {
+) -> Result<(LogicalPlan, DateTime<Utc>, Option<(Subject, bool)>)> {
     let max_budget = exec.limits().max_budget_tokens;
     check_limits(q, max_budget)?;
     if let (Some(access), Some(project)) = (catalog.access(), &q.project) {
@@ -49,9 +53,36 @@ pub async fn plan(
         Some(ts) => parse_timestamp(ts)?,
         None => now,
     };
-    let params = PackParams::of(q, micros(t), dataset_estimator(catalog))?;
+    let mut params = PackParams::of(q, micros(t), dataset_estimator(catalog))?;
+    let subject = match &q.subject {
+        Some(e) => subject::subject(exec, catalog, e, micros(t), params.estimator)
+            .await?
+            .map(|s| {
+                let tokens = s.item.tokens.max(0) as u64;
+                let fits = tokens <= params.budget;
+                if fits {
+                    params.budget -= tokens;
+                }
+                (s, fits)
+            }),
+        None => None,
+    };
     let plan = load::plan(exec.session(), catalog, q, t, &params).await?;
-    Ok((plan, t))
+    Ok((plan, t, subject))
+}
+
+/// The entity record first (it is what the bundle is about: hops 0), or among the rejected
+/// for the budget when it does not fit.
+fn with_subject(d: &mut Decisions, subject: Option<(Subject, bool)>) {
+    let Some((s, fits)) = subject else { return };
+    if fits {
+        d.used += s.item.tokens.max(0) as u64;
+        d.items.insert(0, s.item);
+        d.explained.insert(0, s.explained);
+    } else {
+        d.rejected.push((s.item.object, Reason::Budget));
+        d.rejected.sort_by(|a, b| utf16_cmp(&a.0, &b.0));
+    }
 }
 
 /// Compute the bundle for `CONTEXT FOR "task" …` at `now` and keep it in the context store
@@ -63,8 +94,9 @@ pub async fn bundle(
     now: DateTime<Utc>,
 ) -> Result<Bundle> {
     let as_of = q.as_of.as_ref().map(|ts| ts.0.clone());
-    let (plan, t) = crate::record::staged("bind", plan(catalog, exec, q, now)).await?;
-    let decisions = exec::decode(&exec.run(&plan).await?.batches)?;
+    let (plan, t, subject) = crate::record::staged("bind", plan(catalog, exec, q, now)).await?;
+    let mut decisions = exec::decode(&exec.run(&plan).await?.batches)?;
+    with_subject(&mut decisions, subject);
     let packing = std::time::Instant::now();
     let graph = if q.with_evidence {
         let selected: HashMap<String, i64> = decisions

@@ -188,7 +188,9 @@ pub fn address(
     let items: Vec<Value> = items
         .iter()
         .map(|i| {
-            let (o, r) = parse_object_uri(&i.object).unwrap_or(("", 0));
+            // An entity record (CONTEXT FOR entity(…)) is named by its whole address; its
+            // content hash changes with the record.
+            let (o, r) = parse_object_uri(&i.object).unwrap_or((i.object.as_str(), 0));
             json!({"o": o, "r": r, "rep": i.representation, "t": i.tokens, "h": i.content_hash})
         })
         .collect();

@@ -44,11 +44,15 @@ impl Kernel for BundlePack {
 
     fn params(&self) -> String {
         format!(
-            "budget={} max_objects={} max_depth={} estimator={}",
+            "budget={} max_objects={} max_depth={} estimator={}{}",
             self.0.budget,
             self.0.max_objects,
             self.0.max_depth,
-            self.0.estimator.name()
+            self.0.estimator.name(),
+            match &self.0.subject {
+                Some(node) => format!(" subject={node}"),
+                None => String::new(),
+            }
         )
     }
 
@@ -107,10 +111,17 @@ fn edges_from<'a>(columns: &'a [EdgeCols], candidates: &[Candidate]) -> Vec<Edge
     let mut out = Vec::new();
     for c in columns {
         for i in 0..c.a.len() {
-            if c.a.is_null(i) || c.b.is_null(i) || c.object_id.is_null(i) || c.revision.is_null(i) {
+            if c.a.is_null(i) || c.b.is_null(i) {
                 continue;
             }
-            if selected.get(c.object_id.value(i)) != Some(&c.revision.value(i)) {
+            // An edge of no object (a relationship between entities) belongs to the graph
+            // whatever revisions are selected; an object's edge, to its selected revision only.
+            let global = c.object_id.is_null(i) && c.revision.is_null(i);
+            if !global
+                && (c.object_id.is_null(i)
+                    || c.revision.is_null(i)
+                    || selected.get(c.object_id.value(i)) != Some(&c.revision.value(i)))
+            {
                 continue;
             }
             out.push(Edge {

@@ -21,7 +21,8 @@ pub struct Reached {
 }
 
 /// Expansion (step 4): every seed's score halves per hop over `edges`, in either direction,
-/// up to `max_depth` hops, through entities and eligible objects (`passable`). Multi-source
+/// up to `max_depth` hops, through entities and eligible objects (`passable`). Seeds are node
+/// names (`object:` and the id for an object, `type:id` for an entity). Multi-source
 /// propagation, one round per hop over the nodes improved in the previous round (in node name
 /// order), so the cost is O(depth × edges) however many seeds there are. The best value at a
 /// node is the highest score, then fewer hops, then the seed id, the edge relation (code-unit
@@ -93,7 +94,13 @@ pub fn expand<'a>(
     let mut frontier: Vec<u32> = Vec::new();
     let mut seed_nodes: Vec<(u32, &str)> = Vec::new();
     for (seed, score) in seeds {
-        if let Some(&n) = objects.get(seed.as_str()) {
+        // An object seed through the object index; another node (an entity: the subject of
+        // CONTEXT FOR entity(…)) by its name.
+        let node = match seed.strip_prefix("object:") {
+            Some(id) => objects.get(id).copied(),
+            None => names.iter().position(|x| *x == seed).map(|i| i as u32),
+        };
+        if let Some(n) = node {
             best[n as usize] = Some(NodeStep {
                 score: *score,
                 hops: 0,
@@ -397,7 +404,9 @@ mod tests {
                 .filter_map(|(id, s)| s.map(|s| (id.to_string(), s)))
                 .collect();
             let passable = |id: &str| ids.iter().position(|x| *x == id).is_none_or(|i| !blocked[i]);
-            let fast = expand(&seeds, &edges, depth, &passable);
+            let nodes: Vec<(String, i64)> =
+                seeds.iter().map(|(id, s)| (format!("object:{id}"), *s)).collect();
+            let fast = expand(&nodes, &edges, depth, &passable);
             let slow = reference_expand(&seeds, &edges, depth, &passable);
             for id in ids {
                 let want = reference_reached(&slow, id);
@@ -418,7 +427,7 @@ mod tests {
             e("object:bad", "object:v", "links_to"),
         ];
         let passable = |id: &str| id != "bad";
-        let r = expand(&[("s".into(), 1000)], &edges, 3, &passable);
+        let r = expand(&[("object:s".into(), 1000)], &edges, 3, &passable);
         let t = r.reached("t").unwrap();
         assert_eq!((t.score, t.hops), (250, 2)); // s → x → t: 2 hops
         let u = r.reached("u").unwrap();
@@ -433,7 +442,7 @@ mod tests {
             r.reached("s").is_none(),
             "a seed is not reached from itself"
         );
-        let r = expand(&[("s".into(), 1000)], &edges, 1, &passable);
+        let r = expand(&[("object:s".into(), 1000)], &edges, 1, &passable);
         assert!(r.reached("t").is_none(), "depth 1 reaches only the entity");
         // A stronger seed two hops away beats a weaker one next door.
         let edges = vec![
@@ -441,7 +450,7 @@ mod tests {
             e("object:m", "object:b", "r"),
         ];
         let r = expand(
-            &[("a".into(), 1000), ("b".into(), 100)],
+            &[("object:a".into(), 1000), ("object:b".into(), 100)],
             &edges,
             2,
             &|_: &str| true,
@@ -450,5 +459,18 @@ mod tests {
         assert_eq!((m.score, m.from.as_str()), (500, "a"));
         let b = r.reached("b").unwrap();
         assert_eq!((b.score, b.hops), (250, 2));
+        // An entity seed (CONTEXT FOR entity(…)) reaches by hops, and is named as the source.
+        let edges = vec![
+            e("object:a", "user:u1", "about"),
+            e("object:a", "object:b", "r"),
+        ];
+        let r = expand(&[("user:u1".into(), 1000)], &edges, 2, &|_: &str| true);
+        let a = r.reached("a").unwrap();
+        assert_eq!((a.score, a.hops, a.from.as_str()), (500, 1, "user:u1"));
+        assert_eq!(r.score_hops("b"), Some((250, 2)));
+        assert_eq!(
+            r.reached("b").unwrap().path,
+            ["user:u1", "object:a", "object:b"]
+        );
     }
 }

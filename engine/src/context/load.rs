@@ -8,7 +8,7 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
-use datafusion::common::JoinType;
+use datafusion::common::{JoinType, ScalarValue};
 use datafusion::dataframe::DataFrame;
 use datafusion::functions::core::expr_fn::coalesce;
 use datafusion::functions::string::expr_fn::{concat, starts_with};
@@ -350,7 +350,7 @@ pub async fn plan(
             .alias("content_weights"),
     ]);
     let rows = project(tested, out)?.build()?;
-    let edges = edges(ctx, catalog).await?;
+    let edges = edges(ctx, catalog, params.subject.is_some().then_some(t_us)).await?;
     Ok(
         crate::operator::TwoInputNode::new(rows, edges, super::exec::BundlePack(params.clone()))?
             .into_plan(),
@@ -395,7 +395,15 @@ fn token_counts(estimator: Estimator) -> Result<(Expr, Expr)> {
 /// object node) and derivations, each with the `object_id` and `revision` it belongs to. The
 /// packer keeps the edges of the selected revisions (the candidates' own), so the candidates
 /// are neither computed a second time nor collected while planning.
-async fn edges(ctx: &SessionContext, catalog: &dyn Catalog) -> Result<LogicalPlan> {
+///
+/// With `relationships_at` (CONTEXT FOR entity(…)), the relationships between entities
+/// created at or before that instant (µs) are edges too, of no object (`object_id` and
+/// `revision` NULL): the entity's subgraph reaches through them (docs/context.md).
+async fn edges(
+    ctx: &SessionContext,
+    catalog: &dyn Catalog,
+    relationships_at: Option<i64>,
+) -> Result<LogicalPlan> {
     let edges_of = |rows: LogicalPlanBuilder, b: Expr| -> Result<LogicalPlanBuilder> {
         Ok(project(
             rows,
@@ -423,6 +431,43 @@ async fn edges(ctx: &SessionContext, catalog: &dyn Catalog) -> Result<LogicalPla
             derivs,
             concat(vec![lit("object:"), col("source_object_id")]),
         )?);
+    }
+    if let Some(t) = relationships_at
+        && let Some(rels) = optional_scanned(ctx, catalog, "relationships").await?
+    {
+        let node = |ty: &str, id: &str| -> Result<Expr> {
+            Ok(when(
+                col(ty).eq(lit("object")),
+                concat(vec![lit("object:"), col(id)]),
+            )
+            .otherwise(concat(vec![col(ty), lit(":"), col(id)]))?)
+        };
+        let typed = |i: usize, name: &str| -> DataType {
+            parts
+                .first()
+                .map(|p| p.schema().field(i).data_type().clone())
+                .unwrap_or(if name == "revision" {
+                    DataType::Int64
+                } else {
+                    DataType::Utf8
+                })
+        };
+        let created = rels.schema().has_column_with_unqualified_name("created_at");
+        let rels = match created {
+            true => rels.filter(col("created_at").lt_eq(ts_lit(t)))?,
+            false => rels,
+        };
+        let out = project(
+            rels,
+            vec![
+                node("src_type", "src_id")?.alias("a"),
+                node("dst_type", "dst_id")?.alias("b"),
+                cast_expr(col("relation"), typed(2, "relation")).alias("relation"),
+                cast_expr(lit(ScalarValue::Utf8(None)), typed(3, "object_id")).alias("object_id"),
+                lit(ScalarValue::Int64(None)).alias("revision"),
+            ],
+        )?;
+        parts.push(out);
     }
     let mut it = parts.into_iter();
     match it.next() {

@@ -25,6 +25,7 @@ pub(crate) mod reads;
 pub mod render;
 pub(crate) mod select;
 pub(crate) mod store;
+pub(crate) mod subject;
 pub(crate) mod visible;
 
 pub use assemble::{Graph, assemble};

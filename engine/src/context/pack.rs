@@ -54,7 +54,12 @@ pub struct PackParams {
     pub terms: Vec<String>,
     /// How representations without a stored count, and compressed texts, are counted.
     pub estimator: Estimator,
+    /// CONTEXT FOR entity(…): the entity's node (`type:id`), the expansion's one seed.
+    pub subject: Option<String>,
 }
+
+/// The seed score of the subject of CONTEXT FOR entity(…): lexical-v1's score of a full match.
+pub const SUBJECT_SCORE: i64 = 1_000_000;
 
 impl PackParams {
     /// The parameters of `q` evaluated at `t` (µs), with `estimator` where the query names
@@ -91,6 +96,7 @@ impl PackParams {
                 })?,
                 None => estimator,
             },
+            subject: q.subject.as_ref().map(|e| e.node()),
         })
     }
 }
@@ -135,11 +141,16 @@ pub fn decide(p: &PackParams, candidates: &[Candidate], edges: &[select::Edge]) 
             }
         }
     }
-    let seeds: Vec<(String, i64)> = eligible
+    let mut seeds: Vec<(String, i64)> = eligible
         .values()
         .filter(|c| c.lexical > 0)
-        .map(|c| (c.id.clone(), c.lexical))
+        .map(|c| (format!("object:{}", c.id), c.lexical))
         .collect();
+    // CONTEXT FOR entity(…): the entity is the one seed, scoring what a full lexical match
+    // would; objects rank by the hops that reach them.
+    if let Some(node) = &p.subject {
+        seeds.push((node.clone(), SUBJECT_SCORE));
+    }
     let passable = |id: &str| eligible.contains_key(id);
     let reached = expand(&seeds, edges, max_depth, &passable);
 
@@ -242,10 +253,11 @@ pub fn decide(p: &PackParams, candidates: &[Candidate], edges: &[select::Edge]) 
             }
             let path = match reached.reached(&c.id) {
                 Some(r) if r.score > c.lexical => {
-                    let from = eligible
-                        .get(r.from.as_str())
-                        .map(|s| object_uri(&s.id, s.revision))
-                        .unwrap_or_default();
+                    let from = match eligible.get(r.from.as_str()) {
+                        Some(s) => object_uri(&s.id, s.revision),
+                        // The subject entity of CONTEXT FOR entity(…), as `type:id`.
+                        None => r.from.clone(),
+                    };
                     why.push(
                         json!({"graph_expansion": {"from": from, "via": r.via, "hops": r.hops}}),
                     );

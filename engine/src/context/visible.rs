@@ -27,15 +27,23 @@ pub async fn explanation(
     let mut named: Vec<(String, i64)> = Vec::new();
     let mut reps: Vec<(String, i64, String)> = Vec::new();
     let mut nodes: BTreeSet<String> = BTreeSet::new();
+    let mut records: Vec<(String, String)> = Vec::new();
     for item in &x.items {
-        let (id, rev) = item
+        let object = item
             .get("object")
             .and_then(Value::as_str)
-            .and_then(parse_object_uri)
             .ok_or_else(hidden)?;
-        named.push((id.to_string(), rev));
-        if let Some(r) = item.get("representation").and_then(Value::as_str) {
-            reps.push((id.to_string(), rev, r.to_string()));
+        if super::subject::node_of(object).is_some() {
+            // The entity record of CONTEXT FOR entity(…): shown when the caller reads the
+            // same record (checked below), its relationships included.
+            let hash = item.get("content_hash").and_then(Value::as_str);
+            records.push((object.to_string(), hash.unwrap_or_default().to_string()));
+        } else {
+            let (id, rev) = parse_object_uri(object).ok_or_else(hidden)?;
+            named.push((id.to_string(), rev));
+            if let Some(r) = item.get("representation").and_then(Value::as_str) {
+                reps.push((id.to_string(), rev, r.to_string()));
+            }
         }
         let from = item
             .get("why")
@@ -80,7 +88,8 @@ pub async fn explanation(
             .iter()
             .all(|(id, rev)| visible.contains(&(id.clone(), *rev)))
     };
-    if !shown(&named[..x.items.len()]) || !shown(&path_revisions) {
+    let item_objects = x.items.len() - records.len();
+    if !shown(&named[..item_objects]) || !shown(&path_revisions) {
         return Err(hidden());
     }
     if !visible_representations(catalog, exec, &reps).await? {
@@ -88,6 +97,13 @@ pub async fn explanation(
     }
     if !linked_entities_visible(catalog, exec, &entities).await? {
         return Err(hidden());
+    }
+    for (object, hash) in &records {
+        if !super::subject::record_seen(catalog, exec, object, hash, &x.as_of, &x.computed_at)
+            .await?
+        {
+            return Err(hidden());
+        }
     }
     x.rejected.retain(|r| {
         parse_object_uri(&r.object)

@@ -443,7 +443,12 @@ pub enum ExcludeItem {
 /// vocabulary order by the parser, so equal queries have equal ASTs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ContextQuery {
+    /// The task text; empty for the entity form.
     pub task: String,
+    /// `CONTEXT FOR entity(type, "id")` (the v0.4 form): the entity whose subgraph the
+    /// bundle holds; `None` for the task form.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subject: Option<EntityRef>,
     pub project: Option<String>,
     pub budget: Option<u64>,
     pub prefer: Vec<PreferItem>,
@@ -465,11 +470,26 @@ pub struct ContextQuery {
     pub span: Span,
 }
 
+/// An entity by type and id, as `entity(type, "id")` names it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct EntityRef {
+    pub entity_type: String,
+    pub entity_id: String,
+}
+
+impl EntityRef {
+    /// Its graph node name, as links and relationships name entities: `type:id`.
+    pub fn node(&self) -> String {
+        format!("{}:{}", self.entity_type, self.entity_id)
+    }
+}
+
 impl ContextQuery {
     /// `CONTEXT FOR "task"` with no clause yet (the parser and the CLI fill it in).
     pub fn for_task(task: String, span: Span) -> Self {
         ContextQuery {
             task,
+            subject: None,
             project: None,
             budget: None,
             prefer: Vec::new(),

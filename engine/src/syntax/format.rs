@@ -463,7 +463,10 @@ impl Display for ExcludeItem {
 
 impl Display for ContextQuery {
     fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
-        write!(f, "CONTEXT FOR {}", quote(&self.task))?;
+        match &self.subject {
+            Some(e) => write!(f, "CONTEXT FOR {e}")?,
+            None => write!(f, "CONTEXT FOR {}", quote(&self.task))?,
+        }
         if let Some(p) = &self.project {
             write!(f, " USING PROJECT {}", quote(p))?;
         }
@@ -498,6 +501,17 @@ impl Display for ContextQuery {
             write!(f, " AS OF {ts}")?;
         }
         Ok(())
+    }
+}
+
+impl Display for EntityRef {
+    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "entity({}, {})",
+            self.entity_type,
+            quote(&self.entity_id)
+        )
     }
 }
 

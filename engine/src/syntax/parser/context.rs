@@ -5,8 +5,8 @@ use super::Parser;
 use super::retrieve::Seen;
 use crate::error::{Error, Result};
 use crate::syntax::ast::{
-    ContextQuery, Duration, ExcludeItem, ExplainContext, FindObjectQuery, PreferItem, Role,
-    TrustLevel,
+    ContextQuery, Duration, EntityRef, ExcludeItem, ExplainContext, FindObjectQuery, PreferItem,
+    Role, TrustLevel,
 };
 use crate::syntax::lexer::TokenKind;
 use signalql_udfs::scalar::token_estimate::Estimator;
@@ -39,14 +39,45 @@ fn role(word: &str) -> Option<Role> {
 }
 
 impl Parser {
-    /// context_task ::= "CONTEXT" "FOR" string_literal context_clause*
+    /// context_task ::= "CONTEXT" "FOR" ( string_literal | entity_ref ) context_clause*
     /// (clauses in any order, each at most once except PREFER and EXCLUDE, whose items merge;
     /// items are sorted into vocabulary order and de-duplicated).
+    /// entity_ref ::= "entity" "(" qualified_identifier "," string_literal ")" (the v0.4 form;
+    /// docs/context.md, "CONTEXT FOR entity(…)").
     pub(super) fn parse_context_task(&mut self) -> Result<ContextQuery> {
         let start = self.expect_kw("context")?.span;
         self.expect_kw("for")?;
-        let (task, _) = self.parse_string("a task string")?;
+        let subject = if self.is_kw("entity") && self.peek_at(1).kind == TokenKind::LParen {
+            self.advance();
+            self.advance();
+            let type_at = self.peek().span;
+            let entity_type = self.parse_qualified_identifier()?.join(".");
+            if entity_type.eq_ignore_ascii_case("object") {
+                return Err(Error::parse(
+                    "CONTEXT FOR entity(object, …) is not an entity: objects are found with \
+                     CONTEXT FOR \"task\" or FIND OBJECT",
+                    type_at,
+                ));
+            }
+            self.expect(&TokenKind::Comma, "',' and the entity id")?;
+            let (entity_id, _) = self.parse_string("the entity id, a string")?;
+            self.expect(&TokenKind::RParen, "')'")?;
+            Some(EntityRef {
+                entity_type,
+                entity_id,
+            })
+        } else {
+            None
+        };
+        let task = match subject {
+            Some(_) => String::new(),
+            None => {
+                self.parse_string("a task string or entity(type, \"id\")")?
+                    .0
+            }
+        };
         let mut q = ContextQuery::for_task(task, start);
+        q.subject = subject;
         let mut seen = Seen::default();
         loop {
             let t = self.peek().clone();
@@ -135,6 +166,13 @@ impl Parser {
                 }
                 "COMPRESS" => {
                     seen.once("COMPRESS", t.span)?;
+                    if q.subject.is_some() {
+                        return Err(Error::parse(
+                            "COMPRESS keeps the sentences that hold a task's terms; \
+                             CONTEXT FOR entity(…) has no task",
+                            t.span,
+                        ));
+                    }
                     self.advance();
                     q.compress = true;
                 }
