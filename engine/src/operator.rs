@@ -1,6 +1,7 @@
 //! One shape of custom DataFusion operator, shared by the engine's: a logical extension node
-//! over two inputs that the physical operator reads whole, then turns into one output batch
-//! with a [`Kernel`] (the context packer, the relationship traversal). The node shows in
+//! over two inputs that the physical operator turns into one output batch with a [`Kernel`]
+//! (the context packer, the relationship traversal). The first input is folded into the
+//! kernel's accumulator batch by batch as its scan streams; the second is read whole. The node shows in
 //! `EXPLAIN` and `compile` output like any other; a [`TwoInputPlanner`] per kernel plans it,
 //! handed to the query planner by whoever builds the session ([`crate::session`]).
 
@@ -23,9 +24,10 @@ use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     ChildrenPropertiesMode, DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning,
-    PlanProperties, ReplaceChildrenOptions, collect,
+    PlanProperties, ReplaceChildrenOptions, collect, execute_stream,
 };
 use datafusion::physical_planner::{ExtensionPlanner, PhysicalPlanner};
+use futures::StreamExt;
 
 /// What an operator does with its two inputs, read whole.
 pub trait Kernel:
@@ -37,8 +39,14 @@ pub trait Kernel:
     fn schema(&self) -> SchemaRef;
     /// The parameters shown after the name in plans (`budget=8000 …`).
     fn params(&self) -> String;
-    /// The output from every batch of the first and of the second input.
-    fn run(&self, first: &[RecordBatch], second: &[RecordBatch]) -> DfResult<RecordBatch>;
+    /// What the kernel keeps of the first input while it streams.
+    type Acc: Send + 'static;
+    /// The accumulator before the first batch.
+    fn start(&self) -> Self::Acc;
+    /// Folds one batch of the first input in (the batch is dropped afterwards).
+    fn fold(&self, acc: &mut Self::Acc, batch: RecordBatch) -> DfResult<()>;
+    /// The output from the folded first input and every batch of the second.
+    fn finish(&self, acc: Self::Acc, second: &[RecordBatch]) -> DfResult<RecordBatch>;
 }
 
 /// The logical node: two inputs and a kernel.
@@ -219,12 +227,18 @@ impl<K: Kernel> ExecutionPlan for TwoInputExec<K> {
             self.kernel.clone(),
         );
         let fut = async move {
-            // Both inputs at once: the second's scan fills the first's idle moments.
-            let (a, b) = futures::try_join!(
-                collect(first, Arc::clone(&context)),
-                collect(second, context)
-            )?;
-            kernel.run(&a, &b)
+            // Both inputs at once: the first is folded as its batches arrive (its scan's
+            // other partitions run meanwhile), the second is collected.
+            let folded = async {
+                let mut acc = kernel.start();
+                let mut batches = execute_stream(first, Arc::clone(&context))?;
+                while let Some(batch) = batches.next().await {
+                    kernel.fold(&mut acc, batch?)?;
+                }
+                Ok::<_, DataFusionError>(acc)
+            };
+            let (acc, b) = futures::try_join!(folded, collect(second, Arc::clone(&context)))?;
+            kernel.finish(acc, &b)
         };
         Ok(Box::pin(RecordBatchStreamAdapter::new(
             self.kernel.schema(),

@@ -957,6 +957,49 @@ async fn context_for_an_entity_packs_its_record_and_its_neighbourhood() {
     }
 }
 
+/// EXPLAIN CONTEXT's rejected list is sorted by object id in code units (docs/context.md):
+/// `doc` before `doc1` (address order would put `object://doc1@1` first, '1' < '@'), and
+/// U+10000 (the surrogates D800 DC00) before U+E000 (byte order would not: F0… > EE…).
+#[tokio::test]
+async fn rejections_are_sorted_by_object_id() {
+    let names = ["doc1", "doc", "\u{10000}x", "\u{e000}x", "a"];
+    let objs: Vec<Obj> = names
+        .iter()
+        .map(|id| obj(id, "Parquet notes", vec![rep("text", "parquet")]))
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    write_store(dir.path(), &objs, &[], &[], true);
+    // All score alike: MAX OBJECTS 1 keeps the first id ("a") and rejects the others.
+    let b = bundle(dir.path(), r#"CONTEXT FOR "parquet" MAX OBJECTS 1"#).await;
+    assert_eq!(ids(&b), ["object://a@1"]);
+    let x = engine(dir.path()).explain_context(&b.id).await.unwrap();
+    let got: Vec<&str> = x.rejected.iter().map(|r| r.object.as_str()).collect();
+    assert_eq!(
+        got,
+        [
+            "object://doc@1",
+            "object://doc1@1",
+            "object://\u{10000}x@1",
+            "object://\u{e000}x@1"
+        ]
+    );
+    // Without a supplementary-plane id (the byte-order path): the same for doc, doc1.
+    let dir = tempfile::tempdir().unwrap();
+    write_store(dir.path(), &objs[..2], &[], &[], true);
+    let b = bundle(dir.path(), r#"CONTEXT FOR "parquet" MAX OBJECTS 1"#).await;
+    let x = engine(dir.path()).explain_context(&b.id).await.unwrap();
+    assert_eq!(ids(&b), ["object://doc@1"]);
+    assert_eq!(x.rejected[0].object, "object://doc1@1");
+    let mut more = objs[..2].to_vec();
+    more.push(obj("a", "Parquet notes", vec![rep("text", "parquet")]));
+    let dir = tempfile::tempdir().unwrap();
+    write_store(dir.path(), &more, &[], &[], true);
+    let b = bundle(dir.path(), r#"CONTEXT FOR "parquet" MAX OBJECTS 1"#).await;
+    let x = engine(dir.path()).explain_context(&b.id).await.unwrap();
+    let got: Vec<&str> = x.rejected.iter().map(|r| r.object.as_str()).collect();
+    assert_eq!(got, ["object://doc@1", "object://doc1@1"]);
+}
+
 #[tokio::test]
 async fn limits_are_enforced() {
     let dir = store();

@@ -252,18 +252,7 @@ fn columns_are_read_by_name_in_any_order() {
 /// (tests/it/context.rs, `the_index_changes_no_answer`).
 #[test]
 fn a_copied_dataset_keeps_the_coverage_of_signalqls_own_files() {
-    let tmp = tempfile::tempdir().unwrap();
-    let root = tmp.path().join("store");
-    crate::common::ingest_docs(
-        &root,
-        &[
-            ("a.md", "# Parquet storage\n\nColumns on disk.\n"),
-            ("b.md", "# Funnels\n\nSteps in order.\n"),
-        ],
-    );
-    let now = chrono::DateTime::parse_from_rfc3339("2026-06-01T00:00:00Z")
-        .unwrap()
-        .with_timezone(&chrono::Utc);
+    let (tmp, root, now) = two_notes();
     let copy = tmp.path().join("copy");
     crate::common::copy_dir(&root, &copy);
     // A new modification time even on a file system that keeps whole seconds.
@@ -303,12 +292,13 @@ fn a_copied_dataset_keeps_the_coverage_of_signalqls_own_files() {
     assert_eq!((scoring.index, scoring.scan), (2, 0), "{scoring:?}");
 }
 
-/// An `index_reps` file without the `o200k` column (the first index format) covers nothing:
-/// its files are scanned, with the answers the current index gives (docs/index.md).
-#[test]
-fn an_index_of_the_first_format_covers_nothing() {
-    use datafusion::parquet::arrow::ArrowWriter;
-    use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+/// Two notes ingested (and so indexed) by signalql into `store/` of a temporary folder, and
+/// the T the tests query them at.
+fn two_notes() -> (
+    tempfile::TempDir,
+    std::path::PathBuf,
+    chrono::DateTime<chrono::Utc>,
+) {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().join("store");
     crate::common::ingest_docs(
@@ -321,6 +311,16 @@ fn an_index_of_the_first_format_covers_nothing() {
     let now = chrono::DateTime::parse_from_rfc3339("2026-06-01T00:00:00Z")
         .unwrap()
         .with_timezone(&chrono::Utc);
+    (tmp, root, now)
+}
+
+/// An `index_reps` file without the `o200k` column (the first index format) covers nothing:
+/// its files are scanned, with the answers the current index gives (docs/index.md).
+#[test]
+fn an_index_of_the_first_format_covers_nothing() {
+    use datafusion::parquet::arrow::ArrowWriter;
+    use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    let (_tmp, root, now) = two_notes();
     let rt = crate::common::rt();
     let answer = |q: &str| {
         let engine = signalql::Engine::open_with(

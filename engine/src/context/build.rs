@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use datafusion::logical_expr::LogicalPlan;
 
 use super::pack::Decisions;
-use super::select::{Reason, utf16_cmp};
+use super::select::Reason;
 use super::subject::{self, Subject};
 use super::{
     Bundle, PackParams, assemble, check_limits, exec, free_in_background, load, reads, store,
@@ -71,8 +71,8 @@ pub async fn plan(
     Ok((plan, t, subject))
 }
 
-/// The entity record first (it is what the bundle is about: hops 0), or among the rejected
-/// for the budget when it does not fit.
+/// The entity record first (it is what the bundle is about: hops 0), or the last of the
+/// rejected (after the objects, by id) for the budget when it does not fit.
 fn with_subject(d: &mut Decisions, subject: Option<(Subject, bool)>) {
     let Some((s, fits)) = subject else { return };
     if fits {
@@ -81,7 +81,6 @@ fn with_subject(d: &mut Decisions, subject: Option<(Subject, bool)>) {
         d.explained.insert(0, s.explained);
     } else {
         d.rejected.push((s.item.object, Reason::Budget));
-        d.rejected.sort_by(|a, b| utf16_cmp(&a.0, &b.0));
     }
 }
 

@@ -106,31 +106,34 @@ impl Interner {
     }
 }
 
-/// The candidates from the rows of [`plan`](super::load::plan)'s first input (one per object and representation),
-/// each with its lexical-v1 score and matched terms: its in-scope rows' term weights folded by
-/// maximum (0 and none when no row is in scope).
-pub fn candidates_from(
-    batches: &[RecordBatch],
-    params: &super::PackParams,
-) -> Result<Vec<Candidate>> {
-    let cols = batches
-        .iter()
-        .map(RowCols::of)
-        .collect::<Result<Vec<_>>>()?;
-    let max_age_from = params.min_created;
-    let mut strings = Interner::default();
-    let mut index: datafusion::common::HashMap<&str, usize> = Default::default();
-    let mut out: Vec<Candidate> = Vec::new();
-    let mut weights: Vec<Option<Vec<i64>>> = Vec::new();
-    for c in &cols {
+/// The candidates from the rows of [`plan`](super::load::plan)'s first input (one per object
+/// and representation), folded batch by batch as the scan streams, each with its lexical-v1
+/// score and matched terms: its in-scope rows' term weights folded by maximum (0 and none
+/// when no row is in scope). The order of the batches does not matter.
+#[derive(Default)]
+pub struct CandidateFold {
+    strings: Interner,
+    /// Each candidate's position in `out`, by object id.
+    index: datafusion::common::HashMap<Box<str>, usize>,
+    out: Vec<Candidate>,
+    /// Per candidate, its term weights so far (`None`: no row in scope yet).
+    weights: Vec<Option<Vec<i64>>>,
+}
+
+impl CandidateFold {
+    /// Folds in one batch of rows.
+    pub fn fold(&mut self, b: &RecordBatch, params: &super::PackParams) -> Result<()> {
+        let c = RowCols::of(b)?;
+        let max_age_from = params.min_created;
+        let strings = &mut self.strings;
         let (t_values, t_offsets) = int_lists(&c.title_weights, "title_weights")?;
         let (c_values, c_offsets) = int_lists(&c.content_weights, "content_weights")?;
         for i in 0..c.ids.len() {
             let id = c.ids.value(i);
-            let k = match index.get(id) {
+            let k = match self.index.get(id) {
                 Some(&k) => k,
                 None => {
-                    out.push(Candidate {
+                    self.out.push(Candidate {
                         id: id.to_string(),
                         revision: c.revs.value(i),
                         in_project: match &params.project {
@@ -148,9 +151,9 @@ pub fn candidates_from(
                         weights: Vec::new(),
                         scanned: false,
                     });
-                    weights.push(None);
-                    index.insert(id, out.len() - 1);
-                    out.len() - 1
+                    self.weights.push(None);
+                    self.index.insert(id.into(), self.out.len() - 1);
+                    self.out.len() - 1
                 }
             };
             for (list, values, offsets) in [
@@ -161,12 +164,12 @@ pub fn candidates_from(
                     continue;
                 }
                 let part = &values.values()[offsets[i] as usize..offsets[i + 1] as usize];
-                match &mut weights[k] {
+                match &mut self.weights[k] {
                     Some(acc) => max_weights(acc, part),
                     slot => *slot = Some(part.to_vec()),
                 }
             }
-            let cand = &mut out[k];
+            let cand = &mut self.out[k];
             cand.scanned |= !c.names.is_null(i) && c.scanned.is_valid(i) && c.scanned.value(i);
             if c.names.is_null(i) || cand.reps.iter().any(|r| *r.name == *c.names.value(i)) {
                 continue; // no representation at all, or one seen already
@@ -198,14 +201,27 @@ pub fn candidates_from(
                 packable: c.packable.value(i) && !tokens.is_null(i),
             });
         }
+        Ok(())
     }
-    for (cand, w) in out.iter_mut().zip(weights) {
-        if let Some(w) = w {
-            cand.lexical = score_of(&w);
-            cand.weights = w;
+
+    /// The candidates, each with its lexical-v1 score, and the id index (dropped by the caller
+    /// when it likes: freeing it is not free).
+    pub fn finish(self) -> Vec<Candidate> {
+        let CandidateFold {
+            mut out,
+            weights,
+            index,
+            ..
+        } = self;
+        super::free_in_background(index);
+        for (cand, w) in out.iter_mut().zip(weights) {
+            if let Some(w) = w {
+                cand.lexical = score_of(&w);
+                cand.weights = w;
+            }
         }
+        out
     }
-    Ok(out)
 }
 
 /// The Int64 values and the offsets of a list column of term weights.

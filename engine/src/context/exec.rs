@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 
 use signalql_udfs::strings::StringColumn;
 
+use super::candidates::CandidateFold;
 use super::select::{Candidate, Edge, Reason};
 use super::{Decisions, Item, PackParams, decide};
 use crate::operator::Kernel;
@@ -56,9 +57,22 @@ impl Kernel for BundlePack {
         )
     }
 
-    fn run(&self, candidates: &[RecordBatch], edges: &[RecordBatch]) -> DfResult<RecordBatch> {
-        let candidates = super::candidates::candidates_from(candidates, &self.0)
+    /// The candidates, folded as the candidate rows stream in.
+    type Acc = CandidateFold;
+
+    fn start(&self) -> Self::Acc {
+        CandidateFold::default()
+    }
+
+    fn fold(&self, acc: &mut Self::Acc, batch: RecordBatch) -> DfResult<()> {
+        acc.fold(&batch, &self.0)
             .map_err(|e| DataFusionError::External(Box::new(e)))?;
+        // The batch's strings are copied out, so the batch itself is freed here.
+        Ok(())
+    }
+
+    fn finish(&self, acc: Self::Acc, edges: &[RecordBatch]) -> DfResult<RecordBatch> {
+        let candidates = acc.finish();
         let columns = edge_columns(edges)?;
         let edges = edges_from(&columns, &candidates);
         let decisions = decide(&self.0, &candidates, &edges);

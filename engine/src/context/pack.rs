@@ -113,7 +113,7 @@ pub struct Decisions {
     pub seeds: u64,
     pub expanded: u64,
     /// The candidates that took the scan path ([`Candidate::scanned`]), as object URIs sorted
-    /// as the rejected are.
+    /// as the rejected are (by object id).
     pub scanned: Vec<String>,
 }
 
@@ -130,12 +130,13 @@ pub fn decide(p: &PackParams, candidates: &[Candidate], edges: &[select::Edge]) 
         PreferItem::Representation(r) => Some(r.as_str()),
         _ => None,
     });
-    let mut rejected: Vec<(String, Reason)> = Vec::new();
+    // The rejected candidates by reference: sorted by id, then formatted once, below.
+    let mut rejected: Vec<(&Candidate, Reason)> = Vec::new();
     let mut eligible: datafusion::common::HashMap<&str, &Candidate> =
         datafusion::common::HashMap::new();
     for c in candidates {
         match ineligible(c, ex) {
-            Some(r) => rejected.push((object_uri(&c.id, c.revision), r)),
+            Some(r) => rejected.push((c, r)),
             None => {
                 eligible.insert(c.id.as_str(), c);
             }
@@ -213,7 +214,7 @@ pub fn decide(p: &PackParams, candidates: &[Candidate], edges: &[select::Edge]) 
         )
     };
     // Only the first MAX OBJECTS need an order (the rank is total: ids are unique); the rest
-    // are rejected, and the rejections are sorted by object URI below.
+    // are rejected, and the rejections are sorted by object id below.
     if keys.len() > max_objects {
         keys.select_nth_unstable_by(max_objects, order);
     }
@@ -221,7 +222,7 @@ pub fn decide(p: &PackParams, candidates: &[Candidate], edges: &[select::Edge]) 
     keys[..cut].sort_by(order);
     let expanded = keys.iter().filter(|k| k.propagated > k.c.lexical).count() as u64;
     for k in keys.iter().skip(max_objects) {
-        rejected.push((object_uri(&k.c.id, k.c.revision), Reason::MaxObjects));
+        rejected.push((k.c, Reason::MaxObjects));
     }
     keys.truncate(max_objects);
 
@@ -330,7 +331,7 @@ pub fn decide(p: &PackParams, candidates: &[Candidate], edges: &[select::Edge]) 
                 None => continue,
             },
             packing::Choice::Left => {
-                rejected.push((object_uri(&r.c.id, r.c.revision), Reason::Budget));
+                rejected.push((r.c, Reason::Budget));
                 continue;
             }
         };
@@ -397,13 +398,26 @@ pub fn decide(p: &PackParams, candidates: &[Candidate], edges: &[select::Edge]) 
         items.push(item);
     }
 
-    rejected.sort_by(|a, b| select::utf16_cmp(&a.0, &b.0));
-    let mut scanned: Vec<String> = candidates
-        .iter()
-        .filter(|c| c.scanned)
+    // By object id in code-unit order (ids are unique among candidates): byte order, unless
+    // an id has a supplementary-plane character (a 4-byte UTF-8 sequence, lead byte
+    // 0xF0–0xF4), where UTF-16 order differs. Only the sorted entries are formatted.
+    let by_id: fn(&Candidate, &Candidate) -> std::cmp::Ordering =
+        if candidates.iter().any(|c| c.id.bytes().any(|b| b >= 0xF0)) {
+            |a, b| select::utf16_cmp(&a.id, &b.id)
+        } else {
+            |a, b| a.id.cmp(&b.id)
+        };
+    rejected.sort_unstable_by(|a, b| by_id(a.0, b.0));
+    let rejected: Vec<(String, Reason)> = rejected
+        .into_iter()
+        .map(|(c, r)| (object_uri(&c.id, c.revision), r))
+        .collect();
+    let mut scanned: Vec<&Candidate> = candidates.iter().filter(|c| c.scanned).collect();
+    scanned.sort_unstable_by(|a, b| by_id(a, b));
+    let scanned: Vec<String> = scanned
+        .into_iter()
         .map(|c| object_uri(&c.id, c.revision))
         .collect();
-    scanned.sort_by(|a, b| select::utf16_cmp(a, b));
     Decisions {
         scanned,
         items,

@@ -86,7 +86,20 @@ impl Kernel for Traverse {
         format!("relation={} depth<={}", self.relation, self.depth)
     }
 
-    fn run(&self, start: &[RecordBatch], edges: &[RecordBatch]) -> DfResult<RecordBatch> {
+    /// The start entities, kept whole (they are few).
+    type Acc = Vec<RecordBatch>;
+
+    fn start(&self) -> Self::Acc {
+        Vec::new()
+    }
+
+    fn fold(&self, acc: &mut Self::Acc, batch: RecordBatch) -> DfResult<()> {
+        acc.push(batch);
+        Ok(())
+    }
+
+    fn finish(&self, start: Self::Acc, edges: &[RecordBatch]) -> DfResult<RecordBatch> {
+        let start = start.as_slice();
         let mut nodes = Nodes::default();
         let mut adjacency: Vec<Vec<u32>> = Vec::new();
         text_rows(edges, &[0, 1, 2, 3], |r| {
@@ -179,7 +192,7 @@ mod tests {
             relation: "r".into(),
             depth,
         }
-        .run(&[s], &[e])
+        .finish(vec![s], &[e])
         .unwrap();
         let ids = out.column(1).as_string::<i32>();
         let hops = out
