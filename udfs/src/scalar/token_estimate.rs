@@ -66,9 +66,70 @@ impl Estimator {
     pub fn count(self, text: &str) -> i64 {
         match self {
             Estimator::CharsDiv4 => chars_div_4(text),
-            Estimator::O200k => bpe_openai::o200k_base().count(text) as i64,
+            Estimator::O200k => o200k_count(text),
         }
     }
+}
+
+/// o200k_base's pretokenization (tiktoken's pattern), as three patterns searched together at
+/// each position, leftmost first: the pattern itself but for its `\s+(?!\S)` alternative,
+/// then `\s+\s` standing for that alternative (a lookahead pattern: its last character is
+/// not part of the piece), then `\s+`.
+const O200K_PATTERNS: [&str; 3] = [
+    concat!(
+        r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
+        r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
+        r"|\p{N}{1,3}",
+        r"| ?[^\s\p{L}\p{N}]+[\r\n/]*",
+        r"|\s*[\r\n]+",
+        r"|\s+$",
+    ),
+    r"\s+\s",
+    r"\s+",
+];
+
+/// Which of [`O200K_PATTERNS`] end with a lookahead character.
+const O200K_LOOKAHEAD: [bool; 3] = [false, true, false];
+
+static O200K_PRE: LazyLock<regex_automata::meta::Regex> = LazyLock::new(|| {
+    regex_automata::meta::Regex::new_many(&O200K_PATTERNS).expect("the o200k pattern compiles")
+});
+
+thread_local! {
+    /// This thread's search cache of [`O200K_PRE`] (the regex's own pool would lock on every
+    /// piece from any thread but the first to use it).
+    static O200K_CACHE: std::cell::RefCell<regex_automata::meta::Cache> =
+        std::cell::RefCell::new(O200K_PRE.create_cache());
+}
+
+/// The number of o200k_base tokens of `text`: its pieces (the pretokenization) each encoded
+/// by the byte-pair encoding.
+fn o200k_count(text: &str) -> i64 {
+    use regex_automata::{Anchored, Input};
+    let bpe = &bpe_openai::o200k_base().bpe;
+    O200K_CACHE.with_borrow_mut(|cache| {
+        let (mut last, mut n) = (0usize, 0usize);
+        while last < text.len() {
+            let input = Input::new(&text[last..]).anchored(Anchored::Yes);
+            let Some(m) = O200K_PRE.search_with(cache, &input) else {
+                // No piece starts here (it cannot happen: the patterns cover every character);
+                // the library's own split counts the rest.
+                return (n + bpe_openai::o200k_base().count(&text[last..])) as i64;
+            };
+            let mut end = last + m.end();
+            if O200K_LOOKAHEAD[m.pattern().as_usize()]
+                && let Some(c) = text[last..end].chars().next_back()
+            {
+                end -= c.len_utf8();
+            }
+            if end == last {
+                return (n + bpe_openai::o200k_base().count(&text[last..])) as i64;
+            }
+            n += bpe.count(&text.as_bytes()[last..end]);
+            last = end;
+        }
+        n as i64
+    })
 }
 
 /// `ceil(characters / 4)`.
@@ -221,6 +282,8 @@ mod tests {
         proptest!(ProptestConfig::with_cases(300), |(text in "\\PC{0,200}", ascii in "[ a-zA-Z0-9.,'\n!?-]{0,300}")| {
             prop_assert_eq!(Estimator::O200k.count(&text), count(&text));
             prop_assert_eq!(Estimator::O200k.count(&ascii), count(&ascii));
+            // And the library's own split, run the same way.
+            prop_assert_eq!(Estimator::O200k.count(&ascii), bpe_openai::o200k_base().count(ascii.as_str()) as i64);
         });
     }
 }
