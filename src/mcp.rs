@@ -450,17 +450,13 @@ async fn watch_until_alert(
     cancelled: impl std::future::Future<Output = ()>,
 ) -> crate::Result<WatchAnswer> {
     tokio::pin!(cancelled);
-    let crate::ast::Statement::Watch(w) = crate::parse(&args.watch)? else {
-        return Err(Error::type_error(
-            "the watch tool takes a WATCH (query) WHEN condition statement; use query for others",
-        ));
-    };
     let interval = args.interval_seconds.unwrap_or(5.0);
-    if !interval.is_finite() || interval < 0.0 {
-        return Err(Error::type_error(
-            "interval_seconds must be a non-negative number",
-        ));
-    }
+    let (w, pause) = crate::watch_loop::watch_request(
+        &args.watch,
+        interval,
+        "the watch tool takes a WATCH (query) WHEN condition statement; use query for others",
+        "interval_seconds",
+    )?;
     let max_polls = args.max_polls.unwrap_or(1);
     if max_polls == 0 {
         return Err(Error::type_error("max_polls must be at least 1"));
@@ -485,7 +481,7 @@ async fn watch_until_alert(
             });
         }
         tokio::select! {
-            _ = tokio::time::sleep(std::time::Duration::from_secs_f64(interval)) => {}
+            _ = tokio::time::sleep(pause) => {}
             _ = &mut cancelled => {
                 return Err(Error::io("watch: the client cancelled the request"));
             }

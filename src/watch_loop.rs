@@ -8,18 +8,12 @@ use crate::{Engine, Error, Result};
 /// failing is an error (the statement is wrong); later failures are reported on stderr and
 /// the loop goes on.
 pub fn watch(engine: &Engine, text: &str, interval: f64, max_polls: Option<u64>) -> Result<()> {
-    let statement = crate::parse(text)?;
-    let crate::ast::Statement::Watch(w) = statement else {
-        return Err(Error::type_error(
-            "signalql watch runs a WATCH (query) WHEN condition statement",
-        ));
-    };
-    if !interval.is_finite() || interval < 0.0 {
-        return Err(Error::type_error(
-            "--interval must be a non-negative number of seconds",
-        ));
-    }
-    let pause = std::time::Duration::from_secs_f64(interval);
+    let (w, pause) = watch_request(
+        text,
+        interval,
+        "signalql watch runs a WATCH (query) WHEN condition statement",
+        "--interval",
+    )?;
     let rt = crate::runtime()?;
     let mut watcher = crate::watch::Watcher::new(w);
     rt.block_on(async {
@@ -50,6 +44,27 @@ pub fn watch(engine: &Engine, text: &str, interval: f64, max_polls: Option<u64>)
             }
         }
     })
+}
+
+/// `text` parsed as a WATCH statement, and `seconds` as the pause between its polls: what
+/// `signalql watch` and the MCP `watch` tool both check. Errors are `type_error`s:
+/// `not_watch` for another statement, and one naming `interval` (the caller's setting) for a
+/// pause that is negative or not a number.
+pub(crate) fn watch_request(
+    text: &str,
+    seconds: f64,
+    not_watch: &str,
+    interval: &str,
+) -> Result<(crate::ast::WatchQuery, std::time::Duration)> {
+    let crate::ast::Statement::Watch(w) = crate::parse(text)? else {
+        return Err(Error::type_error(not_watch));
+    };
+    if !seconds.is_finite() || seconds < 0.0 {
+        return Err(Error::type_error(format!(
+            "{interval} must be a non-negative number of seconds"
+        )));
+    }
+    Ok((w, std::time::Duration::from_secs_f64(seconds)))
 }
 
 /// Ctrl-C, listened for from creation on (so a SIGINT during the first poll is not lost).

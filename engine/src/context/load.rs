@@ -391,6 +391,16 @@ fn token_counts(estimator: Estimator) -> Result<(Expr, Expr)> {
     })
 }
 
+/// The graph node of the entity in the columns `ty` and `id`: `type:id`, where an `object`
+/// entity is the object's node (`object:id`).
+fn node(ty: &str, id: &str) -> Result<Expr> {
+    Ok(when(
+        col(ty).eq(lit("object")),
+        concat(vec![lit("object:"), col(id)]),
+    )
+    .otherwise(concat(vec![col(ty), lit(":"), col(id)]))?)
+}
+
 /// The graph edges (`a`, `b`, `relation`) of every revision: links (an `object` entity is an
 /// object node) and derivations, each with the `object_id` and `revision` it belongs to. The
 /// packer keeps the edges of the selected revisions (the candidates' own), so the candidates
@@ -418,13 +428,7 @@ async fn edges(
     };
     let mut parts: Vec<LogicalPlanBuilder> = Vec::new();
     if let Some(links) = optional_scanned(ctx, catalog, "links").await? {
-        // An `object` entity is an object node.
-        let node = when(
-            col("entity_type").eq(lit("object")),
-            concat(vec![lit("object:"), col("entity_id")]),
-        )
-        .otherwise(concat(vec![col("entity_type"), lit(":"), col("entity_id")]))?;
-        parts.push(edges_of(links, node)?);
+        parts.push(edges_of(links, node("entity_type", "entity_id")?)?);
     }
     if let Some(derivs) = optional_scanned(ctx, catalog, "derivations").await? {
         parts.push(edges_of(
@@ -435,13 +439,6 @@ async fn edges(
     if let Some(t) = relationships_at
         && let Some(rels) = optional_scanned(ctx, catalog, "relationships").await?
     {
-        let node = |ty: &str, id: &str| -> Result<Expr> {
-            Ok(when(
-                col(ty).eq(lit("object")),
-                concat(vec![lit("object:"), col(id)]),
-            )
-            .otherwise(concat(vec![col(ty), lit(":"), col(id)]))?)
-        };
         let typed = |i: usize, name: &str| -> DataType {
             parts
                 .first()

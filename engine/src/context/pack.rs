@@ -378,23 +378,20 @@ pub fn decide(p: &PackParams, candidates: &[Candidate], edges: &[select::Edge]) 
                 ..item
             },
         };
-        let mut e = serde_json::to_value(Item {
-            content: None,
-            ..item.clone()
-        })
-        .unwrap_or(Value::Null);
-        if let Value::Object(m) = &mut e {
-            m.insert("terms".into(), json!(r.c.terms(&p.terms)));
-            m.insert(
-                "scored_by".into(),
-                json!(if r.c.scanned { "scan" } else { "index" }),
-            );
-            m.insert(
-                "score_breakdown".into(),
-                json!({"lexical": r.c.lexical, "propagated": r.propagated, "boosts": r.boosts}),
-            );
-        }
-        explained.push(e);
+        explained.push(explained_item(
+            &item,
+            [
+                ("terms", json!(r.c.terms(&p.terms))),
+                (
+                    "scored_by",
+                    json!(if r.c.scanned { "scan" } else { "index" }),
+                ),
+                (
+                    "score_breakdown",
+                    json!({"lexical": r.c.lexical, "propagated": r.propagated, "boosts": r.boosts}),
+                ),
+            ],
+        ));
         items.push(item);
     }
 
@@ -428,6 +425,21 @@ pub fn decide(p: &PackParams, candidates: &[Candidate], edges: &[select::Edge]) 
         seeds: seeds.len() as u64,
         expanded,
     }
+}
+
+/// An item's EXPLAIN CONTEXT entry: the item without its content, plus `extra` fields.
+pub(crate) fn explained_item<const N: usize>(item: &Item, extra: [(&str, Value); N]) -> Value {
+    let mut e = serde_json::to_value(Item {
+        content: None,
+        ..item.clone()
+    })
+    .unwrap_or(Value::Null);
+    if let Value::Object(m) = &mut e {
+        for (k, v) in extra {
+            m.insert(k.into(), v);
+        }
+    }
+    e
 }
 
 fn trust_at_least(trust: &str, level: TrustLevel) -> bool {

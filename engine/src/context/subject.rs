@@ -8,7 +8,7 @@ use sha2::{Digest, Sha256};
 
 use super::bundle::{Item, canonical_json};
 use super::load::optional;
-use super::pack::SUBJECT_SCORE;
+use super::pack::{SUBJECT_SCORE, explained_item};
 use crate::catalog::Catalog;
 use crate::error::Result;
 use crate::execute::Executor;
@@ -21,10 +21,13 @@ pub fn entity_uri(e: &EntityRef) -> String {
     format!("entity://{}/{}", e.entity_type, e.entity_id)
 }
 
-/// The graph node (`type:id`) of an entity record item's address, `None` for any other.
-pub fn node_of(uri: &str) -> Option<String> {
+/// The entity of an entity record item's address (`entity://type/id`), `None` for any other.
+pub fn parse_entity_uri(uri: &str) -> Option<EntityRef> {
     let (ty, id) = uri.strip_prefix("entity://")?.split_once('/')?;
-    Some(format!("{ty}:{id}"))
+    Some(EntityRef {
+        entity_type: ty.into(),
+        entity_id: id.into(),
+    })
 }
 
 /// The entity record as packed: the item (with content) and its explanation entry.
@@ -174,48 +177,36 @@ pub async fn subject(
         compression: None,
         unknown: Default::default(),
     };
-    let mut explained = serde_json::to_value(Item {
-        content: None,
-        ..item.clone()
-    })
-    .unwrap_or(Value::Null);
-    if let Value::Object(m) = &mut explained {
-        m.insert("terms".into(), json!([]));
-        m.insert(
-            "score_breakdown".into(),
-            json!({"lexical": 0, "propagated": SUBJECT_SCORE, "boosts": []}),
-        );
-    }
+    let explained = explained_item(
+        &item,
+        [
+            ("terms", json!([])),
+            (
+                "score_breakdown",
+                json!({"lexical": 0, "propagated": SUBJECT_SCORE, "boosts": []}),
+            ),
+        ],
+    );
     Ok(Some(Subject { item, explained }))
 }
 
-/// Whether the caller reads the entity record `object` (an `entity://` address) with the
-/// content hash `hash` at the bundle's time (its AS OF, else when it was computed): what
-/// EXPLAIN CONTEXT checks before it shows a restricted caller an entity bundle.
+/// Whether the caller reads the record of `e` with the content hash `hash` at the bundle's
+/// time (its AS OF, else when it was computed): what EXPLAIN CONTEXT checks before it shows a
+/// restricted caller an entity bundle.
 pub async fn record_seen(
     catalog: &dyn Catalog,
     exec: &Executor,
-    object: &str,
+    e: &EntityRef,
     hash: &str,
     as_of: &Option<String>,
     computed_at: &str,
 ) -> Result<bool> {
-    let Some((entity_type, entity_id)) = object
-        .strip_prefix("entity://")
-        .and_then(|r| r.split_once('/'))
-    else {
-        return Ok(false);
-    };
     let at = as_of.as_deref().unwrap_or(computed_at);
     let Ok(t) = crate::lower::time::parse_timestamp(&crate::syntax::ast::Timestamp(at.into()))
     else {
         return Ok(false);
     };
-    let e = EntityRef {
-        entity_type: entity_type.into(),
-        entity_id: entity_id.into(),
-    };
-    Ok(record(exec, catalog, &e, crate::lower::time::micros(t))
+    Ok(record(exec, catalog, e, crate::lower::time::micros(t))
         .await?
         .is_some_and(|c| hex::encode(Sha256::digest(c.as_bytes())) == hash))
 }

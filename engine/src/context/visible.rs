@@ -15,6 +15,7 @@ use super::{Explanation, parse_object_uri};
 use crate::catalog::{Catalog, open, optional_table, scan};
 use crate::error::{Error, Result};
 use crate::execute::Executor;
+use crate::syntax::ast::EntityRef;
 
 /// `x` (stored for `address`) as the caller of `catalog` may see it, or `unknown_context`.
 pub async fn explanation(
@@ -27,17 +28,17 @@ pub async fn explanation(
     let mut named: Vec<(String, i64)> = Vec::new();
     let mut reps: Vec<(String, i64, String)> = Vec::new();
     let mut nodes: BTreeSet<String> = BTreeSet::new();
-    let mut records: Vec<(String, String)> = Vec::new();
+    let mut records: Vec<(EntityRef, String)> = Vec::new();
     for item in &x.items {
         let object = item
             .get("object")
             .and_then(Value::as_str)
             .ok_or_else(hidden)?;
-        if super::subject::node_of(object).is_some() {
+        if let Some(e) = super::subject::parse_entity_uri(object) {
             // The entity record of CONTEXT FOR entity(…): shown when the caller reads the
             // same record (checked below), its relationships included.
             let hash = item.get("content_hash").and_then(Value::as_str);
-            records.push((object.to_string(), hash.unwrap_or_default().to_string()));
+            records.push((e, hash.unwrap_or_default().to_string()));
         } else {
             let (id, rev) = parse_object_uri(object).ok_or_else(hidden)?;
             named.push((id.to_string(), rev));
@@ -98,10 +99,8 @@ pub async fn explanation(
     if !linked_entities_visible(catalog, exec, &entities).await? {
         return Err(hidden());
     }
-    for (object, hash) in &records {
-        if !super::subject::record_seen(catalog, exec, object, hash, &x.as_of, &x.computed_at)
-            .await?
-        {
+    for (e, hash) in &records {
+        if !super::subject::record_seen(catalog, exec, e, hash, &x.as_of, &x.computed_at).await? {
             return Err(hidden());
         }
     }
