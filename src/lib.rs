@@ -27,7 +27,7 @@ pub use signalql_engine::{
     Answer, Bundle, Compiled, Engine, EngineOptions, Error, ErrorKind, Explanation, Limits,
     PlanCache, Result,
 };
-pub use signalql_engine::{describe, metrics, watch};
+pub use signalql_engine::{describe, distributed, metrics, watch};
 pub use signalql_udfs as udfs;
 
 use std::path::PathBuf;

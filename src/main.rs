@@ -45,6 +45,10 @@ struct Cli {
     /// `[trace] enabled = true` in signalql.toml does the same (docs/runtime.md).
     #[arg(long, global = true)]
     trace: bool,
+    /// Run statements on these workers (`signalql worker`), comma-separated `host:port`;
+    /// without it, `[cluster] workers` of signalql.toml, else this process (docs/cluster.md).
+    #[arg(long, global = true, value_name = "ADDR,…", value_delimiter = ',')]
+    workers: Vec<String>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -267,6 +271,14 @@ enum Command {
         #[arg(long)]
         now: Option<String>,
     },
+    /// Serve a worker of a cluster: it runs the stages of statements planned by a coordinator
+    /// (`--workers` on `query`, `context`, `mcp`, `serve`; docs/cluster.md). Prints
+    /// `worker listening on ADDR`, then runs until Ctrl-C.
+    Worker {
+        /// Address to listen on (port 0 picks a free one).
+        #[arg(long, default_value = "127.0.0.1:7979")]
+        listen: std::net::SocketAddr,
+    },
     /// Generate deterministic synthetic data.
     Gen {
         #[command(subcommand)]
@@ -429,6 +441,7 @@ struct Reach {
     storage: StorageOptions,
     principal: Option<String>,
     trace: bool,
+    workers: Vec<String>,
 }
 
 fn open(data: Option<PathBuf>, now: Option<String>, reach: &Reach) -> Result<Engine, Error> {
@@ -441,6 +454,7 @@ fn open(data: Option<PathBuf>, now: Option<String>, reach: &Reach) -> Result<Eng
             principal: reach.principal.clone(),
             trace: reach.trace,
             surface: "cli",
+            workers: reach.workers.clone(),
             ..Default::default()
         },
     )
@@ -460,6 +474,7 @@ fn run(cli: Cli) -> Result<(), Error> {
         storage: storage.clone(),
         principal: cli.principal,
         trace: cli.trace,
+        workers: cli.workers,
     };
     match cli.command {
         Command::Query {
@@ -536,11 +551,25 @@ fn run(cli: Cli) -> Result<(), Error> {
                     trace: reach.trace,
                     surface: "mcp",
                     plan_cache: Some(Default::default()),
+                    workers: reach.workers.clone(),
                     ..Default::default()
                 },
             )?;
             runtime()?.block_on(signalql::mcp::serve_stdio(engine))
         }
+        Command::Worker { listen } => runtime()?.block_on(async move {
+            let listener = tokio::net::TcpListener::bind(listen)
+                .await
+                .map_err(|e| Error::io(format!("worker: cannot listen on {listen}: {e}")))?;
+            let addr = listener
+                .local_addr()
+                .map_err(|e| Error::io(format!("worker: {e}")))?;
+            println!("worker listening on {addr}");
+            signalql::distributed::serve(listener, async {
+                let _ = tokio::signal::ctrl_c().await;
+            })
+            .await
+        }),
         Command::Serve { data, listen, now } => {
             let root = data.unwrap_or_else(signalql::sample_dataset);
             let options = EngineOptions {
@@ -548,6 +577,7 @@ fn run(cli: Cli) -> Result<(), Error> {
                 storage: reach.storage.clone(),
                 trace: reach.trace,
                 surface: "serve",
+                workers: reach.workers.clone(),
                 // One cache for the engines of every principal (the key holds the principal).
                 plan_cache: Some(Default::default()),
                 ..Default::default()

@@ -17,7 +17,9 @@
 //! Numbers compare with a relative tolerance of 1e-9; everything else exactly.
 //!
 //! Each case also runs as `s3/<case>`: over a copy of its dataset in a real S3-compatible
-//! server (moto, tests/common/s3.rs), where it must give the local folder's envelope.
+//! server (moto, tests/common/s3.rs), where it must give the local folder's envelope; and as
+//! `cluster/<case>`: on two workers served in this process (docs/cluster.md), where it must
+//! give the envelope it gives in one process.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -160,6 +162,12 @@ fn build(name: &str, root: &Path) {
 
 /// The engine options of a case: its `now`, and where S3 is.
 fn options(case: &Case, storage: StorageOptions) -> EngineOptions {
+    options_on(case, storage, &[])
+}
+
+/// The engine options of a case run on `workers` (none: in this process). Every scan of more
+/// than a byte is split over the workers.
+fn options_on(case: &Case, storage: StorageOptions, workers: &[String]) -> EngineOptions {
     let now = case.header.get("now").map(|s| {
         chrono::DateTime::parse_from_rfc3339(s)
             .unwrap()
@@ -169,6 +177,8 @@ fn options(case: &Case, storage: StorageOptions) -> EngineOptions {
         now,
         storage,
         principal: case.header.get("principal").cloned(),
+        workers: workers.to_vec(),
+        bytes_per_task: (!workers.is_empty()).then_some(1),
         ..Default::default()
     }
 }
@@ -189,8 +199,17 @@ async fn evaluate(
     root: &Path,
     storage: StorageOptions,
 ) -> Result<Result<signalql::Envelope, signalql::Error>, String> {
+    evaluate_with(case, root, options(case, storage)).await
+}
+
+/// The case's query on the dataset at `root`, opened with `options`.
+async fn evaluate_with(
+    case: &Case,
+    root: &Path,
+    options: EngineOptions,
+) -> Result<Result<signalql::Envelope, signalql::Error>, String> {
     let query = case.sections.get("query").ok_or("no --- query section")?;
-    Ok(match Engine::open_with(root, options(case, storage)) {
+    Ok(match Engine::open_with(root, options) {
         Ok(engine) => match engine.answer(query).await {
             Ok(signalql::Answer::Envelope(env)) => Ok(*env),
             Ok(_) => return Err("a golden case must give a result envelope or an error".into()),
@@ -232,6 +251,42 @@ async fn run_case_on_s3(case: &Case, tiny: &Path, s3: &S3Server) -> Result<(), S
         s3.storage(),
     )
     .await?;
+    same_answer(local, remote, "s3")
+}
+
+/// The case run on the workers gives what it gives in this process: the same envelope
+/// (numbers within 1e-9), or an error with the same code and position.
+async fn run_case_on_cluster(case: &Case, tiny: &Path, workers: &[String]) -> Result<(), String> {
+    if case.sections.contains_key("explain") || is_context(case) {
+        // EXPLAIN's object has no physical plan; CONTEXT FOR's bundles are compared in
+        // tests/it/cluster.rs.
+        return Ok(());
+    }
+    let root = dataset(data_name(case), tiny);
+    let mut local = evaluate(case, &root, StorageOptions::default()).await?;
+    let distributed = evaluate_with(
+        case,
+        &root,
+        options_on(case, StorageOptions::default(), workers),
+    )
+    .await?;
+    // What the scans read is known where they ran: on the workers it is null here.
+    if let (Ok(l), Ok(d)) = (&mut local, &distributed)
+        && d.metadata.cost_estimate.scanned_rows.is_none()
+    {
+        l.metadata.cost_estimate.scanned_rows = None;
+        l.metadata.cost_estimate.scanned_bytes = None;
+    }
+    same_answer(local, distributed, "cluster")
+}
+
+/// `local` and `remote` (the answer on S3 or on the workers, named `label`) are the same
+/// envelope (numbers within 1e-9), or errors with the same code and position.
+fn same_answer(
+    local: Result<signalql::Envelope, signalql::Error>,
+    remote: Result<signalql::Envelope, signalql::Error>,
+    label: &str,
+) -> Result<(), String> {
     match (local, remote) {
         (Ok(a), Ok(b)) => {
             let (a, b) = (
@@ -241,20 +296,20 @@ async fn run_case_on_s3(case: &Case, tiny: &Path, s3: &S3Server) -> Result<(), S
             if close(&a, &b) {
                 Ok(())
             } else {
-                Err(format!("envelopes differ\n local: {a}\n    s3: {b}"))
+                Err(format!("envelopes differ\n local: {a}\n {label:>6}: {b}"))
             }
         }
         (Err(a), Err(b)) => {
             let (a, b) = (a.to_json()["error"].clone(), b.to_json()["error"].clone());
             for k in ["code", "line", "column"] {
                 if a.get(k) != b.get(k) {
-                    return Err(format!("errors differ\n local: {a}\n    s3: {b}"));
+                    return Err(format!("errors differ\n local: {a}\n {label:>6}: {b}"));
                 }
             }
             Ok(())
         }
         (a, b) => Err(format!(
-            "one side failed\n local: {:?}\n    s3: {:?}",
+            "one side failed\n local: {:?}\n {label:>6}: {:?}",
             a.map(|e| e.rows.len()),
             b.map(|e| e.rows.len())
         )),
@@ -439,6 +494,9 @@ fn main() {
     for name in BUILT.iter().chain(FOREIGN).chain([&POLICY]) {
         s3.upload_dir(&tiny_path.join(name), S3_BUCKET, name);
     }
+    // And a third time on two workers of a cluster, in this process (trials named
+    // `cluster/…`).
+    let workers = std::sync::Arc::new(common::cluster::Workers::start(2));
     let mut trials = Vec::new();
     for f in files {
         let name = f
@@ -459,6 +517,16 @@ fn main() {
                 .block_on(run_case(&case, &file, &tiny))
                 .map_err(|msg| format!("{}:\n{msg}", file.display()).into())
         }));
+        let (file, tiny, cluster) = (f.clone(), tiny_path.clone(), workers.addresses.clone());
+        trials.push(libtest_mimic::Trial::test(
+            format!("cluster/{name}"),
+            move || {
+                let case = parse_case(&file);
+                runtime()?
+                    .block_on(run_case_on_cluster(&case, &tiny, &cluster))
+                    .map_err(|msg| format!("{}:\n{msg}", file.display()).into())
+            },
+        ));
         let (file, tiny, s3) = (f, tiny_path.clone(), std::sync::Arc::clone(&s3));
         trials.push(libtest_mimic::Trial::test(
             format!("s3/{name}"),
@@ -471,6 +539,7 @@ fn main() {
         ));
     }
     let conclusion = libtest_mimic::run(&args, trials);
+    drop(workers);
     drop(s3);
     drop(tiny);
     conclusion.exit();

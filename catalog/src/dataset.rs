@@ -60,6 +60,21 @@ pub struct DatasetConfig {
     pub serve: ServeConfig,
     #[serde(default)]
     pub trace: TraceConfig,
+    #[serde(default)]
+    pub cluster: ClusterConfig,
+}
+
+/// `[cluster]` of `signalql.toml` (docs/cluster.md).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// The workers statements run on (`host:port` or `http://host:port`), unless a command
+    /// names its own (`--workers`). Empty: statements run in this process.
+    #[serde(default)]
+    pub workers: Vec<String>,
+    /// Bytes of files per task of a scan stage (default 16 MiB): a scan of fewer bytes runs
+    /// as one task.
+    pub bytes_per_task: Option<u64>,
 }
 
 /// `[serve]` of `signalql.toml`.

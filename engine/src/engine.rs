@@ -47,6 +47,12 @@ pub struct EngineOptions {
     pub trace: bool,
     /// Where the engine answers, for its traces: `cli`, `mcp`, `serve`; empty: `api`.
     pub surface: &'static str,
+    /// The workers statements run on (`--workers`; docs/cluster.md). Empty: `[cluster]
+    /// workers` of signalql.toml, and without them this process.
+    pub workers: Vec<String>,
+    /// Bytes of files per task of a distributed scan stage; `None`: `[cluster] bytes_per_task`,
+    /// else 16 MiB.
+    pub bytes_per_task: Option<u64>,
 }
 
 /// What a statement returns.
@@ -120,7 +126,12 @@ impl Engine {
     pub fn open_with(root: impl AsRef<std::path::Path>, options: EngineOptions) -> Result<Engine> {
         let dataset = Dataset::open_with(root, &options.storage)?;
         let (access, limits) = governed(&dataset, &options)?;
-        let session = crate::session::for_dataset(&dataset, &limits)?;
+        let session = crate::session::for_dataset(
+            &dataset,
+            &limits,
+            &options.workers,
+            options.bytes_per_task,
+        )?;
         let root = dataset.root().clone();
         let runtime = Runtime::of(&dataset, &options, access.as_deref());
         Ok(Engine {

@@ -31,7 +31,8 @@ pub struct ColumnInfo {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CostEstimate {
     /// Rows and bytes the Parquet scans read; null when the caller's policy filtered the
-    /// answer (they would count rows the caller may not see: docs/policy.md).
+    /// answer (they would count rows the caller may not see: docs/policy.md), and when the
+    /// scans ran on workers (docs/cluster.md).
     pub scanned_rows: Option<u64>,
     pub scanned_bytes: Option<u64>,
     pub engine: String,
@@ -137,8 +138,14 @@ pub fn analytics(
         start: rfc3339(w.start),
         end: rfc3339(w.end),
     });
-    metadata.cost_estimate.scanned_rows = Some(scanned_rows);
-    metadata.cost_estimate.scanned_bytes = Some(scanned_bytes);
+    // Scans that ran on workers (docs/cluster.md) report to them, not to this process: what
+    // they read is unknown here, not zero.
+    let on_workers = executed
+        .physical
+        .downcast_ref::<datafusion_distributed::DistributedExec>()
+        .is_some();
+    metadata.cost_estimate.scanned_rows = (!on_workers).then_some(scanned_rows);
+    metadata.cost_estimate.scanned_bytes = (!on_workers).then_some(scanned_bytes);
     metadata.compiled_sql_digest = sql.map(sql_digest);
     metadata.metrics = lowered.metrics.clone();
     Ok((

@@ -8,6 +8,7 @@ mod bind;
 pub(crate) mod catalog;
 pub mod context;
 pub mod describe;
+pub mod distributed;
 mod engine;
 pub mod envelope;
 pub mod error;

@@ -77,7 +77,15 @@ fn recording_pool(bytes: usize) -> Arc<dyn datafusion::execution::memory_pool::M
 
 /// A new session for `dataset`: the query memory pool of `limits`, the dataset's
 /// `[datafusion]` settings over DataFusion's defaults, signalql's functions and planner.
-pub fn for_dataset(dataset: &Dataset, limits: &Limits) -> Result<SessionContext> {
+///
+/// With workers (`workers`, else `[cluster] workers`), the distributed planner runs over the
+/// engine's and sends the stages that read files to them (engine/src/distributed.rs).
+pub fn for_dataset(
+    dataset: &Dataset,
+    limits: &Limits,
+    workers: &[String],
+    bytes_per_task: Option<u64>,
+) -> Result<SessionContext> {
     // No list-files cache: DataFusion 55 keeps a table folder's listing for the life of
     // the runtime by default, so a long-lived engine (MCP server, WATCH) would never see
     // a file ingested after its first scan. The dataset lists each table per query anyway.
@@ -101,14 +109,30 @@ pub fn for_dataset(dataset: &Dataset, limits: &Limits) -> Result<SessionContext>
             ))
         })?;
     }
+    let cluster = &dataset.config().cluster;
+    let workers = if workers.is_empty() {
+        &cluster.workers[..]
+    } else {
+        workers
+    };
+    let distributed = !workers.is_empty();
     let defaults = datafusion::physical_optimizer::optimizer::PhysicalOptimizer::new().rules;
-    let state = SessionStateBuilder::new()
+    let mut builder = SessionStateBuilder::new()
         .with_config(config)
         .with_runtime_env(runtime)
         .with_default_features()
         .with_query_planner(Arc::new(EngineQueryPlanner))
-        .with_physical_optimizer_rules(with_engine_rules(defaults))
-        .build();
+        .with_physical_optimizer_rules(with_engine_rules(defaults, distributed));
+    // After the engine's planner and settings: the distributed planner wraps them.
+    if distributed {
+        let cluster_of = crate::distributed::Cluster::parse(workers)?;
+        builder =
+            crate::distributed::coordinator(builder, &cluster_of, Arc::new(EngineQueryPlanner))?;
+        if let Some(bytes) = bytes_per_task.or(cluster.bytes_per_task) {
+            builder = crate::distributed::with_bytes_per_task(builder, bytes as usize)?;
+        }
+    }
+    let state = builder.build();
     let ctx = SessionContext::new_with_state(state);
     signalql_udfs::register_all(&ctx);
     Ok(ctx)
@@ -120,7 +144,7 @@ pub fn for_dataset(dataset: &Dataset, limits: &Limits) -> Result<SessionContext>
 pub fn from_application(ctx: &SessionContext) -> SessionContext {
     signalql_udfs::register_all(ctx);
     let existing = ctx.state();
-    let rules = with_engine_rules(existing.physical_optimizers().to_vec());
+    let rules = with_engine_rules(existing.physical_optimizers().to_vec(), false);
     let state = SessionStateBuilder::new_from_existing(existing)
         .with_query_planner(Arc::new(EngineQueryPlanner))
         .with_physical_optimizer_rules(rules)
@@ -129,12 +153,17 @@ pub fn from_application(ctx: &SessionContext) -> SessionContext {
 }
 
 /// `rules`, then the engine's own physical rules (the one-phase funnel aggregate, file
-/// expressions inside the scans, string-view equality in filters).
+/// expressions inside the scans, string-view equality in filters). A `distributed` session
+/// has no string-view equality: its expression has no codec, so a filter using it could not
+/// be sent to a worker (the filter it replaces gives the same rows).
 fn with_engine_rules(
     mut rules: Vec<Arc<dyn PhysicalOptimizerRule + Send + Sync>>,
+    distributed: bool,
 ) -> Vec<Arc<dyn PhysicalOptimizerRule + Send + Sync>> {
     rules.push(Arc::new(crate::funnel_phase::FunnelSinglePhase));
     rules.push(Arc::new(crate::file_exprs::FileExprsInScan));
-    rules.push(Arc::new(crate::view_eq::ViewEquality));
+    if !distributed {
+        rules.push(Arc::new(crate::view_eq::ViewEquality));
+    }
     rules
 }

@@ -1,6 +1,7 @@
 //! Helpers shared by integration tests (each test binary uses some of them).
 #![allow(dead_code)]
 
+pub mod cluster;
 pub mod s3;
 
 use std::path::Path;

@@ -10,6 +10,7 @@ mod catalog_generators;
 mod catalog_ingest;
 mod catalog_objects;
 mod cli;
+mod cluster;
 mod context;
 mod crash;
 mod data_sources;

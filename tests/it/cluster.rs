@@ -1,0 +1,180 @@
+//! Statements run on a cluster of workers (docs/cluster.md): the same answers as in one
+//! process, network boundaries in EXPLAIN, and clear errors for a worker that is not there.
+//! The golden suite runs every case on two workers too (tests/golden.rs, `cluster/…`).
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use signalql::{Answer, Engine, EngineOptions};
+
+use crate::common::cluster::Workers;
+
+fn options(workers: &[String]) -> EngineOptions {
+    EngineOptions {
+        now: Some("2026-06-13T00:00:00Z".parse().unwrap()),
+        workers: workers.to_vec(),
+        bytes_per_task: (!workers.is_empty()).then_some(1),
+        ..Default::default()
+    }
+}
+
+async fn envelope(root: &Path, workers: &[String], q: &str) -> Result<Value, signalql::Error> {
+    let engine = Engine::open_with(root, options(workers))?;
+    match engine.answer(q).await? {
+        Answer::Envelope(e) => Ok(serde_json::to_value(&e.rows).unwrap()),
+        other => panic!("{q}: not an envelope: {other:?}"),
+    }
+}
+
+/// A free loopback port nothing listens on.
+fn closed_port() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn context_for_gives_the_same_bundle_on_workers() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("objects");
+    signalql::catalog::objects::generator::generate_objects(
+        &signalql::catalog::objects::generator::ObjectGenOptions {
+            seed: 7,
+            ..signalql::catalog::objects::generator::ObjectGenOptions::new(&root, 300)
+        },
+    )
+    .unwrap();
+    let workers = Workers::start(2);
+    let q = r#"CONTEXT FOR "parquet storage engine budget" BUDGET 2000 TOKENS"#;
+    let bundle = |workers: Vec<String>| {
+        let root = root.clone();
+        async move {
+            let engine = Engine::open_with(&root, options(&workers)).unwrap();
+            match engine.answer(q).await.unwrap() {
+                Answer::Bundle(b) => serde_json::to_value(&*b).unwrap(),
+                other => panic!("not a bundle: {other:?}"),
+            }
+        }
+    };
+    let local = bundle(vec![]).await;
+    let distributed = bundle(workers.addresses.clone()).await;
+    assert!(!local["items"].as_array().unwrap().is_empty(), "{local}");
+    assert_eq!(local["id"], distributed["id"]);
+    assert_eq!(local["items"], distributed["items"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_shows_the_network_boundaries() {
+    let workers = Workers::start(2);
+    let engine =
+        Engine::open_with(signalql::sample_dataset(), options(&workers.addresses)).unwrap();
+    // No grouping: a grouped statement has the group cap, which runs in this process.
+    let q = r#"FROM events WHERE event_name = "purchase" DURING LAST 30 d RETURN count, sum(properties.amount)"#;
+    let Answer::Plan(plan) = engine.answer(&format!("EXPLAIN {q}")).await.unwrap() else {
+        panic!("EXPLAIN did not answer a plan");
+    };
+    let physical = serde_json::to_value(&*plan).unwrap()["physical_plan"].to_string();
+    assert!(physical.contains("DistributedExec"), "{physical}");
+    assert!(physical.contains("NetworkCoalesceExec"), "{physical}");
+    // In one process there is none.
+    let local = Engine::open_with(signalql::sample_dataset(), options(&[])).unwrap();
+    let Answer::Plan(plan) = local.answer(&format!("EXPLAIN {q}")).await.unwrap() else {
+        panic!("EXPLAIN did not answer a plan");
+    };
+    let physical = serde_json::to_value(&*plan).unwrap()["physical_plan"].to_string();
+    assert!(!physical.contains("Network"), "{physical}");
+    // And the answer is the one-process answer.
+    assert_eq!(
+        envelope(&signalql::sample_dataset(), &workers.addresses, q)
+            .await
+            .unwrap(),
+        envelope(&signalql::sample_dataset(), &[], q).await.unwrap()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_is_down_is_an_io_error_naming_it() {
+    // Two, so that the scan is split (one worker alone would run it all in this process).
+    let down = [closed_port(), closed_port()];
+    let started = Instant::now();
+    let err = envelope(
+        &signalql::sample_dataset(),
+        &down,
+        "FROM events DURING LAST 30 d RETURN count",
+    )
+    .await
+    .expect_err("no worker listens there");
+    let json = err.to_json();
+    assert_eq!(json["error"]["code"], "io_error", "{json}");
+    let message = json["error"]["message"].as_str().unwrap();
+    assert!(down.iter().any(|d| message.contains(d)), "{json}");
+    assert!(started.elapsed() < Duration::from_secs(30));
+}
+
+#[test]
+fn bad_worker_addresses_are_refused() {
+    let err = match Engine::open_with(signalql::sample_dataset(), options(&["nowhere".into()])) {
+        Err(e) => e,
+        Ok(_) => panic!("an address without a port was accepted"),
+    };
+    assert_eq!(err.to_json()["error"]["code"], "io_error");
+    assert!(err.to_string().contains("nowhere"), "{err}");
+}
+
+/// The commands of docs/cluster.md: `signalql worker --listen` prints its address, and
+/// `query --workers` answers as `query` does.
+#[test]
+fn the_cli_starts_workers_and_queries_them() {
+    let mut workers: Vec<std::process::Child> = (0..2)
+        .map(|_| {
+            Command::new(env!("CARGO_BIN_EXE_signalql"))
+                .args(["worker", "--listen", "127.0.0.1:0"])
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let addresses: Vec<String> = workers
+        .iter_mut()
+        .map(|w| {
+            use std::io::BufRead;
+            let mut line = String::new();
+            std::io::BufReader::new(w.stdout.take().unwrap())
+                .read_line(&mut line)
+                .unwrap();
+            line.trim()
+                .strip_prefix("worker listening on ")
+                .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+                .to_string()
+        })
+        .collect();
+    // A copy of the sample whose scans are split however small they are.
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("sample");
+    crate::common::copy_dir(&signalql::sample_dataset(), &data);
+    let toml = data.join("signalql.toml");
+    let text = std::fs::read_to_string(&toml).unwrap();
+    std::fs::write(&toml, format!("{text}\n[cluster]\nbytes_per_task = 1\n")).unwrap();
+    let q = r#"FROM events DURING LAST 7 d RETURN count, count_distinct(user_id), avg(properties.amount)"#;
+    let run = |extra: &[&str]| {
+        let o = Command::new(env!("CARGO_BIN_EXE_signalql"))
+            .args(["query", "--format", "csv", "--data"])
+            .arg(&data)
+            .args(extra)
+            .arg(q)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{o:?}");
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let list = addresses.join(",");
+    let distributed = run(&["--workers", &list]);
+    let local = run(&[]);
+    for w in &mut workers {
+        let _ = w.kill();
+        let _ = w.wait();
+    }
+    assert_eq!(distributed, local);
+    assert_eq!(local.lines().count(), 2, "{local}");
+}
