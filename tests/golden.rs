@@ -468,6 +468,23 @@ async fn run_case(case: &Case, file: &Path, tiny: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// The trial `name`: `run` on the case of `file`, on a runtime of its own; a failure names
+/// the file.
+fn trial(
+    name: String,
+    file: PathBuf,
+    run: impl AsyncFnOnce(&Case, &Path) -> Result<(), String> + Send + 'static,
+) -> libtest_mimic::Trial {
+    libtest_mimic::Trial::test(name, move || {
+        let case = parse_case(&file);
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+            .block_on(run(&case, &file))
+            .map_err(|msg| format!("{}:\n{msg}", file.display()).into())
+    })
+}
+
 /// Each case file is its own test (so failures and counts are per case); `cargo test --test
 /// golden -- <filter>` runs a subset.
 fn main() {
@@ -505,38 +522,20 @@ fn main() {
             .with_extension("")
             .display()
             .to_string();
-        let runtime = || {
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-        };
-        let (file, tiny) = (f.clone(), tiny_path.clone());
-        trials.push(libtest_mimic::Trial::test(name.clone(), move || {
-            let case = parse_case(&file);
-            runtime()?
-                .block_on(run_case(&case, &file, &tiny))
-                .map_err(|msg| format!("{}:\n{msg}", file.display()).into())
+        let tiny = tiny_path.clone();
+        trials.push(trial(name.clone(), f.clone(), async move |case, file| {
+            run_case(case, file, &tiny).await
         }));
-        let (file, tiny, cluster) = (f.clone(), tiny_path.clone(), workers.addresses.clone());
-        trials.push(libtest_mimic::Trial::test(
+        let (tiny, cluster) = (tiny_path.clone(), workers.addresses.clone());
+        trials.push(trial(
             format!("cluster/{name}"),
-            move || {
-                let case = parse_case(&file);
-                runtime()?
-                    .block_on(run_case_on_cluster(&case, &tiny, &cluster))
-                    .map_err(|msg| format!("{}:\n{msg}", file.display()).into())
-            },
+            f.clone(),
+            async move |case, _| run_case_on_cluster(case, &tiny, &cluster).await,
         ));
-        let (file, tiny, s3) = (f, tiny_path.clone(), std::sync::Arc::clone(&s3));
-        trials.push(libtest_mimic::Trial::test(
-            format!("s3/{name}"),
-            move || {
-                let case = parse_case(&file);
-                runtime()?
-                    .block_on(run_case_on_s3(&case, &tiny, &s3))
-                    .map_err(|msg| format!("{}:\n{msg}", file.display()).into())
-            },
-        ));
+        let (tiny, s3) = (tiny_path.clone(), std::sync::Arc::clone(&s3));
+        trials.push(trial(format!("s3/{name}"), f, async move |case, _| {
+            run_case_on_s3(case, &tiny, &s3).await
+        }));
     }
     let conclusion = libtest_mimic::run(&args, trials);
     drop(workers);

@@ -127,7 +127,7 @@ pub fn coordinator(
         tonic::codegen::http::HeaderValue::from_static(VERSION),
     );
     let df = |e: DataFusionError| Error::io(format!("cannot set up the cluster: {e}"));
-    Ok(builder
+    let mut builder = builder
         .with_distributed_planner()
         .with_distributed_worker_resolver(Workers(Arc::new(cluster.workers.clone())))
         .with_distributed_user_codec(Codec)
@@ -137,17 +137,12 @@ pub fn coordinator(
         // Metrics are not collected from the workers: waiting for them has no time limit in
         // datafusion-distributed 4, so a worker lost after its data would hang the answer.
         .with_distributed_metrics_collection(false)
-        .map_err(df)?)
-    .map(|mut builder| {
-        let distributed = builder.query_planner().take();
-        *builder.query_planner() = distributed.map(|distributed| {
-            Arc::new(Gate {
-                local: Arc::clone(&local),
-                distributed,
-            }) as _
-        });
-        builder
-    })
+        .map_err(df)?;
+    // The distributed planner `with_distributed_planner` set, behind the gate.
+    let distributed = builder.query_planner().take();
+    *builder.query_planner() =
+        distributed.map(|distributed| Arc::new(Gate { local, distributed }) as _);
+    Ok(builder)
 }
 
 /// The coordinator's query planner: a statement whose plan has a node that cannot travel
