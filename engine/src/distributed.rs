@@ -6,10 +6,15 @@
 //! A worker ([`worker`]) is a gRPC service whose sessions know every signalql function and
 //! the one signalql operator that travels (the scan of a split table, [`ScanPartsExec`]).
 //!
-//! A statement whose plan holds something that does not travel runs whole on the coordinator
-//! ([`Gate`]): the engine's two-input operators (the bundle packer, the traversal), the group
-//! cap, and the expressions of functions that hold per-query parameters (datafusion-distributed
-//! 4 ships a function by its name only, so the worker's copy would lose them).
+//! The engine's operators that read every partition of their input at once (the bundle packer,
+//! the traversal, the group cap) run in one task ([`single_task`]): the planner keeps them in
+//! the coordinator's own stage, above the network boundaries, so that only their inputs are
+//! read on the workers. datafusion-distributed 4 ships a function by its name only, so before
+//! distributing a plan the [`Gate`] rewrites the functions whose instances hold a per-query
+//! parameter (a table's file list, a column's name) into the form that carries it as an
+//! argument. A statement whose worker stages would still hold something that does not travel
+//! (one of those operators, or the text index's weights, whose parameter is the query's
+//! postings) runs whole on the coordinator, as it would without workers.
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -19,6 +24,8 @@ use async_trait::async_trait;
 use datafusion::catalog::Session;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::common::{DataFusionError, HashMap, Result as DfResult};
+use datafusion::datasource::physical_plan::FileScanConfig;
+use datafusion::datasource::source::DataSourceExec;
 use datafusion::execution::context::QueryPlanner;
 use datafusion::execution::{SessionState, SessionStateBuilder, TaskContext};
 use datafusion::logical_expr::LogicalPlan;
@@ -27,7 +34,8 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::PhysicalExpr;
 use datafusion_distributed::grpc::{BoxCloneSyncChannel, create_worker_client};
 use datafusion_distributed::{
-    ChannelResolver, DistributedExt, SessionStateBuilderExt, Worker, WorkerChannel,
+    ChannelResolver, DesiredTaskCountEvent, DesiredTaskCountEventResponse, DistributedExec,
+    DistributedExt, NetworkBoundaryExt, SessionStateBuilderExt, Worker, WorkerChannel,
     WorkerQueryContext, WorkerResolver,
 };
 use datafusion_proto::physical_plan::{PhysicalExtensionCodec, PhysicalProtoConverterExtension};
@@ -52,17 +60,16 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// `KEEPALIVE * 2`, never hangs it.
 pub const KEEPALIVE: Duration = Duration::from_secs(5);
 
-/// The functions whose instances hold per-query parameters (a file list, a column name, the
-/// text index's hits): they cannot be shipped by name, so the nodes that evaluate them stay
-/// on the coordinator.
-const PARAMETERISED: [&str; 3] = [
-    signalql_udfs::scalar::file_rank::NAME,
-    signalql_udfs::scalar::text_time::NAME,
-    "signalql_index_weights",
+/// The functions whose instances can hold a per-query parameter, and how many arguments they
+/// take when they carry it as an argument instead (`None`: never, the text index's postings).
+const PARAMETERISED: [(&str, Option<usize>); 3] = [
+    (signalql_udfs::scalar::file_rank::NAME, Some(2)),
+    (signalql_udfs::scalar::text_time::NAME, Some(2)),
+    ("signalql_index_weights", None),
 ];
 
-/// The engine's operators that read every partition of their input at once and have no
-/// codec.
+/// The engine's operators that read every partition of their input at once: they run in one
+/// task, and have no codec.
 const SINGLE_TASK_OPERATORS: [&str; 3] = ["BundlePack", "Traverse", "GroupCapExec"];
 
 /// The workers of a cluster, as `http://host:port` URLs.
@@ -132,6 +139,7 @@ pub fn coordinator(
         .with_distributed_worker_resolver(Workers(Arc::new(cluster.workers.clone())))
         .with_distributed_user_codec(Codec)
         .with_distributed_channel_resolver(Channels::default())
+        .with_distributed_desired_task_count_handler(single_task)
         .with_distributed_passthrough_headers(headers)
         .map_err(df)?
         // Metrics are not collected from the workers: waiting for them has no time limit in
@@ -145,9 +153,10 @@ pub fn coordinator(
     Ok(builder)
 }
 
-/// The coordinator's query planner: a statement whose plan has a node that cannot travel
-/// ([`stays_on_coordinator`]) runs whole in this process, as it would without workers; any
-/// other is planned again by the distributed planner (over the engine's).
+/// The coordinator's query planner: the distributed planner (over the engine's), on the plan
+/// with its functions in their travelling form ([`travelling`]); a statement whose worker
+/// stages would hold a node that cannot travel ([`stays_on_coordinator`]) is planned by `local`
+/// instead and runs whole in this process.
 #[derive(Debug)]
 struct Gate {
     local: Arc<dyn QueryPlanner + Send + Sync>,
@@ -161,18 +170,106 @@ impl QueryPlanner for Gate {
         logical_plan: &LogicalPlan,
         session: &dyn Session,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        let local = self
-            .local
-            .create_physical_plan(logical_plan, session)
-            .await?;
-        let stays = local.exists(|node| Ok(stays_on_coordinator(node.as_ref())))?;
-        if stays {
-            return Ok(local);
+        if reads_row_indexes(logical_plan)? {
+            return self.local.create_physical_plan(logical_plan, session).await;
         }
-        self.distributed
-            .create_physical_plan(logical_plan, session)
-            .await
+        let plan = self
+            .distributed
+            .create_physical_plan(&travelling(logical_plan)?, session)
+            .await?;
+        // A plan with no network boundary left (every stage one task) runs here: as the
+        // engine plans it, without the distributed planner's split of its scans.
+        if !plan.is::<DistributedExec>() || holds_what_cannot_travel(&plan, session)? {
+            return self.local.create_physical_plan(logical_plan, session).await;
+        }
+        Ok(plan)
     }
+}
+
+/// `plan` with each function that holds a per-query parameter in the form that carries it as
+/// an argument (`signalql_file_rank(path, files)`, `signalql_text_time(text, column)`), and
+/// every expression keeping its name.
+fn travelling(plan: &LogicalPlan) -> DfResult<LogicalPlan> {
+    use datafusion::common::tree_node::Transformed;
+    use datafusion::logical_expr::Expr;
+    use datafusion::logical_expr::expr_rewriter::NamePreserver;
+    use signalql_udfs::scalar::{file_rank::FileRank, text_time::TextTime};
+
+    let rewrite = |e: Expr| -> DfResult<Transformed<Expr>> {
+        let Expr::ScalarFunction(call) = &e else {
+            return Ok(Transformed::no(e));
+        };
+        let [arg] = call.args.as_slice() else {
+            return Ok(Transformed::no(e));
+        };
+        let inner = call.func.inner();
+        if let Some(f) = inner.downcast_ref::<FileRank>() {
+            return Ok(Transformed::yes(f.travelling(arg.clone())));
+        }
+        if let Some(f) = inner.downcast_ref::<TextTime>() {
+            return Ok(Transformed::yes(f.travelling(arg.clone())));
+        }
+        Ok(Transformed::no(e))
+    };
+    plan.clone()
+        .transform_up_with_subqueries(|node| {
+            let names = NamePreserver::new(&node);
+            node.map_expressions(|e| {
+                let name = names.save(&e);
+                Ok(e.transform_up(rewrite)?.update_data(|e| name.restore(e)))
+            })
+        })
+        .map(|t| t.data)
+}
+
+/// Whether a stage of `plan` sent to the workers holds a node that cannot travel: one that
+/// [`stays_on_coordinator`], or one no codec encodes (a Delta table's scan).
+fn holds_what_cannot_travel(
+    plan: &Arc<dyn ExecutionPlan>,
+    session: &dyn Session,
+) -> DfResult<bool> {
+    use datafusion::common::tree_node::Transformed;
+    use datafusion_distributed::DistributedLeafExec;
+    use datafusion_proto::physical_plan::AsExecutionPlan;
+    use datafusion_proto::protobuf::PhysicalPlanNode;
+    let codec = datafusion_distributed::DistributedCodec::new_combined_with_user(session.config());
+    let mut cannot = false;
+    plan.apply(|node| {
+        let Some(stage) = node
+            .as_ref()
+            .as_network_boundary()
+            .and_then(|b| b.input_stage().local_plan())
+        else {
+            return Ok(TreeNodeRecursion::Continue);
+        };
+        // A split scan is sent as each task's own part of it, a plain scan.
+        let sent = Arc::clone(stage)
+            .transform_up(|n| {
+                Ok(match n.downcast_ref::<DistributedLeafExec>() {
+                    Some(leaf) => Transformed::yes(Arc::clone(leaf.original())),
+                    None => Transformed::no(n),
+                })
+            })?
+            .data;
+        cannot = stage.exists(|n| Ok(stays_on_coordinator(n.as_ref())))?
+            || PhysicalPlanNode::try_from_physical_plan(sent, &codec).is_err();
+        // The stage holds the stages below it: they were encoded with it.
+        Ok(if cannot {
+            TreeNodeRecursion::Stop
+        } else {
+            TreeNodeRecursion::Jump
+        })
+    })?;
+    Ok(cannot)
+}
+
+/// The one task of the operators that read every partition of their input at once: a stage
+/// with one of them runs in one task, which the planner leaves on the coordinator when the
+/// stage above it has one task too.
+fn single_task(ev: DesiredTaskCountEvent<'_>) -> Option<DfResult<DesiredTaskCountEventResponse>> {
+    SINGLE_TASK_OPERATORS
+        .contains(&ev.plan.name())
+        .then(|| Ok(DesiredTaskCountEventResponse::maximum(1)))
 }
 
 /// Bytes of files per task of a scan stage (datafusion-distributed's default, 16 MiB, unless
@@ -188,14 +285,16 @@ pub fn with_bytes_per_task(
 
 /// Whether `plan` (the node itself, not its inputs) cannot be sent to a worker.
 pub fn stays_on_coordinator(plan: &dyn ExecutionPlan) -> bool {
-    if SINGLE_TASK_OPERATORS.contains(&plan.name()) {
+    if SINGLE_TASK_OPERATORS.contains(&plan.name()) || reads_virtual_columns(plan) {
         return true;
     }
     let mut found = false;
     let _ = plan.apply_expressions(&mut |e: &Arc<dyn PhysicalExpr>| {
         e.apply(|node| {
             if let Some(f) = node.downcast_ref::<ScalarFunctionExpr>()
-                && PARAMETERISED.contains(&f.name())
+                && PARAMETERISED
+                    .iter()
+                    .any(|(name, carried)| f.name() == *name && *carried != Some(f.args().len()))
             {
                 found = true;
                 return Ok(TreeNodeRecursion::Stop);
@@ -204,6 +303,42 @@ pub fn stays_on_coordinator(plan: &dyn ExecutionPlan) -> bool {
         })
     });
     found
+}
+
+/// Whether `plan` reads `file_row_index()` (the tie-break of funnels, sequences and entity
+/// listings): the scan reads it as a virtual column, which datafusion-proto 55 does not encode
+/// and datafusion-distributed's split of the scan does not keep.
+fn reads_row_indexes(plan: &LogicalPlan) -> DfResult<bool> {
+    use datafusion::logical_expr::Expr;
+    let mut found = false;
+    plan.apply_with_subqueries(|node| {
+        node.apply_expressions(|e| {
+            found |= e.exists(|e| {
+                Ok(matches!(e, Expr::ScalarFunction(f) if f.name() == "file_row_index"))
+            })?;
+            Ok(if found {
+                TreeNodeRecursion::Stop
+            } else {
+                TreeNodeRecursion::Continue
+            })
+        })
+    })?;
+    Ok(found)
+}
+
+/// Whether `plan` is a file scan with virtual columns (`file_row_index()`, the tie-break of
+/// funnels, sequences and entity listings): datafusion-proto 55 does not encode them, so the
+/// worker's copy of the scan would not have the column.
+fn reads_virtual_columns(plan: &dyn ExecutionPlan) -> bool {
+    plan.downcast_ref::<DataSourceExec>()
+        .and_then(|scan| scan.data_source().downcast_ref::<FileScanConfig>())
+        .is_some_and(|files| {
+            !files
+                .file_source
+                .table_schema()
+                .virtual_columns()
+                .is_empty()
+        })
 }
 
 /// The codec of the one signalql operator that travels: [`ScanPartsExec`], whose parts

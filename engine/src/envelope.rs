@@ -140,10 +140,7 @@ pub fn analytics(
     });
     // Scans that ran on workers (docs/cluster.md) report to them, not to this process: what
     // they read is unknown here, not zero.
-    let on_workers = executed
-        .physical
-        .downcast_ref::<datafusion_distributed::DistributedExec>()
-        .is_some();
+    let on_workers = executed.on_workers;
     metadata.cost_estimate.scanned_rows = (!on_workers).then_some(scanned_rows);
     metadata.cost_estimate.scanned_bytes = (!on_workers).then_some(scanned_bytes);
     metadata.compiled_sql_digest = sql.map(sql_digest);

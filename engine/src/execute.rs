@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use datafusion::arrow::array::RecordBatch;
+use datafusion::common::tree_node::TreeNode;
 use datafusion::datasource::{MemTable, provider_as_source};
 use datafusion::execution::SessionState;
 use datafusion::execution::memory_pool::MemoryConsumer;
@@ -34,6 +35,9 @@ pub struct Executed {
     pub physical: Arc<dyn ExecutionPlan>,
     /// Rows and bytes read by the plan's scans.
     pub scanned: (u64, u64),
+    /// Whether its scans ran on a cluster's workers (docs/cluster.md): what they read is
+    /// counted there, not in `scanned`.
+    pub on_workers: bool,
 }
 
 /// An executed lowered query, cut to its row cap.
@@ -110,6 +114,7 @@ impl Executor {
                 batches: Vec::new(),
                 physical,
                 scanned: (0, 0),
+                on_workers: false,
             });
         }
         failpoint_execute();
@@ -143,10 +148,14 @@ impl Executor {
                 .sum::<usize>() as u64,
             logical: None,
         });
+        let on_workers = physical
+            .exists(|n| Ok(n.is::<datafusion_distributed::DistributedExec>()))
+            .unwrap_or(false);
         Ok(Executed {
             batches,
             physical,
             scanned,
+            on_workers,
         })
     }
 
@@ -210,6 +219,7 @@ impl Executor {
         let rest = staged.finish(scan)?;
         let mut executed = self.run(&rest.plan).await?;
         executed.scanned = aggregate.scanned;
+        executed.on_workers = aggregate.on_workers;
         drop(held);
         Ok(executed)
     }

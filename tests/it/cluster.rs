@@ -69,7 +69,6 @@ async fn explain_shows_the_network_boundaries() {
     let workers = Workers::start(2);
     let engine =
         Engine::open_with(signalql::sample_dataset(), options(&workers.addresses)).unwrap();
-    // No grouping: a grouped statement has the group cap, which runs in this process.
     let q = r#"FROM events WHERE event_name = "purchase" DURING LAST 30 d RETURN count, sum(properties.amount)"#;
     let Answer::Plan(plan) = engine.answer(&format!("EXPLAIN {q}")).await.unwrap() else {
         panic!("EXPLAIN did not answer a plan");
@@ -91,6 +90,88 @@ async fn explain_shows_the_network_boundaries() {
             .unwrap(),
         envelope(&signalql::sample_dataset(), &[], q).await.unwrap()
     );
+}
+
+/// The physical plan of `EXPLAIN q` on the sample, over `workers`.
+async fn physical_plan(workers: &[String], q: &str) -> String {
+    let engine = Engine::open_with(signalql::sample_dataset(), options(workers)).unwrap();
+    match engine.answer(&format!("EXPLAIN {q}")).await {
+        Ok(Answer::Plan(plan)) => {
+            serde_json::to_value(&*plan).unwrap()["physical_plan"].to_string()
+        }
+        other => panic!("{q}: EXPLAIN did not answer a plan: {other:?}"),
+    }
+}
+
+/// Which statements send stages to the workers (docs/cluster.md, "What runs where"). The
+/// answers are the same either way: the golden suite runs every case on workers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grouped_statements_run_on_the_workers_and_the_rest_here() {
+    let workers = Workers::start(2);
+    let distributed = [
+        // Grouping: partial aggregates on the workers, the group cap over the final ones here.
+        r#"FROM events DURING LAST 7 d GROUP BY properties.country HAVING count_distinct(user_id) >= 10 RETURN properties.country, count"#,
+        // A dense series: the fill runs here, over the aggregate the workers made.
+        r#"FROM events WHERE event_name = "error" DURING LAST 24 h BUCKET BY h RETURN timestamp, count, count_distinct(user_id)"#,
+        // signalql's aggregates, whose parameters are arguments.
+        r#"FROM events WHERE event_name = "purchase" DURING LAST 30 d GROUP BY properties.platform RETURN properties.platform, percentile(properties.amount, 0.95), stddev(properties.amount)"#,
+        r#"FROM metric(analytics.error_rate) DURING LAST 14 d BUCKET BY d RETURN timestamp, metric_value"#,
+        r#"FROM events WHERE event_name = "purchase" DURING LAST 2 d RETURN timestamp, user_id ORDER BY timestamp DESC LIMIT 5"#,
+        "DESCRIBE events",
+    ];
+    let here = [
+        // Funnels, sequences and entities order rows by their place in the files
+        // (file_row_index()), which a worker's copy of the scan would not have.
+        r#"FUNNEL "visit" -> "signup" -> "activated" FROM events DURING LAST 28 d WITHIN 7 d"#,
+        r#"FIND sequence WHERE "signup" -> "checkout" -> "purchase" WITHIN 2 d"#,
+        "FROM entity(analytics.user) GROUP BY attributes.plan RETURN attributes.plan, count",
+        // The text index's weights are the query's own postings.
+        r#"FIND OBJECT ABOUT "parquet storage" LIMIT 5"#,
+        r#"CONTEXT FOR "parquet storage engine budget" BUDGET 2000 TOKENS"#,
+    ];
+    for q in distributed {
+        let plan = physical_plan(&workers.addresses, q).await;
+        assert!(plan.contains("DistributedExec"), "{q}: {plan}");
+        assert!(plan.contains("Network"), "{q}: {plan}");
+    }
+    for q in here {
+        let plan = physical_plan(&workers.addresses, q).await;
+        assert!(!plan.contains("DistributedExec"), "{q}: {plan}");
+    }
+    // The group cap sits above the network boundary, in this process.
+    let plan = physical_plan(&workers.addresses, distributed[0]).await;
+    let cap = plan.find("GroupCapExec").expect("a group cap");
+    let boundary = plan.find("NetworkShuffleExec").expect("a shuffle");
+    assert!(cap < boundary, "{plan}");
+}
+
+/// `max_groups` counts the groups of every worker together: a cap each worker's share is
+/// under still fails the statement, as it does in one process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_group_cap_counts_every_workers_groups() {
+    let workers = Workers::start(2);
+    let q = "FROM events DURING LAST 30 d GROUP BY user_id RETURN user_id, count";
+    let groups = {
+        let rows = envelope(&signalql::sample_dataset(), &[], q).await.unwrap();
+        rows.as_array().unwrap().len() as u64
+    };
+    assert!(groups > 100, "{groups}");
+    let capped = |workers: Vec<String>| async move {
+        let mut o = options(&workers);
+        // Fewer than all the groups, more than half of them: each worker alone holds fewer.
+        o.limits.max_groups = groups * 3 / 4;
+        let engine = Engine::open_with(signalql::sample_dataset(), o).unwrap();
+        engine
+            .answer(q)
+            .await
+            .expect_err("more groups than max_groups")
+            .to_json()
+    };
+    let here = capped(vec![]).await;
+    let there = capped(workers.addresses.clone()).await;
+    assert_eq!(here["error"]["code"], "limit_exceeded", "{here}");
+    assert_eq!(there["error"]["code"], "limit_exceeded", "{there}");
+    assert_eq!(there["error"]["limit"], here["error"]["limit"], "{there}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

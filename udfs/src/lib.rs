@@ -33,6 +33,8 @@ pub fn all_udfs() -> Vec<Arc<ScalarUDF>> {
         scalar::lexical::lexical_weights_udf(),
         scalar::month_start::month_start_udf(),
         scalar::token_estimate::token_estimate_udf(),
+        scalar::file_rank::file_rank_udf(),
+        scalar::text_time::text_time_udf(),
     ]
 }
 

@@ -8,16 +8,19 @@
 //! computed there too, once per file batch.
 //!
 //! A path not in the list ranks where it would sort, so the order stays consistent. Each query
-//! builds its own instance from the table's file list; it is not registered by name.
+//! builds its own instance from the table's file list. A plan sent to another process (a
+//! cluster's worker, which finds a function by its name) carries the list instead as a second
+//! argument, `signalql_file_rank(path, ['a.parquet', …])`, sorted: [`FileRank::travelling`]
+//! writes that form and [`file_rank_udf`], registered by name, evaluates it.
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
-use datafusion::arrow::array::{Array, Int64Array};
+use datafusion::arrow::array::{Array, AsArray, Int64Array};
 use datafusion::arrow::datatypes::DataType;
 use datafusion::common::{Result, ScalarValue, exec_err};
 use datafusion::logical_expr::{
     ColumnarValue, Expr, ExpressionPlacement, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl,
-    Signature, Volatility,
+    Signature, TypeSignature, Volatility, lit,
 };
 
 use crate::strings::StringColumn;
@@ -34,27 +37,71 @@ pub struct FileRank {
     files: Vec<String>,
 }
 
+fn strings() -> Vec<DataType> {
+    vec![DataType::Utf8, DataType::Utf8View, DataType::LargeUtf8]
+}
+
 impl FileRank {
     pub fn new(files: impl IntoIterator<Item = String>) -> Self {
         let mut files: Vec<String> = files.into_iter().map(|f| normalise(&f)).collect();
         files.sort();
         files.dedup();
         FileRank {
-            signature: Signature::uniform(
-                1,
-                vec![DataType::Utf8, DataType::Utf8View, DataType::LargeUtf8],
-                Volatility::Immutable,
-            ),
+            signature: Signature::uniform(1, strings(), Volatility::Immutable),
             files,
         }
     }
 
+    /// The same function of `path` with its file list as an argument: the form that keeps its
+    /// meaning where the function is found by name.
+    pub fn travelling(&self, path: Expr) -> Expr {
+        let list = ScalarValue::new_list_nullable(
+            &self
+                .files
+                .iter()
+                .map(|f| ScalarValue::Utf8(Some(f.clone())))
+                .collect::<Vec<_>>(),
+            &DataType::Utf8,
+        );
+        file_rank_udf().call(vec![path, lit(ScalarValue::List(list))])
+    }
+}
+
+impl FileRank {
     fn rank(&self, path: &str) -> i64 {
-        let p = normalise(path);
-        match self.files.binary_search(&p) {
-            Ok(i) | Err(i) => i as i64,
+        rank_among(self.files.len(), |i| self.files[i].as_str(), path)
+    }
+}
+
+/// The position of `path` among `len` sorted files (`file(i)`), or where it would sort.
+fn rank_among<'a>(len: usize, file: impl Fn(usize) -> &'a str, path: &str) -> i64 {
+    let p = path.trim_start_matches('/');
+    let (mut lo, mut hi) = (0, len);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if file(mid) < p {
+            lo = mid + 1;
+        } else {
+            hi = mid;
         }
     }
+    lo as i64
+}
+
+static FILE_RANK: LazyLock<Arc<ScalarUDF>> = LazyLock::new(|| {
+    Arc::new(ScalarUDF::from(FileRank {
+        signature: Signature::one_of(
+            vec![TypeSignature::Uniform(1, strings()), TypeSignature::Any(2)],
+            Volatility::Immutable,
+        ),
+        files: Vec::new(),
+    }))
+});
+
+/// The instance registered by name: `signalql_file_rank(path, files)`, `files` a sorted list of
+/// paths (without a leading `/`).
+pub fn file_rank_udf() -> Arc<ScalarUDF> {
+    Arc::clone(&FILE_RANK)
 }
 
 fn normalise(path: &str) -> String {
@@ -99,38 +146,53 @@ impl ScalarUDFImpl for FileRank {
     }
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        let Some(arg) = args.args.first() else {
-            return exec_err!("{NAME} takes one argument");
-        };
-        match arg {
-            ColumnarValue::Scalar(s) => {
-                let rank = match s {
-                    ScalarValue::Utf8(p) | ScalarValue::Utf8View(p) | ScalarValue::LargeUtf8(p) => {
-                        p.as_deref().map(|p| self.rank(p))
-                    }
-                    other => return exec_err!("{NAME} takes a path string, got {other:?}"),
+        match args.args.as_slice() {
+            [arg] => rank_column(arg, |p| self.rank(p)),
+            [arg, ColumnarValue::Scalar(ScalarValue::List(list))] if list.len() == 1 => {
+                let values = list.value(0);
+                let Some(files) = values
+                    .as_string_opt::<i32>()
+                    .filter(|f| f.null_count() == 0)
+                else {
+                    return exec_err!("{NAME}'s file list must be text without NULLs");
                 };
-                Ok(ColumnarValue::Scalar(ScalarValue::Int64(rank)))
+                rank_column(arg, |p| rank_among(files.len(), |i| files.value(i), p))
             }
-            ColumnarValue::Array(a) => {
-                // Consecutive rows usually come from one file: rank each run once.
-                let mut last: Option<(String, i64)> = None;
-                let mut rank_of = |p: &str| -> i64 {
-                    match &last {
-                        Some((q, r)) if q == p => *r,
-                        _ => {
-                            let r = self.rank(p);
-                            last = Some((p.to_string(), r));
-                            r
-                        }
+            _ => exec_err!("{NAME} takes a path, and with it a list of files or nothing"),
+        }
+    }
+}
+
+/// The rank (`rank`) of each path in `arg`.
+fn rank_column(arg: &ColumnarValue, rank: impl Fn(&str) -> i64) -> Result<ColumnarValue> {
+    match arg {
+        ColumnarValue::Scalar(s) => {
+            let rank = match s {
+                ScalarValue::Utf8(p) | ScalarValue::Utf8View(p) | ScalarValue::LargeUtf8(p) => {
+                    p.as_deref().map(rank)
+                }
+                other => return exec_err!("{NAME} takes a path string, got {other:?}"),
+            };
+            Ok(ColumnarValue::Scalar(ScalarValue::Int64(rank)))
+        }
+        ColumnarValue::Array(a) => {
+            // Consecutive rows usually come from one file: rank each run once.
+            let mut last: Option<(String, i64)> = None;
+            let mut rank_of = |p: &str| -> i64 {
+                match &last {
+                    Some((q, r)) if q == p => *r,
+                    _ => {
+                        let r = rank(p);
+                        last = Some((p.to_string(), r));
+                        r
                     }
-                };
-                let Ok(paths) = StringColumn::try_new(a.as_ref()) else {
-                    return exec_err!("{NAME} takes a path string, got {}", a.data_type());
-                };
-                let out: Int64Array = paths.iter().map(|p| p.map(&mut rank_of)).collect();
-                Ok(ColumnarValue::Array(Arc::new(out) as Arc<dyn Array>))
-            }
+                }
+            };
+            let Ok(paths) = StringColumn::try_new(a.as_ref()) else {
+                return exec_err!("{NAME} takes a path string, got {}", a.data_type());
+            };
+            let out: Int64Array = paths.iter().map(|p| p.map(&mut rank_of)).collect();
+            Ok(ColumnarValue::Array(Arc::new(out) as Arc<dyn Array>))
         }
     }
 }
@@ -147,5 +209,45 @@ mod tests {
         // Unknown paths rank where they sort.
         assert_eq!(f.rank("d/aa.parquet"), 1);
         assert_eq!(f.rank("d/c.parquet"), 2);
+    }
+
+    /// The travelling form ranks as the instance it was written from.
+    #[test]
+    fn the_list_argument_ranks_as_the_instance() {
+        use datafusion::arrow::array::StringArray;
+        use datafusion::arrow::datatypes::Field;
+        use datafusion::config::ConfigOptions;
+        let f = FileRank::new(["/d/b.parquet".to_string(), "/d/a.parquet".to_string()]);
+        let Expr::ScalarFunction(call) = f.travelling(lit("x")) else {
+            panic!("not a call");
+        };
+        let Expr::Literal(list, _) = &call.args[1] else {
+            panic!("no list");
+        };
+        let paths: Arc<dyn Array> = Arc::new(StringArray::from(vec![
+            "d/a.parquet",
+            "/d/b.parquet",
+            "d/aa.parquet",
+            "d/c.parquet",
+            "a.parquet",
+        ]));
+        let args = ScalarFunctionArgs {
+            args: vec![
+                ColumnarValue::Array(paths),
+                ColumnarValue::Scalar(list.clone()),
+            ],
+            arg_fields: vec![
+                Arc::new(Field::new("p", DataType::Utf8, false)),
+                Arc::new(Field::new("l", list.data_type(), false)),
+            ],
+            number_rows: 5,
+            return_field: Arc::new(Field::new("r", DataType::Int64, true)),
+            config_options: Arc::new(ConfigOptions::default()),
+        };
+        let ColumnarValue::Array(out) = call.func.invoke_with_args(args).unwrap() else {
+            panic!("not an array");
+        };
+        let out = out.as_primitive::<datafusion::arrow::datatypes::Int64Type>();
+        assert_eq!(out.values().to_vec(), vec![0, 1, 1, 2, 0]);
     }
 }

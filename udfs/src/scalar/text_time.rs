@@ -6,8 +6,12 @@
 //! a space for `T`, without an offset (read as UTC), and a bare date (midnight UTC): what
 //! arrow's text-to-timestamp parser reads. A value that is none of these is an error naming
 //! the column (its file is named by the engine), never a silent NULL.
+//!
+//! Each table's instance knows its column's name. A plan sent to another process (a cluster's
+//! worker, which finds a function by its name) carries the name as a second argument instead:
+//! `signalql_text_time(text, 'received_at')` ([`TextTime::travelling`], [`text_time_udf`]).
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use datafusion::arrow::array::{Array, TimestampMicrosecondArray};
 use datafusion::arrow::compute::kernels::cast_utils::string_to_timestamp_nanos;
@@ -15,7 +19,7 @@ use datafusion::arrow::datatypes::{DataType, TimeUnit};
 use datafusion::common::{Result, ScalarValue, exec_err};
 use datafusion::logical_expr::{
     ColumnarValue, Expr, ExpressionPlacement, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl,
-    Signature, Volatility,
+    Signature, TypeSignature, Volatility, lit,
 };
 
 use crate::strings::StringColumn;
@@ -35,14 +39,30 @@ pub struct TextTime {
 /// `signalql_text_time(text)` for the column named `column` in errors.
 pub fn text_time(text: Expr, column: &str) -> Expr {
     Arc::new(ScalarUDF::from(TextTime {
-        signature: Signature::uniform(
-            1,
-            vec![DataType::Utf8, DataType::Utf8View, DataType::LargeUtf8],
-            Volatility::Immutable,
-        ),
+        signature: Signature::uniform(1, strings(), Volatility::Immutable),
         column: column.to_string(),
     }))
     .call(vec![text])
+}
+
+fn strings() -> Vec<DataType> {
+    vec![DataType::Utf8, DataType::Utf8View, DataType::LargeUtf8]
+}
+
+static TEXT_TIME: LazyLock<Arc<ScalarUDF>> = LazyLock::new(|| {
+    Arc::new(ScalarUDF::from(TextTime {
+        signature: Signature::one_of(
+            vec![TypeSignature::Uniform(1, strings()), TypeSignature::Any(2)],
+            Volatility::Immutable,
+        ),
+        column: String::new(),
+    }))
+});
+
+/// The instance registered by name: `signalql_text_time(text, column)`, `column` the name
+/// errors give the column.
+pub fn text_time_udf() -> Arc<ScalarUDF> {
+    Arc::clone(&TEXT_TIME)
 }
 
 /// Microseconds since the epoch of the time `s` holds (years 1677 to 2262, the range of
@@ -53,16 +73,20 @@ pub fn parse_micros(s: &str) -> Option<i64> {
 }
 
 impl TextTime {
-    fn read(&self, s: &str) -> Result<i64> {
-        match parse_micros(s) {
-            Some(t) => Ok(t),
-            None => {
-                let shown: String = s.chars().take(60).collect();
-                exec_err!(
-                    "{ERROR_PREFIX} {}: {shown:?} is not an RFC 3339 time",
-                    self.column
-                )
-            }
+    /// The same function of `text` with its column's name as an argument: the form that keeps
+    /// its meaning where the function is found by name.
+    pub fn travelling(&self, text: Expr) -> Expr {
+        text_time_udf().call(vec![text, lit(self.column.as_str())])
+    }
+}
+
+/// The instant `s` holds, or an error naming `column`.
+fn read(column: &str, s: &str) -> Result<i64> {
+    match parse_micros(s) {
+        Some(t) => Ok(t),
+        None => {
+            let shown: String = s.chars().take(60).collect();
+            exec_err!("{ERROR_PREFIX} {column}: {shown:?} is not an RFC 3339 time")
         }
     }
 }
@@ -86,22 +110,26 @@ impl ScalarUDFImpl for TextTime {
 
     fn placement(&self, args: &[ExpressionPlacement]) -> ExpressionPlacement {
         match args {
-            [ExpressionPlacement::Column | ExpressionPlacement::Literal] => {
-                ExpressionPlacement::MoveTowardsLeafNodes
-            }
+            [ExpressionPlacement::Column | ExpressionPlacement::Literal]
+            | [
+                ExpressionPlacement::Column | ExpressionPlacement::Literal,
+                ExpressionPlacement::Literal,
+            ] => ExpressionPlacement::MoveTowardsLeafNodes,
             _ => ExpressionPlacement::KeepInPlace,
         }
     }
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        let Some(arg) = args.args.first() else {
-            return exec_err!("{NAME} takes one argument");
+        let (arg, column) = match args.args.as_slice() {
+            [arg] => (arg, self.column.as_str()),
+            [arg, ColumnarValue::Scalar(ScalarValue::Utf8(Some(column)))] => (arg, column.as_str()),
+            _ => return exec_err!("{NAME} takes text, and with it its column's name or nothing"),
         };
         match arg {
             ColumnarValue::Scalar(s) => {
                 let t = match s {
                     ScalarValue::Utf8(v) | ScalarValue::Utf8View(v) | ScalarValue::LargeUtf8(v) => {
-                        v.as_deref().map(|v| self.read(v)).transpose()?
+                        v.as_deref().map(|v| read(column, v)).transpose()?
                     }
                     ScalarValue::Null => None,
                     other => return exec_err!("{NAME} takes text, got {other:?}"),
@@ -115,7 +143,7 @@ impl ScalarUDFImpl for TextTime {
                 let text = StringColumn::try_new(a.as_ref())?;
                 let out: TimestampMicrosecondArray = text
                     .iter()
-                    .map(|v| v.map(|v| self.read(v)).transpose())
+                    .map(|v| v.map(|v| read(column, v)).transpose())
                     .collect::<Result<_>>()?;
                 Ok(ColumnarValue::Array(
                     Arc::new(out.with_timezone("UTC")) as Arc<dyn Array>
