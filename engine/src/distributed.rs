@@ -396,7 +396,7 @@ struct Channels(Arc<Mutex<HashMap<Url, BoxCloneSyncChannel>>>);
 impl ChannelResolver for Channels {
     async fn get_worker_client_for_url(&self, url: &Url) -> DfResult<Box<dyn WorkerChannel>> {
         if let Some(channel) = self.0.lock().expect("channel map").get(url).cloned() {
-            return Ok(create_worker_client(channel));
+            return Ok(Named::client(url, channel));
         }
         let unreachable = |e: &dyn std::fmt::Display| {
             DataFusionError::External(Box::new(Error::io(format!(
@@ -418,7 +418,114 @@ impl ChannelResolver for Channels {
             .lock()
             .expect("channel map")
             .insert(url.clone(), channel.clone());
-        Ok(create_worker_client(channel))
+        Ok(Named::client(url, channel))
+    }
+}
+
+/// A worker's client whose failures to reach it (a connection reset, a stream cut: the worker
+/// ended or dropped off the network mid-statement) are `io_error`s naming it. What the worker
+/// itself answered (its DataFusion errors) passes unchanged.
+struct Named {
+    url: Url,
+    inner: Box<dyn WorkerChannel>,
+}
+
+impl Named {
+    fn client(url: &Url, channel: BoxCloneSyncChannel) -> Box<dyn WorkerChannel> {
+        Box::new(Named {
+            url: url.clone(),
+            inner: create_worker_client(channel),
+        })
+    }
+}
+
+/// `e`, as an `io_error` naming the worker at `url` when it is a failure to talk to it: a gRPC
+/// status that is not an error the worker sent (those arrive decoded).
+fn name_worker(url: &Url, e: DataFusionError) -> DataFusionError {
+    fn transport(e: &DataFusionError) -> Option<&tonic::Status> {
+        match e {
+            DataFusionError::External(b) => b.downcast_ref::<tonic::Status>(),
+            DataFusionError::Shared(s) => transport(s),
+            DataFusionError::Context(_, inner) => transport(inner),
+            _ => None,
+        }
+    }
+    match transport(&e) {
+        Some(status) => DataFusionError::External(Box::new(Error::io(format!(
+            "worker {url} was lost mid-statement: {}",
+            source_chain(status)
+        )))),
+        None => e,
+    }
+}
+
+#[async_trait]
+impl WorkerChannel for Named {
+    async fn coordinator_channel(
+        &mut self,
+        headers: tonic::codegen::http::HeaderMap,
+        set_plan_request: datafusion_distributed::SetPlanRequest,
+        c2w_stream: futures::stream::BoxStream<
+            'static,
+            datafusion_distributed::CoordinatorToWorkerMsg,
+        >,
+        metrics: datafusion::physical_plan::metrics::ExecutionPlanMetricsSet,
+        task_ctx: &Arc<TaskContext>,
+    ) -> DfResult<
+        futures::stream::BoxStream<
+            'static,
+            DfResult<datafusion_distributed::WorkerToCoordinatorMsg>,
+        >,
+    > {
+        use futures::StreamExt;
+        let url = self.url.clone();
+        let stream = self
+            .inner
+            .coordinator_channel(headers, set_plan_request, c2w_stream, metrics, task_ctx)
+            .await
+            .map_err(|e| name_worker(&url, e))?;
+        Ok(stream
+            .map(move |m| m.map_err(|e| name_worker(&url, e)))
+            .boxed())
+    }
+
+    async fn execute_task(
+        &mut self,
+        headers: tonic::codegen::http::HeaderMap,
+        request: datafusion_distributed::ExecuteTaskRequest,
+        metrics: datafusion::physical_plan::metrics::ExecutionPlanMetricsSet,
+        task_ctx: &Arc<TaskContext>,
+    ) -> DfResult<
+        Vec<
+            futures::stream::BoxStream<
+                'static,
+                DfResult<datafusion::arrow::record_batch::RecordBatch>,
+            >,
+        >,
+    > {
+        use futures::StreamExt;
+        let streams = self
+            .inner
+            .execute_task(headers, request, metrics, task_ctx)
+            .await
+            .map_err(|e| name_worker(&self.url, e))?;
+        Ok(streams
+            .into_iter()
+            .map(|s| {
+                let url = self.url.clone();
+                s.map(move |b| b.map_err(|e| name_worker(&url, e))).boxed()
+            })
+            .collect())
+    }
+
+    async fn get_worker_info(
+        &mut self,
+        request: datafusion_distributed::GetWorkerInfoRequest,
+    ) -> DfResult<datafusion_distributed::GetWorkerInfoResponse> {
+        self.inner
+            .get_worker_info(request)
+            .await
+            .map_err(|e| name_worker(&self.url, e))
     }
 }
 
@@ -452,6 +559,7 @@ async fn worker_session(mut ctx: WorkerQueryContext) -> DfResult<SessionState> {
              coordinator and workers must run the same version"
         )))));
     }
+    failpoint_hold_task().await;
     // Appended to DataFusion's own functions (`with_scalar_functions` would replace them).
     ctx.builder
         .scalar_functions()
@@ -466,6 +574,17 @@ async fn worker_session(mut ctx: WorkerQueryContext) -> DfResult<SessionState> {
         .with_distributed_user_codec(Codec)
         .with_distributed_channel_resolver(Channels::default())
         .build())
+}
+
+/// A test hook of debug builds: with `SIGNALQL_FAILPOINT=hold_task`, a worker says
+/// `failpoint: holding a task` on stderr when a task arrives and holds it for 5 seconds, so
+/// that a test can kill it mid-statement.
+async fn failpoint_hold_task() {
+    #[cfg(debug_assertions)]
+    if std::env::var_os("SIGNALQL_FAILPOINT").is_some_and(|v| v == "hold_task") {
+        eprintln!("failpoint: holding a task");
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    }
 }
 
 /// Serve a [`worker`] on `listener` until `shutdown` completes.

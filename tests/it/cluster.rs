@@ -203,40 +203,108 @@ fn bad_worker_addresses_are_refused() {
     assert!(err.to_string().contains("nowhere"), "{err}");
 }
 
-/// The commands of docs/cluster.md: `signalql worker --listen` prints its address, and
-/// `query --workers` answers as `query` does.
-#[test]
-fn the_cli_starts_workers_and_queries_them() {
-    let mut workers: Vec<std::process::Child> = (0..2)
-        .map(|_| {
-            Command::new(env!("CARGO_BIN_EXE_signalql"))
-                .args(["worker", "--listen", "127.0.0.1:0"])
-                .stdout(Stdio::piped())
-                .spawn()
-                .unwrap()
-        })
-        .collect();
-    let addresses: Vec<String> = workers
-        .iter_mut()
-        .map(|w| {
-            use std::io::BufRead;
-            let mut line = String::new();
-            std::io::BufReader::new(w.stdout.take().unwrap())
-                .read_line(&mut line)
-                .unwrap();
-            line.trim()
-                .strip_prefix("worker listening on ")
-                .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-                .to_string()
-        })
-        .collect();
-    // A copy of the sample whose scans are split however small they are.
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("sample");
+/// `signalql worker --listen 127.0.0.1:0` as a process with `env`, and its address.
+fn spawn_worker(env: &[(&str, &str)]) -> (std::process::Child, String) {
+    use std::io::BufRead;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_signalql"))
+        .args(["worker", "--listen", "127.0.0.1:0"])
+        .envs(env.iter().copied())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let address = line
+        .trim()
+        .strip_prefix("worker listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .to_string();
+    (child, address)
+}
+
+/// The sample, copied, with its scans split however small they are.
+fn split_sample(dir: &Path) -> std::path::PathBuf {
+    let data = dir.join("sample");
     crate::common::copy_dir(&signalql::sample_dataset(), &data);
     let toml = data.join("signalql.toml");
     let text = std::fs::read_to_string(&toml).unwrap();
     std::fs::write(&toml, format!("{text}\n[cluster]\nbytes_per_task = 1\n")).unwrap();
+    data
+}
+
+/// The statement on the split sample over a worker that holds its task (`hold_task`) and
+/// another, with `fault` done to the holder by `kill` once its task has arrived (mid-statement,
+/// not before it): it fails within `within` with an `io_error` naming the holder, and prints
+/// no rows.
+fn fault_mid_statement(fault: &str, within: Duration) {
+    let (mut held, held_at) = spawn_worker(&[("SIGNALQL_FAILPOINT", "hold_task")]);
+    let (mut other, other_at) = spawn_worker(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let data = split_sample(dir.path());
+    let started = Instant::now();
+    let query = Command::new(env!("CARGO_BIN_EXE_signalql"))
+        .args(["query", "--format", "csv", "--data"])
+        .arg(&data)
+        .args(["--workers", &format!("{held_at},{other_at}")])
+        .arg("FROM events DURING LAST 30 d GROUP BY event_name RETURN event_name, count")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::BufRead;
+        let mut line = String::new();
+        let mut stderr = std::io::BufReader::new(held.stderr.take().unwrap());
+        while !line.contains("failpoint: holding a task") {
+            line.clear();
+            assert!(stderr.read_line(&mut line).unwrap() > 0, "the worker ended");
+        }
+    }
+    let signalled = Command::new("kill")
+        .args([fault, &held.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(signalled.success());
+    let out = query.wait_with_output().unwrap();
+    let elapsed = started.elapsed();
+    for w in [&mut held, &mut other] {
+        let _ = w.kill();
+        let _ = w.wait();
+    }
+    assert!(!out.status.success(), "{out:?}");
+    assert!(out.stdout.is_empty(), "rows were printed: {out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.starts_with("error: io_error: worker "), "{stderr}");
+    assert!(stderr.contains(&held_at), "{stderr}");
+    assert!(elapsed < within, "{elapsed:?}");
+}
+
+/// A worker killed mid-statement: its connection is reset at once.
+#[test]
+fn a_worker_killed_mid_statement_fails_it_with_an_io_error() {
+    fault_mid_statement("-KILL", Duration::from_secs(30));
+}
+
+/// A worker that stops answering mid-statement (SIGSTOP: its connection stays open) is
+/// noticed by the keep-alive pings, within about twice their interval, never a hang.
+#[test]
+fn a_worker_that_stops_answering_fails_the_statement_within_the_keepalive() {
+    fault_mid_statement(
+        "-STOP",
+        signalql::distributed::KEEPALIVE * 2 + Duration::from_secs(10),
+    );
+}
+
+/// The commands of docs/cluster.md: `signalql worker --listen` prints its address, and
+/// `query --workers` answers as `query` does.
+#[test]
+fn the_cli_starts_workers_and_queries_them() {
+    let (mut workers, addresses): (Vec<_>, Vec<_>) = (0..2).map(|_| spawn_worker(&[])).unzip();
+    let dir = tempfile::tempdir().unwrap();
+    let data = split_sample(dir.path());
     let q = r#"FROM events DURING LAST 7 d RETURN count, count_distinct(user_id), avg(properties.amount)"#;
     let run = |extra: &[&str]| {
         let o = Command::new(env!("CARGO_BIN_EXE_signalql"))
