@@ -565,7 +565,7 @@ fn run(cli: Cli) -> Result<(), Error> {
                 .local_addr()
                 .map_err(|e| Error::io(format!("worker: {e}")))?;
             println!("worker listening on {addr}");
-            signalql::distributed::serve(listener, async {
+            signalql::distributed::serve(listener, reach.storage.clone(), async {
                 let _ = tokio::signal::ctrl_c().await;
             })
             .await

@@ -402,6 +402,14 @@ impl Root {
         }
     }
 
+    /// The object store of an S3 root; `None` for a local folder.
+    pub fn object_store(&self) -> Option<Arc<dyn ObjectStore>> {
+        match self {
+            Root::Local(_) => None,
+            Root::S3(s) => Some(Arc::clone(&s.store)),
+        }
+    }
+
     /// Makes the root's object store known to `ctx` (S3 roots; a no-op for local folders).
     pub fn register(&self, ctx: &SessionContext) -> Result<(), StorageError> {
         if let Root::S3(s) = self {

@@ -27,6 +27,8 @@ use datafusion::common::{DataFusionError, HashMap, Result as DfResult};
 use datafusion::datasource::physical_plan::FileScanConfig;
 use datafusion::datasource::source::DataSourceExec;
 use datafusion::execution::context::QueryPlanner;
+use datafusion::execution::object_store::{DefaultObjectStoreRegistry, ObjectStoreRegistry};
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::execution::{SessionState, SessionStateBuilder, TaskContext};
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::physical_expr::ScalarFunctionExpr;
@@ -40,6 +42,7 @@ use datafusion_distributed::{
 };
 use datafusion_proto::physical_plan::{PhysicalExtensionCodec, PhysicalProtoConverterExtension};
 use signalql_catalog::parts::ScanPartsExec;
+use signalql_catalog::{Root, StorageOptions};
 use tonic::transport::{Endpoint, Server};
 use url::Url;
 
@@ -542,9 +545,61 @@ fn source_chain(e: &(dyn std::error::Error + 'static)) -> String {
 }
 
 /// A worker: sessions with every signalql function and the signalql codec, that refuse a
-/// coordinator of another version.
-pub fn worker() -> Worker {
-    Worker::from_session_builder(worker_session).with_version(VERSION)
+/// coordinator of another version, and read S3 with `storage` ([`WorkerStores`]).
+pub fn worker(storage: StorageOptions) -> Result<Worker> {
+    let runtime = RuntimeEnvBuilder::new()
+        .with_object_store_registry(Arc::new(WorkerStores {
+            storage,
+            known: DefaultObjectStoreRegistry::new(),
+            opened: Mutex::default(),
+        }))
+        .build_arc()
+        .map_err(|e| Error::io(format!("worker: {e}")))?;
+    Ok(Worker::from_session_builder(worker_session)
+        .with_runtime_env(runtime)
+        .with_version(VERSION))
+}
+
+/// A worker's object stores: DataFusion's (local files), and each S3 bucket a plan names,
+/// opened on first use as the coordinator opens it: from the worker's `AWS_*` environment and
+/// `--s3-endpoint`. Every worker must reach the dataset where the coordinator does.
+#[derive(Debug)]
+struct WorkerStores {
+    storage: StorageOptions,
+    known: DefaultObjectStoreRegistry,
+    /// The S3 roots opened: each owns the runtime its store's requests run on.
+    opened: Mutex<Vec<Root>>,
+}
+
+impl ObjectStoreRegistry for WorkerStores {
+    fn register_store(
+        &self,
+        url: &Url,
+        store: Arc<dyn object_store::ObjectStore>,
+    ) -> Option<Arc<dyn object_store::ObjectStore>> {
+        self.known.register_store(url, store)
+    }
+
+    fn deregister_store(&self, url: &Url) -> DfResult<Arc<dyn object_store::ObjectStore>> {
+        self.known.deregister_store(url)
+    }
+
+    fn get_store(&self, url: &Url) -> DfResult<Arc<dyn object_store::ObjectStore>> {
+        let known = self.known.get_store(url);
+        let bucket = match url.host_str() {
+            Some(bucket) if known.is_err() && url.scheme() == "s3" => bucket,
+            _ => return known,
+        };
+        let root = Root::parse(&format!("s3://{bucket}"), &self.storage).map_err(|e| {
+            DataFusionError::External(Box::new(Error::io(format!("worker: s3://{bucket}: {e}"))))
+        })?;
+        let store = root
+            .object_store()
+            .ok_or_else(|| DataFusionError::Internal(format!("s3://{bucket} is not on S3")))?;
+        self.known.register_store(url, Arc::clone(&store));
+        self.opened.lock().expect("opened roots").push(root);
+        Ok(store)
+    }
 }
 
 async fn worker_session(mut ctx: WorkerQueryContext) -> DfResult<SessionState> {
@@ -587,16 +642,17 @@ async fn failpoint_hold_task() {
     }
 }
 
-/// Serve a [`worker`] on `listener` until `shutdown` completes.
+/// Serve a [`worker`] reading S3 with `storage` on `listener` until `shutdown` completes.
 pub async fn serve(
     listener: tokio::net::TcpListener,
+    storage: StorageOptions,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<()> {
     let addr = listener
         .local_addr()
         .map_err(|e| Error::io(format!("worker: {e}")))?;
     Server::builder()
-        .add_service(worker().into_worker_server())
+        .add_service(worker(storage)?.into_worker_server())
         .serve_with_incoming_shutdown(
             tonic::transport::server::TcpIncoming::from(listener),
             shutdown,

@@ -12,6 +12,11 @@ pub struct Workers {
 impl Workers {
     /// `n` workers, each on a free loopback port.
     pub fn start(n: usize) -> Workers {
+        Workers::start_with(n, signalql::catalog::StorageOptions::default())
+    }
+
+    /// `n` workers that read S3 with `storage`.
+    pub fn start_with(n: usize, storage: signalql::catalog::StorageOptions) -> Workers {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -29,6 +34,7 @@ impl Workers {
                     tokio::net::TcpListener::from_std(std_listener).expect("a tokio listener");
                 runtime.spawn(signalql::distributed::serve(
                     listener,
+                    storage.clone(),
                     std::future::pending(),
                 ));
                 addr.to_string()

@@ -205,10 +205,15 @@ fn bad_worker_addresses_are_refused() {
 
 /// `signalql worker --listen 127.0.0.1:0` as a process with `env`, and its address.
 fn spawn_worker(env: &[(&str, &str)]) -> (std::process::Child, String) {
+    let env: Vec<(&str, String)> = env.iter().map(|(k, v)| (*k, v.to_string())).collect();
+    spawn_worker_with(&env)
+}
+
+/// A worker process with exactly the AWS variables of `env` (and its other variables).
+fn spawn_worker_with(env: &[(&str, String)]) -> (std::process::Child, String) {
     use std::io::BufRead;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_signalql"))
+    let mut child = crate::common::s3::signalql_command(env)
         .args(["worker", "--listen", "127.0.0.1:0"])
-        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -296,6 +301,52 @@ fn a_worker_that_stops_answering_fails_the_statement_within_the_keepalive() {
         "-STOP",
         signalql::distributed::KEEPALIVE * 2 + Duration::from_secs(10),
     );
+}
+
+/// A dataset on S3 runs on workers that read the bucket themselves (each worker process
+/// given the same AWS environment as the coordinator): the same rows as in one process, and a
+/// distributed plan.
+#[test]
+fn an_s3_dataset_runs_on_workers_that_read_the_bucket() {
+    let s3 = crate::common::s3::S3Server::start();
+    s3.create_bucket("lake");
+    let env = s3.env();
+    let dir = tempfile::tempdir().unwrap();
+    s3.upload_dir(&split_sample(dir.path()), "lake", "sample");
+    let (mut workers, addresses): (Vec<_>, Vec<_>) =
+        (0..2).map(|_| spawn_worker_with(&env)).unzip();
+    let list = addresses.join(",");
+    let run = |extra: &[&str], q: &str| {
+        let o = crate::common::s3::signalql_command(&env)
+            .args(["query", "--format", "csv", "--data", "s3://lake/sample"])
+            .args(extra)
+            .arg(q)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{q}: {o:?}");
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let grouped = "FROM events DURING LAST 30 d GROUP BY event_name RETURN event_name, count, count_distinct(user_id)";
+    let distributed = run(&["--workers", &list], grouped);
+    let local = run(&[], grouped);
+    let plan = {
+        let o = crate::common::s3::signalql_command(&env)
+            .args(["query", "--format", "json", "--data", "s3://lake/sample"])
+            .args(["--workers", &list])
+            .arg(format!("EXPLAIN {grouped}"))
+            .output()
+            .unwrap();
+        String::from_utf8(o.stdout).unwrap()
+    };
+    for w in &mut workers {
+        let _ = w.kill();
+        let _ = w.wait();
+    }
+    assert!(plan.contains("DistributedExec"), "{plan}");
+    // The stage the workers run scans the bucket's keys.
+    assert!(plan.contains("sample/events/part-"), "{plan}");
+    assert_eq!(distributed, local);
+    assert!(local.lines().count() > 3, "{local}");
 }
 
 /// The commands of docs/cluster.md: `signalql worker --listen` prints its address, and
