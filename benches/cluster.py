@@ -59,13 +59,17 @@ def bench(binary, root, workers, text, runs):
     return json.loads(out)
 
 
-def distributed(binary, root, workers, text):
+def boundaries(binary, root, workers, text):
+    """The network boundaries of the statement's plan over `workers` (0: it runs in the
+    coordinator)."""
     if not workers:
-        return False
+        return 0
     cmd = [binary, "--workers", ",".join(workers), "query", "--data", root, "--now", NOW,
            "--format", "json", "EXPLAIN " + text]
     out = subprocess.run(cmd, capture_output=True, text=True).stdout
-    return "DistributedExec" in out
+    if "DistributedExec" not in out:
+        return 0
+    return sum(out.count(n) for n in ("NetworkShuffleExec", "NetworkCoalesceExec", "NetworkBroadcastExec"))
 
 
 def main():
@@ -101,18 +105,22 @@ def main():
             for label, workers in setups:
                 r = bench(args.bin, root, workers, text, args.runs)
                 row[label] = statistics.median(r["times_s"])
-                row[label + " distributed"] = distributed(args.bin, root, workers, text)
+                row[label + " boundaries"] = boundaries(args.bin, root, workers, text)
                 answers[label] = json.dumps(r.get("rows"), sort_keys=True)
             row["same answer"] = len(set(answers.values())) == 1
             results.append(row)
             print(json.dumps(row), file=sys.stderr)
-        print("| workload | local | 1 worker | 2 workers | 1 worker / local | 2 workers / local | distributed | same answer |")
-        print("|---|---|---|---|---|---|---|---|")
+        print("| workload | local | 1 worker | 2 workers | 1 worker / local | 2 workers / local "
+              "| network boundaries | added per boundary (1 worker − local) | same answer |")
+        print("|---|---|---|---|---|---|---|---|---|")
         for r in results:
-            dist = "yes" if r["2 workers distributed"] else "no (runs in the coordinator)"
+            n = r["2 workers boundaries"]
+            per = f"{(r['1 worker'] - r['local']) * 1e3 / n:.0f} ms" if n else "—"
+            shown = str(n) if n else "0 (runs in the coordinator)"
             print(f"| {r['workload']} | {r['local'] * 1e3:.0f} ms | {r['1 worker'] * 1e3:.0f} ms | "
                   f"{r['2 workers'] * 1e3:.0f} ms | {r['1 worker'] / r['local']:.2f} | "
-                  f"{r['2 workers'] / r['local']:.2f} | {dist} | {'yes' if r['same answer'] else 'NO'} |")
+                  f"{r['2 workers'] / r['local']:.2f} | {shown} | {per} | "
+                  f"{'yes' if r['same answer'] else 'NO'} |")
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(results, f, indent=1)

@@ -49,6 +49,10 @@ struct Cli {
     /// without it, `[cluster] workers` of signalql.toml, else this process (docs/cluster.md).
     #[arg(long, global = true, value_name = "ADDR,…", value_delimiter = ',')]
     workers: Vec<String>,
+    /// With --workers: bytes of files per task of a scan stage (default `[cluster]
+    /// bytes_per_task` of signalql.toml, else 16 MiB). A scan smaller than that is one task.
+    #[arg(long, global = true, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1..))]
+    bytes_per_task: Option<u64>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -442,6 +446,7 @@ struct Reach {
     principal: Option<String>,
     trace: bool,
     workers: Vec<String>,
+    bytes_per_task: Option<u64>,
 }
 
 fn open(data: Option<PathBuf>, now: Option<String>, reach: &Reach) -> Result<Engine, Error> {
@@ -455,6 +460,7 @@ fn open(data: Option<PathBuf>, now: Option<String>, reach: &Reach) -> Result<Eng
             trace: reach.trace,
             surface: "cli",
             workers: reach.workers.clone(),
+            bytes_per_task: reach.bytes_per_task,
             ..Default::default()
         },
     )
@@ -475,6 +481,7 @@ fn run(cli: Cli) -> Result<(), Error> {
         principal: cli.principal,
         trace: cli.trace,
         workers: cli.workers,
+        bytes_per_task: cli.bytes_per_task,
     };
     match cli.command {
         Command::Query {
@@ -552,6 +559,7 @@ fn run(cli: Cli) -> Result<(), Error> {
                     surface: "mcp",
                     plan_cache: Some(Default::default()),
                     workers: reach.workers.clone(),
+                    bytes_per_task: reach.bytes_per_task,
                     ..Default::default()
                 },
             )?;
@@ -578,6 +586,7 @@ fn run(cli: Cli) -> Result<(), Error> {
                 trace: reach.trace,
                 surface: "serve",
                 workers: reach.workers.clone(),
+                bytes_per_task: reach.bytes_per_task,
                 // One cache for the engines of every principal (the key holds the principal).
                 plan_cache: Some(Default::default()),
                 ..Default::default()

@@ -349,6 +349,116 @@ fn an_s3_dataset_runs_on_workers_that_read_the_bucket() {
     assert!(local.lines().count() > 3, "{local}");
 }
 
+/// `line` split into words as a POSIX shell splits a line of plain words and '…' strings.
+fn shell_words(line: &str) -> Vec<String> {
+    let (mut words, mut word, mut quoted, mut started) = (Vec::new(), String::new(), false, false);
+    for c in line.chars() {
+        match c {
+            '\'' => {
+                quoted = !quoted;
+                started = true;
+            }
+            ' ' if !quoted => {
+                if started {
+                    words.push(std::mem::take(&mut word));
+                }
+                started = false;
+            }
+            c => {
+                word.push(c);
+                started = true;
+            }
+        }
+    }
+    assert!(!quoted, "an unclosed quote in {line:?}");
+    if started {
+        words.push(word);
+    }
+    words
+}
+
+/// README.md's "Running on a cluster of workers" commands, run as they are written there
+/// (their two ports replaced by free ones): the workers start, the query answers what it
+/// answers without `--workers`, and `explain` shows a distributed plan.
+#[test]
+fn the_readme_cluster_commands_run_as_written() {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let section = readme
+        .split("## Running on a cluster of workers")
+        .nth(1)
+        .expect("README.md has the section");
+    let block = section
+        .split("```sh\n")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .expect("the section has a sh block");
+    let ports: Vec<String> = (0..2).map(|_| closed_port()).collect();
+    let lines: Vec<Vec<String>> = block
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let l = l
+                .replace("127.0.0.1:7979", &ports[0])
+                .replace("127.0.0.1:7980", &ports[1]);
+            shell_words(&l)
+        })
+        .collect();
+    let command = |words: &[String]| {
+        assert_eq!(words[0], "signalql", "{words:?}");
+        let mut c = Command::new(env!("CARGO_BIN_EXE_signalql"));
+        c.args(&words[1..]);
+        c
+    };
+    let mut workers = Vec::new();
+    let mut outputs = Vec::new();
+    for words in &lines {
+        if words.last().is_some_and(|w| w == "&") {
+            use std::io::BufRead;
+            let mut child = command(&words[..words.len() - 1])
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap();
+            let mut line = String::new();
+            std::io::BufReader::new(child.stdout.take().unwrap())
+                .read_line(&mut line)
+                .unwrap();
+            assert!(line.starts_with("worker listening on "), "{line:?}");
+            workers.push(child);
+        } else {
+            outputs.push((words.clone(), command(words).output().unwrap()));
+        }
+    }
+    // The same query in this process alone: the README's words without the cluster flags.
+    let (query_words, query) = &outputs[0];
+    let mut alone: Vec<String> = Vec::new();
+    let mut skip = false;
+    for w in query_words {
+        if skip {
+            skip = false;
+        } else if w == "--workers" || w == "--bytes-per-task" {
+            skip = true;
+        } else {
+            alone.push(w.clone());
+        }
+    }
+    let local = command(&alone).output().unwrap();
+    for w in &mut workers {
+        let _ = w.kill();
+        let _ = w.wait();
+    }
+    assert_eq!(workers.len(), 2);
+    assert!(query.status.success(), "{query:?}");
+    assert!(local.status.success(), "{local:?}");
+    assert_eq!(query.stdout, local.stdout);
+    assert!(String::from_utf8_lossy(&query.stdout).lines().count() > 3);
+    let (_, explain) = &outputs[1];
+    let plan = String::from_utf8_lossy(&explain.stdout);
+    assert!(explain.status.success(), "{explain:?}");
+    assert!(plan.contains("DistributedExec"), "{plan}");
+    assert!(plan.contains("NetworkShuffleExec"), "{plan}");
+}
+
 /// The commands of docs/cluster.md: `signalql worker --listen` prints its address, and
 /// `query --workers` answers as `query` does.
 #[test]
