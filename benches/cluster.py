@@ -4,6 +4,7 @@ worker and on two (docs/cluster.md), all on this machine, through `signalql benc
 
     benches/cluster.py --bin target/release/signalql --data DIR [--objects-data DIR]
                        [--rows 10000000] [--objects 100000] [--runs 5] [--only W2 ...]
+                       [--bytes-per-task N]
 
 `--data` holds the events (generated with `signalql gen events --rows N --seed 42` when it
 does not exist); W8 reads `--objects-data` (generated with `gen objects`, default the
@@ -50,10 +51,13 @@ def start_worker(binary):
     return p, line[len(prefix):]
 
 
+BYTES_PER_TASK = []
+
+
 def bench(binary, root, workers, text, runs):
     cmd = [binary]
     if workers:
-        cmd += ["--workers", ",".join(workers)]
+        cmd += ["--workers", ",".join(workers)] + BYTES_PER_TASK
     cmd += ["bench", "--data", root, "--now", NOW, "--runs", str(runs), "--warmup", "1", text]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return json.loads(out)
@@ -64,8 +68,8 @@ def boundaries(binary, root, workers, text):
     coordinator)."""
     if not workers:
         return 0
-    cmd = [binary, "--workers", ",".join(workers), "query", "--data", root, "--now", NOW,
-           "--format", "json", "EXPLAIN " + text]
+    cmd = [binary, "--workers", ",".join(workers)] + BYTES_PER_TASK + [
+        "query", "--data", root, "--now", NOW, "--format", "json", "EXPLAIN " + text]
     out = subprocess.run(cmd, capture_output=True, text=True).stdout
     if "DistributedExec" not in out:
         return 0
@@ -81,8 +85,12 @@ def main():
     ap.add_argument("--objects", type=int, default=100_000)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--only", action="append", default=[])
+    ap.add_argument("--bytes-per-task", type=int,
+                    help="bytes of files per task of a scan stage on the workers (default 16 MiB)")
     ap.add_argument("--json")
     args = ap.parse_args()
+    if args.bytes_per_task:
+        BYTES_PER_TASK.extend(["--bytes-per-task", str(args.bytes_per_task)])
     objects = args.objects_data or args.data
     if not os.path.exists(os.path.join(args.data, "signalql.toml")):
         subprocess.run([args.bin, "gen", "events", "--rows", str(args.rows), "--seed", "42", "--out", args.data],
