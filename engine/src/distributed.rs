@@ -445,13 +445,16 @@ impl Named {
 /// `e`, as an `io_error` naming the worker at `url` when it is a failure to talk to it: a gRPC
 /// status that is not an error the worker sent (those arrive decoded).
 fn name_worker(url: &Url, e: DataFusionError) -> DataFusionError {
-    fn transport(e: &DataFusionError) -> Option<&tonic::Status> {
-        match e {
-            DataFusionError::External(b) => b.downcast_ref::<tonic::Status>(),
-            DataFusionError::Shared(s) => transport(s),
-            DataFusionError::Context(_, inner) => transport(inner),
-            _ => None,
+    // Wherever it sits in the error's chain (a Flight decoder's error, an Arrow error).
+    fn transport<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a tonic::Status> {
+        let mut next = Some(e);
+        while let Some(e) = next {
+            if let Some(status) = e.downcast_ref::<tonic::Status>() {
+                return Some(status);
+            }
+            next = e.source();
         }
+        None
     }
     match transport(&e) {
         Some(status) => DataFusionError::External(Box::new(Error::io(format!(

@@ -211,9 +211,15 @@ fn spawn_worker(env: &[(&str, &str)]) -> (std::process::Child, String) {
 
 /// A worker process with exactly the AWS variables of `env` (and its other variables).
 fn spawn_worker_with(env: &[(&str, String)]) -> (std::process::Child, String) {
+    let mut worker = crate::common::s3::signalql_command(env);
+    worker.args(["worker", "--listen", "127.0.0.1:0"]);
+    started_worker(worker)
+}
+
+/// `worker` (a `signalql worker` command) started, once it says where it listens.
+fn started_worker(mut worker: Command) -> (std::process::Child, String) {
     use std::io::BufRead;
-    let mut child = crate::common::s3::signalql_command(env)
-        .args(["worker", "--listen", "127.0.0.1:0"])
+    let mut child = worker
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -414,17 +420,7 @@ fn the_readme_cluster_commands_run_as_written() {
     let mut outputs = Vec::new();
     for words in &lines {
         if words.last().is_some_and(|w| w == "&") {
-            use std::io::BufRead;
-            let mut child = command(&words[..words.len() - 1])
-                .stdout(Stdio::piped())
-                .spawn()
-                .unwrap();
-            let mut line = String::new();
-            std::io::BufReader::new(child.stdout.take().unwrap())
-                .read_line(&mut line)
-                .unwrap();
-            assert!(line.starts_with("worker listening on "), "{line:?}");
-            workers.push(child);
+            workers.push(started_worker(command(&words[..words.len() - 1])).0);
         } else {
             outputs.push((words.clone(), command(words).output().unwrap()));
         }

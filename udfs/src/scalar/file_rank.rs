@@ -20,7 +20,7 @@ use datafusion::arrow::datatypes::DataType;
 use datafusion::common::{Result, ScalarValue, exec_err};
 use datafusion::logical_expr::{
     ColumnarValue, Expr, ExpressionPlacement, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl,
-    Signature, TypeSignature, Volatility, lit,
+    Signature, lit,
 };
 
 use crate::strings::StringColumn;
@@ -37,17 +37,13 @@ pub struct FileRank {
     files: Vec<String>,
 }
 
-fn strings() -> Vec<DataType> {
-    vec![DataType::Utf8, DataType::Utf8View, DataType::LargeUtf8]
-}
-
 impl FileRank {
     pub fn new(files: impl IntoIterator<Item = String>) -> Self {
         let mut files: Vec<String> = files.into_iter().map(|f| normalise(&f)).collect();
         files.sort();
         files.dedup();
         FileRank {
-            signature: Signature::uniform(1, strings(), Volatility::Immutable),
+            signature: super::of_text(),
             files,
         }
     }
@@ -90,10 +86,7 @@ fn rank_among<'a>(len: usize, file: impl Fn(usize) -> &'a str, path: &str) -> i6
 
 static FILE_RANK: LazyLock<Arc<ScalarUDF>> = LazyLock::new(|| {
     Arc::new(ScalarUDF::from(FileRank {
-        signature: Signature::one_of(
-            vec![TypeSignature::Uniform(1, strings()), TypeSignature::Any(2)],
-            Volatility::Immutable,
-        ),
+        signature: super::of_text_and_parameter(),
         files: Vec::new(),
     }))
 });

@@ -19,7 +19,7 @@ use datafusion::arrow::datatypes::{DataType, TimeUnit};
 use datafusion::common::{Result, ScalarValue, exec_err};
 use datafusion::logical_expr::{
     ColumnarValue, Expr, ExpressionPlacement, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl,
-    Signature, TypeSignature, Volatility, lit,
+    Signature, lit,
 };
 
 use crate::strings::StringColumn;
@@ -39,22 +39,15 @@ pub struct TextTime {
 /// `signalql_text_time(text)` for the column named `column` in errors.
 pub fn text_time(text: Expr, column: &str) -> Expr {
     Arc::new(ScalarUDF::from(TextTime {
-        signature: Signature::uniform(1, strings(), Volatility::Immutable),
+        signature: super::of_text(),
         column: column.to_string(),
     }))
     .call(vec![text])
 }
 
-fn strings() -> Vec<DataType> {
-    vec![DataType::Utf8, DataType::Utf8View, DataType::LargeUtf8]
-}
-
 static TEXT_TIME: LazyLock<Arc<ScalarUDF>> = LazyLock::new(|| {
     Arc::new(ScalarUDF::from(TextTime {
-        signature: Signature::one_of(
-            vec![TypeSignature::Uniform(1, strings()), TypeSignature::Any(2)],
-            Volatility::Immutable,
-        ),
+        signature: super::of_text_and_parameter(),
         column: String::new(),
     }))
 });
