@@ -18,7 +18,8 @@
 //!
 //! Each case also runs as `s3/<case>`: over a copy of its dataset in a real S3-compatible
 //! server (moto, tests/common/s3.rs), where it must give the local folder's envelope; and as
-//! `cluster/<case>`: on two workers served in this process (docs/cluster.md), where it must
+//! `cluster/<case>` and `s3-cluster/<case>`: on two workers served in this process
+//! (docs/cluster.md), over the local folder and over S3, where it must
 //! give the envelope it gives in one process.
 
 use std::collections::BTreeMap;
@@ -254,9 +255,15 @@ async fn run_case_on_s3(case: &Case, tiny: &Path, s3: &S3Server) -> Result<(), S
     same_answer(local, remote, "s3")
 }
 
-/// The case run on the workers gives what it gives in this process: the same envelope
-/// (numbers within 1e-9), or an error with the same code and position.
-async fn run_case_on_cluster(case: &Case, tiny: &Path, workers: &[String]) -> Result<(), String> {
+/// The case run on the workers gives what it gives in this process over the local folder: the
+/// same envelope (numbers within 1e-9), or an error with the same code and position. With
+/// `s3`, the coordinator and the workers read the copy of the dataset on S3.
+async fn run_case_on_cluster(
+    case: &Case,
+    tiny: &Path,
+    workers: &[String],
+    s3: Option<&S3Server>,
+) -> Result<(), String> {
     if case.sections.contains_key("explain") || is_context(case) {
         // EXPLAIN's object has no physical plan; CONTEXT FOR's bundles are compared in
         // tests/it/cluster.rs.
@@ -264,12 +271,15 @@ async fn run_case_on_cluster(case: &Case, tiny: &Path, workers: &[String]) -> Re
     }
     let root = dataset(data_name(case), tiny);
     let mut local = evaluate(case, &root, StorageOptions::default()).await?;
-    let mut distributed = evaluate_with(
-        case,
-        &root,
-        options_on(case, StorageOptions::default(), workers),
-    )
-    .await?;
+    let (remote_root, storage) = match s3 {
+        Some(s3) => (
+            std::path::PathBuf::from(format!("s3://{S3_BUCKET}/{}", data_name(case))),
+            s3.storage(),
+        ),
+        None => (root.clone(), StorageOptions::default()),
+    };
+    let mut distributed =
+        evaluate_with(case, &remote_root, options_on(case, storage, workers)).await?;
     // What the scans read is known where they ran: on the workers it is null here. The bytes
     // also count Parquet footers, which the coordinator may have read while it planned.
     if let (Ok(l), Ok(d)) = (&mut local, &mut distributed) {
@@ -513,9 +523,9 @@ fn main() {
     for name in BUILT.iter().chain(FOREIGN).chain([&POLICY]) {
         s3.upload_dir(&tiny_path.join(name), S3_BUCKET, name);
     }
-    // And a third time on two workers of a cluster, in this process (trials named
-    // `cluster/…`).
-    let workers = std::sync::Arc::new(common::cluster::Workers::start(2));
+    // And on two workers of a cluster, in this process, which read S3 as the engine does:
+    // over the local folders (trials named `cluster/…`) and over S3 (`s3-cluster/…`).
+    let workers = std::sync::Arc::new(common::cluster::Workers::start_with(2, s3.storage()));
     let mut trials = Vec::new();
     for f in files {
         let name = f
@@ -532,7 +542,17 @@ fn main() {
         trials.push(trial(
             format!("cluster/{name}"),
             f.clone(),
-            async move |case, _| run_case_on_cluster(case, &tiny, &cluster).await,
+            async move |case, _| run_case_on_cluster(case, &tiny, &cluster, None).await,
+        ));
+        let (tiny, cluster, on_s3) = (
+            tiny_path.clone(),
+            workers.addresses.clone(),
+            std::sync::Arc::clone(&s3),
+        );
+        trials.push(trial(
+            format!("s3-cluster/{name}"),
+            f.clone(),
+            async move |case, _| run_case_on_cluster(case, &tiny, &cluster, Some(&on_s3)).await,
         ));
         let (tiny, s3) = (tiny_path.clone(), std::sync::Arc::clone(&s3));
         trials.push(trial(format!("s3/{name}"), f, async move |case, _| {
