@@ -12,9 +12,11 @@
 //! read on the workers. datafusion-distributed 4 ships a function by its name only, so before
 //! distributing a plan the [`Gate`] rewrites the functions whose instances hold a per-query
 //! parameter (a table's file list, a column's name) into the form that carries it as an
-//! argument. A statement whose worker stages would still hold something that does not travel
-//! (one of those operators, or the text index's weights, whose parameter is the query's
-//! postings) runs whole on the coordinator, as it would without workers.
+//! argument, and wraps each file scan that reads `file_row_index()` so that it travels with
+//! its row-index column ([`RowIndexScanExec`]). A statement whose worker stages would still
+//! hold something that does not travel (one of those operators, a window, or the text index's
+//! weights, whose parameter is the query's postings) runs whole on the coordinator, as it
+//! would without workers.
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -74,6 +76,11 @@ const PARAMETERISED: [(&str, Option<usize>); 3] = [
 /// The engine's operators that read every partition of their input at once: they run in one
 /// task, and have no codec.
 const SINGLE_TASK_OPERATORS: [&str; 3] = ["BundlePack", "Traverse", "GroupCapExec"];
+
+/// DataFusion's operators a stage bound for the workers must not hold: a window over sorted
+/// partitions (an entity's latest version) fails on the worker in datafusion-distributed 4
+/// ("Expects PARTITION BY expression to be ordered"), so entity reads run in the coordinator.
+const STAYING_OPERATORS: [&str; 2] = ["BoundedWindowAggExec", "WindowAggExec"];
 
 /// The workers of a cluster, as `http://host:port` URLs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -173,13 +180,11 @@ impl QueryPlanner for Gate {
         logical_plan: &LogicalPlan,
         session: &dyn Session,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        if reads_row_indexes(logical_plan)? {
-            return self.local.create_physical_plan(logical_plan, session).await;
-        }
         let plan = self
             .distributed
             .create_physical_plan(&travelling(logical_plan)?, session)
             .await?;
+        let plan = with_row_index_scans(plan)?;
         // A plan with no network boundary left (every stage one task) runs here: as the
         // engine plans it, without the distributed planner's split of its scans.
         if !plan.is::<DistributedExec>() || holds_what_cannot_travel(&plan, session)? {
@@ -288,7 +293,7 @@ pub fn with_bytes_per_task(
 
 /// Whether `plan` (the node itself, not its inputs) cannot be sent to a worker.
 pub fn stays_on_coordinator(plan: &dyn ExecutionPlan) -> bool {
-    if SINGLE_TASK_OPERATORS.contains(&plan.name()) || reads_virtual_columns(plan) {
+    if SINGLE_TASK_OPERATORS.contains(&plan.name()) || STAYING_OPERATORS.contains(&plan.name()) {
         return true;
     }
     let mut found = false;
@@ -306,27 +311,6 @@ pub fn stays_on_coordinator(plan: &dyn ExecutionPlan) -> bool {
         })
     });
     found
-}
-
-/// Whether `plan` reads `file_row_index()` (the tie-break of funnels, sequences and entity
-/// listings): the scan reads it as a virtual column, which datafusion-proto 55 does not encode
-/// and datafusion-distributed's split of the scan does not keep.
-fn reads_row_indexes(plan: &LogicalPlan) -> DfResult<bool> {
-    use datafusion::logical_expr::Expr;
-    let mut found = false;
-    plan.apply_with_subqueries(|node| {
-        node.apply_expressions(|e| {
-            found |= e.exists(|e| {
-                Ok(matches!(e, Expr::ScalarFunction(f) if f.name() == "file_row_index"))
-            })?;
-            Ok(if found {
-                TreeNodeRecursion::Stop
-            } else {
-                TreeNodeRecursion::Continue
-            })
-        })
-    })?;
-    Ok(found)
 }
 
 /// Whether `plan` is a file scan with virtual columns (`file_row_index()`, the tie-break of
@@ -354,19 +338,31 @@ impl PhysicalExtensionCodec for Codec {
         &self,
         buf: &[u8],
         inputs: &[Arc<dyn ExecutionPlan>],
-        _ctx: &TaskContext,
+        ctx: &TaskContext,
         _converter: &dyn PhysicalProtoConverterExtension,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        let partitions: [u8; 8] = buf.try_into().map_err(|_| {
-            DataFusionError::Internal(format!(
-                "a ScanPartsExec arrived as {} bytes, not 8",
-                buf.len()
-            ))
-        })?;
-        Ok(Arc::new(ScanPartsExec::try_new(
-            inputs.to_vec(),
-            u64::from_le_bytes(partitions) as usize,
-        )?))
+        match buf.split_first() {
+            Some((&SCAN_PARTS, partitions)) => {
+                let partitions: [u8; 8] = partitions.try_into().map_err(|_| {
+                    DataFusionError::Internal(format!(
+                        "a ScanPartsExec arrived as {} bytes, not 8",
+                        partitions.len()
+                    ))
+                })?;
+                Ok(Arc::new(ScanPartsExec::try_new(
+                    inputs.to_vec(),
+                    u64::from_le_bytes(partitions) as usize,
+                )?))
+            }
+            Some((&ROW_INDEX_SCAN, scan)) => {
+                use datafusion_proto::physical_plan::AsExecutionPlan;
+                use datafusion_proto::protobuf::PhysicalPlanNode;
+                PhysicalPlanNode::try_decode(scan)?.try_into_physical_plan(ctx, self)
+            }
+            _ => Err(DataFusionError::Internal(
+                "a plan node of another signalql version arrived".into(),
+            )),
+        }
     }
 
     fn try_encode(
@@ -375,17 +371,185 @@ impl PhysicalExtensionCodec for Codec {
         buf: &mut Vec<u8>,
         _converter: &dyn PhysicalProtoConverterExtension,
     ) -> DfResult<()> {
-        match node.downcast_ref::<ScanPartsExec>() {
-            Some(scan) => {
-                let partitions = scan.properties().partitioning.partition_count() as u64;
-                buf.extend_from_slice(&partitions.to_le_bytes());
-                Ok(())
-            }
-            None => Err(DataFusionError::NotImplemented(format!(
-                "{} cannot be sent to a worker",
-                node.name()
-            ))),
+        if let Some(scan) = node.downcast_ref::<ScanPartsExec>() {
+            let partitions = scan.properties().partitioning.partition_count() as u64;
+            buf.push(SCAN_PARTS);
+            buf.extend_from_slice(&partitions.to_le_bytes());
+            return Ok(());
         }
+        if let Some(scan) = node.downcast_ref::<RowIndexScanExec>() {
+            buf.push(ROW_INDEX_SCAN);
+            return scan.encode(self, buf);
+        }
+        Err(DataFusionError::NotImplemented(format!(
+            "{} cannot be sent to a worker",
+            node.name()
+        )))
+    }
+}
+
+/// The first byte of an encoded [`ScanPartsExec`].
+const SCAN_PARTS: u8 = 1;
+/// The first byte of an encoded [`RowIndexScanExec`].
+const ROW_INDEX_SCAN: u8 = 2;
+
+/// The prefix of the virtual column a Parquet scan reads `file_row_index()` into.
+const ROW_INDEX_COLUMN: &str = "__datafusion_file_row_index";
+
+/// `plan` with each file scan that reads `file_row_index()` (a virtual column) wrapped in a
+/// [`RowIndexScanExec`], split scans' tasks too, so that the scan travels with its row index.
+fn with_row_index_scans(plan: Arc<dyn ExecutionPlan>) -> DfResult<Arc<dyn ExecutionPlan>> {
+    use datafusion::common::tree_node::Transformed;
+    use datafusion_distributed::DistributedLeafExec;
+    let wrap = |p: &Arc<dyn ExecutionPlan>| -> Arc<dyn ExecutionPlan> {
+        match reads_virtual_columns(p.as_ref()) {
+            true => Arc::new(RowIndexScanExec(Arc::clone(p))),
+            false => Arc::clone(p),
+        }
+    };
+    plan.transform_up(|node| {
+        if let Some(leaf) = node.downcast_ref::<DistributedLeafExec>()
+            && reads_virtual_columns(leaf.original().as_ref())
+        {
+            let split = DistributedLeafExec::try_new(
+                wrap(leaf.original()),
+                leaf.variants().iter().map(wrap),
+            )?;
+            return Ok(Transformed::yes(Arc::new(split) as Arc<dyn ExecutionPlan>));
+        }
+        if reads_virtual_columns(node.as_ref()) {
+            return Ok(Transformed::yes(wrap(&node)));
+        }
+        Ok(Transformed::no(node))
+    })
+    .map(|t| t.data)
+}
+
+/// A Parquet scan that reads `file_row_index()` (the tie-break of funnels, sequences and entity
+/// listings), as it travels to a worker. datafusion-proto 55 encodes the scan's projection
+/// but not the virtual column the row index is read into; this node sends the projection with
+/// `file_row_index()` itself in place of that column, and the worker's decoding pushes it into
+/// the scan again, which adds the column back. In this process it is the scan.
+#[derive(Debug)]
+struct RowIndexScanExec(Arc<dyn ExecutionPlan>);
+
+impl RowIndexScanExec {
+    /// The scan, as `datafusion-proto` encodes it, with its projection's row-index column
+    /// written as `file_row_index()`.
+    fn encode(&self, codec: &dyn PhysicalExtensionCodec, buf: &mut Vec<u8>) -> DfResult<()> {
+        use datafusion::common::tree_node::Transformed;
+        use datafusion::physical_expr::expressions::Column;
+        use datafusion_proto::physical_plan::AsExecutionPlan;
+        use datafusion_proto::physical_plan::to_proto::serialize_physical_expr;
+        use datafusion_proto::protobuf::{self, physical_plan_node::PhysicalPlanType};
+
+        let not_a_scan =
+            || DataFusionError::Internal("RowIndexScanExec holds no Parquet scan".into());
+        let files = self
+            .0
+            .downcast_ref::<DataSourceExec>()
+            .and_then(|scan| scan.data_source().downcast_ref::<FileScanConfig>())
+            .ok_or_else(not_a_scan)?;
+        let projection = files.file_source.projection().ok_or_else(not_a_scan)?;
+        let row_index = datafusion::functions::core::file_row_index();
+        let config = Arc::new(datafusion::config::ConfigOptions::default());
+        let projections = projection
+            .iter()
+            .map(|p| {
+                let expr = Arc::clone(&p.expr)
+                    .transform_up(|e| {
+                        Ok(match e.downcast_ref::<Column>() {
+                            Some(c) if c.name().starts_with(ROW_INDEX_COLUMN) => Transformed::yes(
+                                Arc::new(ScalarFunctionExpr::new(
+                                    row_index.name(),
+                                    Arc::clone(&row_index),
+                                    vec![],
+                                    Arc::new(datafusion::arrow::datatypes::Field::new(
+                                        row_index.name(),
+                                        datafusion::arrow::datatypes::DataType::Int64,
+                                        true,
+                                    )),
+                                    Arc::clone(&config),
+                                )) as Arc<dyn PhysicalExpr>,
+                            ),
+                            _ => Transformed::no(e),
+                        })
+                    })?
+                    .data;
+                Ok(protobuf::ProjectionExpr {
+                    alias: p.alias.to_string(),
+                    expr: Some(serialize_physical_expr(&expr, codec)?),
+                })
+            })
+            .collect::<DfResult<Vec<_>>>()?;
+        let mut node =
+            protobuf::PhysicalPlanNode::try_from_physical_plan(Arc::clone(&self.0), codec)?;
+        match &mut node.physical_plan_type {
+            Some(PhysicalPlanType::ParquetScan(scan)) => {
+                let base = scan.base_conf.as_mut().ok_or_else(not_a_scan)?;
+                base.projection_exprs = Some(protobuf::ProjectionExprs { projections });
+            }
+            _ => return Err(not_a_scan()),
+        }
+        node.try_encode(buf)
+    }
+}
+
+impl datafusion::physical_plan::DisplayAs for RowIndexScanExec {
+    fn fmt_as(
+        &self,
+        t: datafusion::physical_plan::DisplayFormatType,
+        f: &mut std::fmt::Formatter,
+    ) -> std::fmt::Result {
+        write!(f, "RowIndexScanExec: ")?;
+        match self.0.as_ref().downcast_ref::<DataSourceExec>() {
+            Some(scan) => scan.fmt_as(t, f),
+            None => write!(f, "{}", self.0.name()),
+        }
+    }
+}
+
+impl ExecutionPlan for RowIndexScanExec {
+    fn name(&self) -> &str {
+        "RowIndexScanExec"
+    }
+
+    fn properties(&self) -> &Arc<datafusion::physical_plan::PlanProperties> {
+        self.0.properties()
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![]
+    }
+
+    fn apply_expressions(
+        &self,
+        f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> DfResult<TreeNodeRecursion>,
+    ) -> DfResult<TreeNodeRecursion> {
+        self.0.apply_expressions(f)
+    }
+
+    fn replace_children(
+        self: Arc<Self>,
+        _children: Vec<Arc<dyn ExecutionPlan>>,
+        _options: datafusion::physical_plan::ReplaceChildrenOptions,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        Ok(self)
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        _children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        Ok(self)
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> DfResult<datafusion::execution::SendableRecordBatchStream> {
+        self.0.execute(partition, context)
     }
 }
 

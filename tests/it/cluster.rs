@@ -118,12 +118,14 @@ async fn grouped_statements_run_on_the_workers_and_the_rest_here() {
         r#"FROM metric(analytics.error_rate) DURING LAST 14 d BUCKET BY d RETURN timestamp, metric_value"#,
         r#"FROM events WHERE event_name = "purchase" DURING LAST 2 d RETURN timestamp, user_id ORDER BY timestamp DESC LIMIT 5"#,
         "DESCRIBE events",
+        // Funnels and sequences: the scan travels with its row index (the tie-break), the
+        // file rank with its file list, the funnel aggregate with its settings as arguments.
+        r#"FUNNEL "visit" -> "signup" -> "activated" FROM events DURING LAST 28 d WITHIN 7 d"#,
+        r#"FUNNEL "session_start" -> "page_view" -> "click" FROM events DURING LAST 28 d WITHIN 1 h ORDER STRICT GROUP BY properties.platform"#,
+        r#"FIND sequence WHERE "signup" -> "checkout" -> "purchase" WITHIN 2 d"#,
     ];
     let here = [
-        // Funnels, sequences and entities order rows by their place in the files
-        // (file_row_index()), which a worker's copy of the scan would not have.
-        r#"FUNNEL "visit" -> "signup" -> "activated" FROM events DURING LAST 28 d WITHIN 7 d"#,
-        r#"FIND sequence WHERE "signup" -> "checkout" -> "purchase" WITHIN 2 d"#,
+        // An entity's latest version is a window over sorted partitions.
         "FROM entity(analytics.user) GROUP BY attributes.plan RETURN attributes.plan, count",
         // The text index's weights are the query's own postings.
         r#"FIND OBJECT ABOUT "parquet storage" LIMIT 5"#,
