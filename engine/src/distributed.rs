@@ -14,7 +14,7 @@
 //! parameter (a table's file list, a column's name) into the form that carries it as an
 //! argument, and wraps each file scan that reads `file_row_index()` so that it travels with
 //! its row-index column ([`RowIndexScanExec`]). A statement whose worker stages would still
-//! hold something that does not travel (one of those operators, a window, or the text index's
+//! hold something that does not travel (one of those operators, or the text index's
 //! weights, whose parameter is the query's postings) runs whole on the coordinator, as it
 //! would without workers.
 
@@ -76,11 +76,6 @@ const PARAMETERISED: [(&str, Option<usize>); 3] = [
 /// The engine's operators that read every partition of their input at once: they run in one
 /// task, and have no codec.
 const SINGLE_TASK_OPERATORS: [&str; 3] = ["BundlePack", "Traverse", "GroupCapExec"];
-
-/// DataFusion's operators a stage bound for the workers must not hold: a window over sorted
-/// partitions (an entity's latest version) fails on the worker in datafusion-distributed 4
-/// ("Expects PARTITION BY expression to be ordered"), so entity reads run in the coordinator.
-const STAYING_OPERATORS: [&str; 2] = ["BoundedWindowAggExec", "WindowAggExec"];
 
 /// The workers of a cluster, as `http://host:port` URLs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -293,7 +288,7 @@ pub fn with_bytes_per_task(
 
 /// Whether `plan` (the node itself, not its inputs) cannot be sent to a worker.
 pub fn stays_on_coordinator(plan: &dyn ExecutionPlan) -> bool {
-    if SINGLE_TASK_OPERATORS.contains(&plan.name()) || STAYING_OPERATORS.contains(&plan.name()) {
+    if SINGLE_TASK_OPERATORS.contains(&plan.name()) {
         return true;
     }
     let mut found = false;

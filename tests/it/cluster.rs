@@ -123,10 +123,14 @@ async fn grouped_statements_run_on_the_workers_and_the_rest_here() {
         r#"FUNNEL "visit" -> "signup" -> "activated" FROM events DURING LAST 28 d WITHIN 7 d"#,
         r#"FUNNEL "session_start" -> "page_view" -> "click" FROM events DURING LAST 28 d WITHIN 1 h ORDER STRICT GROUP BY properties.platform"#,
         r#"FIND sequence WHERE "signup" -> "checkout" -> "purchase" WITHIN 2 d"#,
+        // Entities: the window that keeps each one's latest version runs on the workers.
+        "FROM entity(analytics.user) GROUP BY attributes.plan RETURN attributes.plan, count",
+        r#"FROM events WHERE event_name = "purchase" DURING LAST 30 d GROUP BY signal(churn_risk) RETURN signal(churn_risk), count"#,
     ];
     let here = [
-        // An entity's latest version is a window over sorted partitions.
-        "FROM entity(analytics.user) GROUP BY attributes.plan RETURN attributes.plan, count",
+        // The traversal's stage is one task, which the planner sends to a worker when a
+        // boundary is above it: the statement stays here.
+        r#"FROM entity(analytics.account) WHERE attributes.region = "emea" TRAVERSE parent_of DEPTH <= 2 GROUP BY hops RETURN hops, count"#,
         // The text index's weights are the query's own postings.
         r#"FIND OBJECT ABOUT "parquet storage" LIMIT 5"#,
         r#"CONTEXT FOR "parquet storage engine budget" BUDGET 2000 TOKENS"#,

@@ -78,7 +78,13 @@ pub fn entities_as_of(
     // The latest row per entity by a window: rows sorted by entity, newest first, the first
     // kept. The sort is the memory pool's (and spills); `last_value` per column held each
     // group's values outside it, about 5 KB an entity with a struct of attributes.
-    let keys = ["entity_type", "entity_id"];
+    // Of one type, by the entity alone: the filter makes the type a constant, which DataFusion
+    // then leaves out of the sort, and a window partitioned by it too is refused where that
+    // is not known (a cluster's worker, docs/cluster.md).
+    let keys: &[&str] = match of_type {
+        Some(_) => &["entity_id"],
+        None => &["entity_type", "entity_id"],
+    };
     let newest = row_number()
         .partition_by(keys.iter().map(|k| column(k)).collect())
         .order_by(vec![
