@@ -49,6 +49,8 @@ use tonic::transport::{Endpoint, Server};
 use url::Url;
 
 use crate::error::{Error, Result};
+use crate::lower::traverse::Traverse;
+use crate::operator::TwoInputExec;
 
 /// The version a coordinator and its workers must share: the plans and functions they
 /// exchange are this build's.
@@ -74,8 +76,12 @@ const PARAMETERISED: [(&str, Option<usize>); 3] = [
 ];
 
 /// The engine's operators that read every partition of their input at once: they run in one
-/// task, and have no codec.
+/// task.
 const SINGLE_TASK_OPERATORS: [&str; 3] = ["BundlePack", "Traverse", "GroupCapExec"];
+
+/// Those of them that have no codec: a stage bound for the workers must not hold them (the
+/// traversal's codec is its relation and depth).
+const WITHOUT_CODEC: [&str; 2] = ["BundlePack", "GroupCapExec"];
 
 /// The workers of a cluster, as `http://host:port` URLs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -288,7 +294,7 @@ pub fn with_bytes_per_task(
 
 /// Whether `plan` (the node itself, not its inputs) cannot be sent to a worker.
 pub fn stays_on_coordinator(plan: &dyn ExecutionPlan) -> bool {
-    if SINGLE_TASK_OPERATORS.contains(&plan.name()) {
+    if WITHOUT_CODEC.contains(&plan.name()) || window_needs_known_constants(plan) {
         return true;
     }
     let mut found = false;
@@ -306,6 +312,27 @@ pub fn stays_on_coordinator(plan: &dyn ExecutionPlan) -> bool {
         })
     });
     found
+}
+
+/// Whether `plan` is a window whose input is sorted without one of its partition keys: the key
+/// is a constant there (`WHERE entity_id = "x"` under an entity's latest-version window), which
+/// the sort left out. A worker decodes the window without knowing the constant and refuses it
+/// (datafusion-distributed 4: "Expects PARTITION BY expression to be ordered").
+fn window_needs_known_constants(plan: &dyn ExecutionPlan) -> bool {
+    use datafusion::physical_plan::windows::BoundedWindowAggExec;
+    let Some(window) = plan.downcast_ref::<BoundedWindowAggExec>() else {
+        return false;
+    };
+    let sorted: Vec<&Arc<dyn PhysicalExpr>> = window
+        .input()
+        .properties()
+        .output_ordering()
+        .map(|o| o.iter().map(|s| &s.expr).collect())
+        .unwrap_or_default();
+    window
+        .partition_keys()
+        .iter()
+        .any(|k| !sorted.iter().any(|s| s.as_ref() == k.as_ref()))
 }
 
 /// Whether `plan` is a file scan with virtual columns (`file_row_index()`, the tie-break of
@@ -349,6 +376,27 @@ impl PhysicalExtensionCodec for Codec {
                     u64::from_le_bytes(partitions) as usize,
                 )?))
             }
+            Some((&TRAVERSE, traverse)) => {
+                let (depth, relation) = traverse
+                    .split_first_chunk::<8>()
+                    .ok_or_else(|| DataFusionError::Internal("a Traverse arrived cut".into()))?;
+                let relation = String::from_utf8(relation.to_vec()).map_err(|e| {
+                    DataFusionError::Internal(format!("a Traverse's relation: {e}"))
+                })?;
+                match inputs {
+                    [first, second] => Ok(Arc::new(TwoInputExec::new(
+                        Arc::clone(first),
+                        Arc::clone(second),
+                        Traverse {
+                            relation,
+                            depth: u64::from_le_bytes(*depth),
+                        },
+                    ))),
+                    _ => Err(DataFusionError::Internal(
+                        "a Traverse arrived without its two inputs".into(),
+                    )),
+                }
+            }
             Some((&ROW_INDEX_SCAN, scan)) => {
                 use datafusion_proto::physical_plan::AsExecutionPlan;
                 use datafusion_proto::protobuf::PhysicalPlanNode;
@@ -372,6 +420,13 @@ impl PhysicalExtensionCodec for Codec {
             buf.extend_from_slice(&partitions.to_le_bytes());
             return Ok(());
         }
+        if let Some(traverse) = node.downcast_ref::<TwoInputExec<Traverse>>() {
+            let Traverse { relation, depth } = traverse.kernel();
+            buf.push(TRAVERSE);
+            buf.extend_from_slice(&depth.to_le_bytes());
+            buf.extend_from_slice(relation.as_bytes());
+            return Ok(());
+        }
         if let Some(scan) = node.downcast_ref::<RowIndexScanExec>() {
             buf.push(ROW_INDEX_SCAN);
             return scan.encode(self, buf);
@@ -387,6 +442,8 @@ impl PhysicalExtensionCodec for Codec {
 const SCAN_PARTS: u8 = 1;
 /// The first byte of an encoded [`RowIndexScanExec`].
 const ROW_INDEX_SCAN: u8 = 2;
+/// The first byte of an encoded traversal (`TwoInputExec<Traverse>`).
+const TRAVERSE: u8 = 3;
 
 /// The prefix of the virtual column a Parquet scan reads `file_row_index()` into.
 const ROW_INDEX_COLUMN: &str = "__datafusion_file_row_index";

@@ -145,6 +145,11 @@ impl<K: Kernel> TwoInputExec<K> {
             props: Arc::new(props),
         }
     }
+
+    /// What the operator computes, with its parameters.
+    pub fn kernel(&self) -> &K {
+        &self.kernel
+    }
 }
 
 impl<K: Kernel> DisplayAs for TwoInputExec<K> {

@@ -126,11 +126,15 @@ async fn grouped_statements_run_on_the_workers_and_the_rest_here() {
         // Entities: the window that keeps each one's latest version runs on the workers.
         "FROM entity(analytics.user) GROUP BY attributes.plan RETURN attributes.plan, count",
         r#"FROM events WHERE event_name = "purchase" DURING LAST 30 d GROUP BY signal(churn_risk) RETURN signal(churn_risk), count"#,
+        r#"FROM entity(analytics.user) WHERE entity_id IN ("u000008", "u000009") RETURN entity_id, attributes.plan"#,
+        // The traversal travels with its relation and depth, in a stage of one task.
+        r#"FROM entity(analytics.account) WHERE attributes.region = "emea" TRAVERSE parent_of DEPTH <= 2 GROUP BY hops RETURN hops, count"#,
     ];
     let here = [
-        // The traversal's stage is one task, which the planner sends to a worker when a
-        // boundary is above it: the statement stays here.
-        r#"FROM entity(analytics.account) WHERE attributes.region = "emea" TRAVERSE parent_of DEPTH <= 2 GROUP BY hops RETURN hops, count"#,
+        // One entity by its id: the id is a constant under the latest-version window, which
+        // its sort leaves out and a worker would refuse.
+        r#"FROM entity(analytics.user) WHERE entity_id = "u000008" RETURN entity_id, attributes.plan"#,
+        r#"FROM entity(analytics.account) WHERE entity_id = "a0000" TRAVERSE partner_of DEPTH <= 7 RETURN entity_id, hops ORDER BY hops ASC"#,
         // The text index's weights are the query's own postings.
         r#"FIND OBJECT ABOUT "parquet storage" LIMIT 5"#,
         r#"CONTEXT FOR "parquet storage engine budget" BUDGET 2000 TOKENS"#,
@@ -143,6 +147,18 @@ async fn grouped_statements_run_on_the_workers_and_the_rest_here() {
     for q in here {
         let plan = physical_plan(&workers.addresses, q).await;
         assert!(!plan.contains("DistributedExec"), "{q}: {plan}");
+    }
+    // Either way, the rows of one process.
+    let sample = signalql::sample_dataset();
+    for q in distributed.iter().chain(&here) {
+        if q.starts_with("DESCRIBE") || q.starts_with("CONTEXT") {
+            continue;
+        }
+        assert_eq!(
+            envelope(&sample, &workers.addresses, q).await.unwrap(),
+            envelope(&sample, &[], q).await.unwrap(),
+            "{q}"
+        );
     }
     // The group cap sits above the network boundary, in this process.
     let plan = physical_plan(&workers.addresses, distributed[0]).await;
