@@ -185,7 +185,7 @@ impl QueryPlanner for Gate {
             .distributed
             .create_physical_plan(&travelling(logical_plan)?, session)
             .await?;
-        let plan = with_row_index_scans(plan)?;
+        let plan = with_window_keys_sorted(with_row_index_scans(plan)?)?;
         // A plan with no network boundary left (every stage one task) runs here: as the
         // engine plans it, without the distributed planner's split of its scans.
         if !plan.is::<DistributedExec>() || holds_what_cannot_travel(&plan, session)? {
@@ -314,6 +314,49 @@ pub fn stays_on_coordinator(plan: &dyn ExecutionPlan) -> bool {
     found
 }
 
+/// `plan` with the sort under each window that leaves out a partition key (a constant there,
+/// [`window_needs_known_constants`]) sorting by that key first: a no-op on the rows, which lets
+/// a worker see the window's input ordered as it requires.
+fn with_window_keys_sorted(plan: Arc<dyn ExecutionPlan>) -> DfResult<Arc<dyn ExecutionPlan>> {
+    use datafusion::common::tree_node::Transformed;
+    use datafusion::physical_expr::{LexOrdering, PhysicalSortExpr};
+    use datafusion::physical_plan::sorts::sort::SortExec;
+    use datafusion::physical_plan::windows::BoundedWindowAggExec;
+    plan.transform_up(|node| {
+        let Some(window) = node.downcast_ref::<BoundedWindowAggExec>() else {
+            return Ok(Transformed::no(node));
+        };
+        let Some(sort) = window.input().downcast_ref::<SortExec>() else {
+            return Ok(Transformed::no(node));
+        };
+        let missing: Vec<PhysicalSortExpr> = window
+            .partition_keys()
+            .into_iter()
+            .filter(|k| !sort.expr().iter().any(|s| s.expr.as_ref() == k.as_ref()))
+            .map(PhysicalSortExpr::new_default)
+            .collect();
+        if missing.is_empty() {
+            return Ok(Transformed::no(node));
+        }
+        let Some(ordering) =
+            LexOrdering::new(missing.into_iter().chain(sort.expr().iter().cloned()))
+        else {
+            return Ok(Transformed::no(node));
+        };
+        let sorted = SortExec::new(ordering, Arc::clone(sort.input()))
+            .with_preserve_partitioning(sort.preserve_partitioning())
+            .with_fetch(sort.fetch());
+        let window = Arc::clone(&node).replace_children(
+            vec![Arc::new(sorted)],
+            datafusion::physical_plan::ReplaceChildrenOptions::new(
+                datafusion::physical_plan::ChildrenPropertiesMode::Recompute,
+            ),
+        )?;
+        Ok(Transformed::yes(window))
+    })
+    .map(|t| t.data)
+}
+
 /// Whether `plan` is a window whose input is sorted without one of its partition keys: the key
 /// is a constant there (`WHERE entity_id = "x"` under an entity's latest-version window), which
 /// the sort left out. A worker decodes the window without knowing the constant and refuses it
@@ -323,12 +366,20 @@ fn window_needs_known_constants(plan: &dyn ExecutionPlan) -> bool {
     let Some(window) = plan.downcast_ref::<BoundedWindowAggExec>() else {
         return false;
     };
-    let sorted: Vec<&Arc<dyn PhysicalExpr>> = window
+    // A sort's own keys (its output ordering leaves out what is constant here, which a
+    // worker's copy of the plan may not know).
+    let sorted: Vec<&Arc<dyn PhysicalExpr>> = match window
         .input()
-        .properties()
-        .output_ordering()
-        .map(|o| o.iter().map(|s| &s.expr).collect())
-        .unwrap_or_default();
+        .downcast_ref::<datafusion::physical_plan::sorts::sort::SortExec>(
+    ) {
+        Some(sort) => sort.expr().iter().map(|s| &s.expr).collect(),
+        None => window
+            .input()
+            .properties()
+            .output_ordering()
+            .map(|o| o.iter().map(|s| &s.expr).collect())
+            .unwrap_or_default(),
+    };
     window
         .partition_keys()
         .iter()

@@ -129,12 +129,12 @@ async fn grouped_statements_run_on_the_workers_and_the_rest_here() {
         r#"FROM entity(analytics.user) WHERE entity_id IN ("u000008", "u000009") RETURN entity_id, attributes.plan"#,
         // The traversal travels with its relation and depth, in a stage of one task.
         r#"FROM entity(analytics.account) WHERE attributes.region = "emea" TRAVERSE parent_of DEPTH <= 2 GROUP BY hops RETURN hops, count"#,
-    ];
-    let here = [
         // One entity by its id: the id is a constant under the latest-version window, which
-        // its sort leaves out and a worker would refuse.
+        // the window's sort then sorts by first, so that a worker sees it ordered.
         r#"FROM entity(analytics.user) WHERE entity_id = "u000008" RETURN entity_id, attributes.plan"#,
         r#"FROM entity(analytics.account) WHERE entity_id = "a0000" TRAVERSE partner_of DEPTH <= 7 RETURN entity_id, hops ORDER BY hops ASC"#,
+    ];
+    let here = [
         // The text index's weights are the query's own postings.
         r#"FIND OBJECT ABOUT "parquet storage" LIMIT 5"#,
         r#"CONTEXT FOR "parquet storage engine budget" BUDGET 2000 TOKENS"#,
