@@ -449,21 +449,29 @@ struct Reach {
     bytes_per_task: Option<u64>,
 }
 
+impl Reach {
+    /// The engine options of a command answering on `surface` at `now`.
+    fn engine_options(
+        &self,
+        surface: &'static str,
+        now: Option<String>,
+    ) -> Result<EngineOptions, Error> {
+        Ok(EngineOptions {
+            now: parse_now(now)?,
+            storage: self.storage.clone(),
+            principal: self.principal.clone(),
+            trace: self.trace,
+            surface,
+            workers: self.workers.clone(),
+            bytes_per_task: self.bytes_per_task,
+            ..Default::default()
+        })
+    }
+}
+
 fn open(data: Option<PathBuf>, now: Option<String>, reach: &Reach) -> Result<Engine, Error> {
     let root = data.unwrap_or_else(signalql::sample_dataset);
-    Engine::open_with(
-        root,
-        EngineOptions {
-            now: parse_now(now)?,
-            storage: reach.storage.clone(),
-            principal: reach.principal.clone(),
-            trace: reach.trace,
-            surface: "cli",
-            workers: reach.workers.clone(),
-            bytes_per_task: reach.bytes_per_task,
-            ..Default::default()
-        },
-    )
+    Engine::open_with(root, reach.engine_options("cli", now)?)
 }
 
 /// The dataset root an ingest writes to: a local folder or an S3 prefix.
@@ -552,15 +560,8 @@ fn run(cli: Cli) -> Result<(), Error> {
             let engine = Engine::open_with(
                 root,
                 EngineOptions {
-                    now: parse_now(now)?,
-                    storage: reach.storage.clone(),
-                    principal: reach.principal.clone(),
-                    trace: reach.trace,
-                    surface: "mcp",
                     plan_cache: Some(Default::default()),
-                    workers: reach.workers.clone(),
-                    bytes_per_task: reach.bytes_per_task,
-                    ..Default::default()
+                    ..reach.engine_options("mcp", now)?
                 },
             )?;
             runtime()?.block_on(signalql::mcp::serve_stdio(engine))
@@ -581,15 +582,11 @@ fn run(cli: Cli) -> Result<(), Error> {
         Command::Serve { data, listen, now } => {
             let root = data.unwrap_or_else(signalql::sample_dataset);
             let options = EngineOptions {
-                now: parse_now(now)?,
-                storage: reach.storage.clone(),
-                trace: reach.trace,
-                surface: "serve",
-                workers: reach.workers.clone(),
-                bytes_per_task: reach.bytes_per_task,
+                // Each request's bearer token picks its principal (docs/serve.md).
+                principal: None,
                 // One cache for the engines of every principal (the key holds the principal).
                 plan_cache: Some(Default::default()),
-                ..Default::default()
+                ..reach.engine_options("serve", now)?
             };
             runtime()?.block_on(signalql::serve::serve(root, options, listen, |addr| {
                 println!("listening on http://{addr}");

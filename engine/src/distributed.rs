@@ -4,7 +4,8 @@
 //! engine's planner: it plans every statement as it does locally, then cuts the physical plan
 //! into stages at its network boundaries and sends the stages that read files to the workers.
 //! A worker ([`worker`]) is a gRPC service whose sessions know every signalql function and
-//! the one signalql operator that travels (the scan of a split table, [`ScanPartsExec`]).
+//! the signalql operators that travel ([`Codec`]: the scan of a split table, a scan with its
+//! row index, the traversal).
 //!
 //! The engine's operators that read every partition of their input at once (the bundle packer,
 //! the traversal, the group cap) run in one task ([`single_task`]): the planner keeps them in
@@ -34,8 +35,9 @@ use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::execution::{SessionState, SessionStateBuilder, TaskContext};
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::physical_expr::ScalarFunctionExpr;
-use datafusion::physical_plan::ExecutionPlan;
-use datafusion::physical_plan::PhysicalExpr;
+use datafusion::physical_plan::sorts::sort::SortExec;
+use datafusion::physical_plan::windows::BoundedWindowAggExec;
+use datafusion::physical_plan::{ExecutionPlan, PhysicalExpr};
 use datafusion_distributed::grpc::{BoxCloneSyncChannel, create_worker_client};
 use datafusion_distributed::{
     ChannelResolver, DesiredTaskCountEvent, DesiredTaskCountEventResponse, DistributedExec,
@@ -320,8 +322,6 @@ pub fn stays_on_coordinator(plan: &dyn ExecutionPlan) -> bool {
 fn with_window_keys_sorted(plan: Arc<dyn ExecutionPlan>) -> DfResult<Arc<dyn ExecutionPlan>> {
     use datafusion::common::tree_node::Transformed;
     use datafusion::physical_expr::{LexOrdering, PhysicalSortExpr};
-    use datafusion::physical_plan::sorts::sort::SortExec;
-    use datafusion::physical_plan::windows::BoundedWindowAggExec;
     plan.transform_up(|node| {
         let Some(window) = node.downcast_ref::<BoundedWindowAggExec>() else {
             return Ok(Transformed::no(node));
@@ -329,18 +329,12 @@ fn with_window_keys_sorted(plan: Arc<dyn ExecutionPlan>) -> DfResult<Arc<dyn Exe
         let Some(sort) = window.input().downcast_ref::<SortExec>() else {
             return Ok(Transformed::no(node));
         };
-        let missing: Vec<PhysicalSortExpr> = window
-            .partition_keys()
-            .into_iter()
-            .filter(|k| !sort.expr().iter().any(|s| s.expr.as_ref() == k.as_ref()))
-            .map(PhysicalSortExpr::new_default)
-            .collect();
+        let missing = unsorted_partition_keys(window);
         if missing.is_empty() {
             return Ok(Transformed::no(node));
         }
-        let Some(ordering) =
-            LexOrdering::new(missing.into_iter().chain(sort.expr().iter().cloned()))
-        else {
+        let keys = missing.into_iter().map(PhysicalSortExpr::new_default);
+        let Some(ordering) = LexOrdering::new(keys.chain(sort.expr().iter().cloned())) else {
             return Ok(Transformed::no(node));
         };
         let sorted = SortExec::new(ordering, Arc::clone(sort.input()))
@@ -362,19 +356,18 @@ fn with_window_keys_sorted(plan: Arc<dyn ExecutionPlan>) -> DfResult<Arc<dyn Exe
 /// the sort left out. A worker decodes the window without knowing the constant and refuses it
 /// (datafusion-distributed 4: "Expects PARTITION BY expression to be ordered").
 fn window_needs_known_constants(plan: &dyn ExecutionPlan) -> bool {
-    use datafusion::physical_plan::windows::BoundedWindowAggExec;
-    let Some(window) = plan.downcast_ref::<BoundedWindowAggExec>() else {
-        return false;
-    };
-    // A sort's own keys (its output ordering leaves out what is constant here, which a
-    // worker's copy of the plan may not know).
-    let sorted: Vec<&Arc<dyn PhysicalExpr>> = match window
-        .input()
-        .downcast_ref::<datafusion::physical_plan::sorts::sort::SortExec>(
-    ) {
+    plan.downcast_ref::<BoundedWindowAggExec>()
+        .is_some_and(|window| !unsorted_partition_keys(window).is_empty())
+}
+
+/// The partition keys of `window` its input is not sorted by: a sort's own keys (its output
+/// ordering leaves out what is constant here, which a worker's copy of the plan may not
+/// know), else the input's output ordering.
+fn unsorted_partition_keys(window: &BoundedWindowAggExec) -> Vec<Arc<dyn PhysicalExpr>> {
+    let input = window.input();
+    let sorted: Vec<&Arc<dyn PhysicalExpr>> = match input.downcast_ref::<SortExec>() {
         Some(sort) => sort.expr().iter().map(|s| &s.expr).collect(),
-        None => window
-            .input()
+        None => input
             .properties()
             .output_ordering()
             .map(|o| o.iter().map(|s| &s.expr).collect())
@@ -382,27 +375,34 @@ fn window_needs_known_constants(plan: &dyn ExecutionPlan) -> bool {
     };
     window
         .partition_keys()
-        .iter()
-        .any(|k| !sorted.iter().any(|s| s.as_ref() == k.as_ref()))
+        .into_iter()
+        .filter(|k| !sorted.iter().any(|s| s.as_ref() == k.as_ref()))
+        .collect()
+}
+
+/// The files and settings of `plan` when it is a file scan.
+fn file_scan(plan: &dyn ExecutionPlan) -> Option<&FileScanConfig> {
+    plan.downcast_ref::<DataSourceExec>()
+        .and_then(|scan| scan.data_source().downcast_ref::<FileScanConfig>())
 }
 
 /// Whether `plan` is a file scan with virtual columns (`file_row_index()`, the tie-break of
-/// funnels, sequences and entity listings): datafusion-proto 55 does not encode them, so the
-/// worker's copy of the scan would not have the column.
+/// funnels, sequences and entity listings): datafusion-proto 55 does not encode them, so it
+/// travels as a [`RowIndexScanExec`].
 fn reads_virtual_columns(plan: &dyn ExecutionPlan) -> bool {
-    plan.downcast_ref::<DataSourceExec>()
-        .and_then(|scan| scan.data_source().downcast_ref::<FileScanConfig>())
-        .is_some_and(|files| {
-            !files
-                .file_source
-                .table_schema()
-                .virtual_columns()
-                .is_empty()
-        })
+    file_scan(plan).is_some_and(|files| {
+        !files
+            .file_source
+            .table_schema()
+            .virtual_columns()
+            .is_empty()
+    })
 }
 
-/// The codec of the one signalql operator that travels: [`ScanPartsExec`], whose parts
-/// arrive as its inputs; its own parameter is its partition count.
+/// The codec of the signalql operators that travel, each a tag byte then its parameters:
+/// [`ScanPartsExec`] (its partition count; its parts arrive as its inputs), the traversal (its
+/// depth and relation; its two inputs arrive decoded) and [`RowIndexScanExec`] (the scan as
+/// datafusion-proto encodes it).
 #[derive(Debug)]
 pub struct Codec;
 
@@ -504,11 +504,9 @@ const ROW_INDEX_COLUMN: &str = "__datafusion_file_row_index";
 fn with_row_index_scans(plan: Arc<dyn ExecutionPlan>) -> DfResult<Arc<dyn ExecutionPlan>> {
     use datafusion::common::tree_node::Transformed;
     use datafusion_distributed::DistributedLeafExec;
+    // A split scan's parts read what the whole reads.
     let wrap = |p: &Arc<dyn ExecutionPlan>| -> Arc<dyn ExecutionPlan> {
-        match reads_virtual_columns(p.as_ref()) {
-            true => Arc::new(RowIndexScanExec(Arc::clone(p))),
-            false => Arc::clone(p),
-        }
+        Arc::new(RowIndexScanExec(Arc::clone(p)))
     };
     plan.transform_up(|node| {
         if let Some(leaf) = node.downcast_ref::<DistributedLeafExec>()
@@ -548,11 +546,7 @@ impl RowIndexScanExec {
 
         let not_a_scan =
             || DataFusionError::Internal("RowIndexScanExec holds no Parquet scan".into());
-        let files = self
-            .0
-            .downcast_ref::<DataSourceExec>()
-            .and_then(|scan| scan.data_source().downcast_ref::<FileScanConfig>())
-            .ok_or_else(not_a_scan)?;
+        let files = file_scan(self.0.as_ref()).ok_or_else(not_a_scan)?;
         let projection = files.file_source.projection().ok_or_else(not_a_scan)?;
         let row_index = datafusion::functions::core::file_row_index();
         let config = Arc::new(datafusion::config::ConfigOptions::default());
@@ -713,17 +707,8 @@ impl Named {
 /// status that is not an error the worker sent (those arrive decoded).
 fn name_worker(url: &Url, e: DataFusionError) -> DataFusionError {
     // Wherever it sits in the error's chain (a Flight decoder's error, an Arrow error).
-    fn transport<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a tonic::Status> {
-        let mut next = Some(e);
-        while let Some(e) = next {
-            if let Some(status) = e.downcast_ref::<tonic::Status>() {
-                return Some(status);
-            }
-            next = e.source();
-        }
-        None
-    }
-    match transport(&e) {
+    let transport = error_chain(&e).find_map(|e| e.downcast_ref::<tonic::Status>());
+    match transport {
         Some(status) => DataFusionError::External(Box::new(Error::io(format!(
             "worker {url} was lost mid-statement: {}",
             source_chain(status)
@@ -802,16 +787,19 @@ impl WorkerChannel for Named {
     }
 }
 
+/// `e`, then its source, its source's source, and so on.
+fn error_chain<'a>(
+    e: &'a (dyn std::error::Error + 'static),
+) -> impl Iterator<Item = &'a (dyn std::error::Error + 'static)> {
+    std::iter::successors(Some(e), |e| e.source())
+}
+
 /// An error and its sources, one line (tonic's transport error says only "transport error").
 fn source_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
+    error_chain(e)
+        .map(|e| e.to_string())
+        .collect::<Vec<_>>()
+        .join(": ")
 }
 
 /// A worker: sessions with every signalql function and the signalql codec, that refuse a

@@ -200,3 +200,17 @@ pub async fn folder_sql(root: &Path, tables: &[&str], q: &str) -> Vec<Vec<String
     }
     out
 }
+
+/// What `child` (a server started with its stdout piped) says after `prefix` on its first line
+/// of output: where it listens.
+pub fn announced(child: &mut std::process::Child, prefix: &str) -> String {
+    use std::io::BufRead;
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().expect("its stdout piped"))
+        .read_line(&mut line)
+        .unwrap();
+    line.trim()
+        .strip_prefix(prefix)
+        .unwrap_or_else(|| panic!("no {prefix:?} in its first line {line:?}"))
+        .to_string()
+}

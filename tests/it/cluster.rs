@@ -240,22 +240,20 @@ fn spawn_worker_with(env: &[(&str, String)]) -> (std::process::Child, String) {
 
 /// `worker` (a `signalql worker` command) started, once it says where it listens.
 fn started_worker(mut worker: Command) -> (std::process::Child, String) {
-    use std::io::BufRead;
     let mut child = worker
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut line = String::new();
-    std::io::BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let address = line
-        .trim()
-        .strip_prefix("worker listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-        .to_string();
+    let address = crate::common::announced(&mut child, "worker listening on ");
     (child, address)
+}
+
+/// What `command` prints on stdout, once it has succeeded.
+fn success_stdout(command: &mut Command) -> String {
+    let o = command.output().unwrap();
+    assert!(o.status.success(), "{o:?}");
+    String::from_utf8(o.stdout).unwrap()
 }
 
 /// The sample, copied, with its scans split however small they are.
@@ -345,14 +343,12 @@ fn an_s3_dataset_runs_on_workers_that_read_the_bucket() {
         (0..2).map(|_| spawn_worker_with(&env)).unzip();
     let list = addresses.join(",");
     let run = |extra: &[&str], q: &str| {
-        let o = crate::common::s3::signalql_command(&env)
-            .args(["query", "--format", "csv", "--data", "s3://lake/sample"])
-            .args(extra)
-            .arg(q)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{q}: {o:?}");
-        String::from_utf8(o.stdout).unwrap()
+        success_stdout(
+            crate::common::s3::signalql_command(&env)
+                .args(["query", "--format", "csv", "--data", "s3://lake/sample"])
+                .args(extra)
+                .arg(q),
+        )
     };
     let grouped = "FROM events DURING LAST 30 d GROUP BY event_name RETURN event_name, count, count_distinct(user_id)";
     let distributed = run(&["--workers", &list], grouped);
@@ -486,15 +482,13 @@ fn the_cli_starts_workers_and_queries_them() {
     let data = split_sample(dir.path());
     let q = r#"FROM events DURING LAST 7 d RETURN count, count_distinct(user_id), avg(properties.amount)"#;
     let run = |extra: &[&str]| {
-        let o = Command::new(env!("CARGO_BIN_EXE_signalql"))
-            .args(["query", "--format", "csv", "--data"])
-            .arg(&data)
-            .args(extra)
-            .arg(q)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{o:?}");
-        String::from_utf8(o.stdout).unwrap()
+        success_stdout(
+            Command::new(env!("CARGO_BIN_EXE_signalql"))
+                .args(["query", "--format", "csv", "--data"])
+                .arg(&data)
+                .args(extra)
+                .arg(q),
+        )
     };
     let list = addresses.join(",");
     let distributed = run(&["--workers", &list]);

@@ -5,7 +5,6 @@
 //! concurrent-request limit while another principal is served, and the server still serving
 //! after all of it.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
@@ -22,15 +21,7 @@ fn start(root: &Path) -> (Child, String) {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("no address in {line:?}"))
-        .to_string();
+    let addr = crate::common::announced(&mut child, "listening on ");
     (child, addr)
 }
 

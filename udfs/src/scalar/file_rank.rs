@@ -61,27 +61,16 @@ impl FileRank {
         );
         file_rank_udf().call(vec![path, lit(ScalarValue::List(list))])
     }
-}
 
-impl FileRank {
     fn rank(&self, path: &str) -> i64 {
-        rank_among(self.files.len(), |i| self.files[i].as_str(), path)
+        rank_among(&self.files, path)
     }
 }
 
-/// The position of `path` among `len` sorted files (`file(i)`), or where it would sort.
-fn rank_among<'a>(len: usize, file: impl Fn(usize) -> &'a str, path: &str) -> i64 {
+/// The position of `path` among the sorted `files`, or where it would sort.
+fn rank_among<S: AsRef<str>>(files: &[S], path: &str) -> i64 {
     let p = path.trim_start_matches('/');
-    let (mut lo, mut hi) = (0, len);
-    while lo < hi {
-        let mid = lo + (hi - lo) / 2;
-        if file(mid) < p {
-            lo = mid + 1;
-        } else {
-            hi = mid;
-        }
-    }
-    lo as i64
+    files.partition_point(|f| f.as_ref() < p) as i64
 }
 
 static FILE_RANK: LazyLock<Arc<ScalarUDF>> = LazyLock::new(|| {
@@ -149,7 +138,8 @@ impl ScalarUDFImpl for FileRank {
                 else {
                     return exec_err!("{NAME}'s file list must be text without NULLs");
                 };
-                rank_column(arg, |p| rank_among(files.len(), |i| files.value(i), p))
+                let files: Vec<&str> = files.iter().flatten().collect();
+                rank_column(arg, |p| rank_among(&files, p))
             }
             _ => exec_err!("{NAME} takes a path, and with it a list of files or nothing"),
         }
