@@ -15,9 +15,8 @@
 //! parameter (a table's file list, a column's name) into the form that carries it as an
 //! argument, and wraps each file scan that reads `file_row_index()` so that it travels with
 //! its row-index column ([`RowIndexScanExec`]). A statement whose worker stages would still
-//! hold something that does not travel (one of those operators, or the text index's
-//! weights, whose parameter is the query's postings) runs whole on the coordinator, as it
-//! would without workers.
+//! hold something that does not travel (one of those operators, or a Delta table's scan) runs
+//! whole on the coordinator, as it would without workers.
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -70,11 +69,10 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 pub const KEEPALIVE: Duration = Duration::from_secs(5);
 
 /// The functions whose instances can hold a per-query parameter, and how many arguments they
-/// take when they carry it as an argument instead (`None`: never, the text index's postings).
-const PARAMETERISED: [(&str, Option<usize>); 3] = [
-    (signalql_udfs::scalar::file_rank::NAME, Some(2)),
-    (signalql_udfs::scalar::text_time::NAME, Some(2)),
-    ("signalql_index_weights", None),
+/// take when they carry it as an argument instead.
+const PARAMETERISED: [(&str, usize); 2] = [
+    (signalql_udfs::scalar::file_rank::NAME, 2),
+    (signalql_udfs::scalar::text_time::NAME, 2),
 ];
 
 /// The engine's operators that read every partition of their input at once: they run in one
@@ -305,7 +303,7 @@ pub fn stays_on_coordinator(plan: &dyn ExecutionPlan) -> bool {
             if let Some(f) = node.downcast_ref::<ScalarFunctionExpr>()
                 && PARAMETERISED
                     .iter()
-                    .any(|(name, carried)| f.name() == *name && *carried != Some(f.args().len()))
+                    .any(|(name, carried)| f.name() == *name && *carried != f.args().len())
             {
                 found = true;
                 return Ok(TreeNodeRecursion::Stop);

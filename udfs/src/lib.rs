@@ -35,6 +35,7 @@ pub fn all_udfs() -> Vec<Arc<ScalarUDF>> {
         scalar::token_estimate::token_estimate_udf(),
         scalar::file_rank::file_rank_udf(),
         scalar::text_time::text_time_udf(),
+        scalar::index_weights::index_weights_udf(),
     ]
 }
 

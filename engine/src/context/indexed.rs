@@ -5,16 +5,14 @@
 //! Both give the same weights and token counts, so a bundle's address does not depend on
 //! which path a representation took.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, AsArray, Int64Array, Int64Builder, ListBuilder};
-use datafusion::arrow::datatypes::{DataType, Field, Int64Type};
-use datafusion::common::ScalarValue;
-use datafusion::logical_expr::{
-    ColumnarValue, Expr, LogicalPlanBuilder, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl,
-    Signature, Volatility, cast, col, lit, when,
-};
+use datafusion::arrow::array::{BooleanBuilder, Int64Builder, ListBuilder, RecordBatch};
+use datafusion::arrow::datatypes::{DataType, Field, Schema};
+use datafusion::common::{JoinType, ScalarValue};
+use datafusion::datasource::{MemTable, provider_as_source};
+use datafusion::logical_expr::{Expr, LogicalPlan, LogicalPlanBuilder, cast, col, lit, when};
 use datafusion::prelude::SessionContext;
 use signalql_catalog::mapping::{Read, TableView};
 use signalql_catalog::objects::REPRESENTATIONS;
@@ -22,6 +20,7 @@ use signalql_catalog::objects::index::{
     CoveredFile, INDEX_FILES, INDEX_REPS, INDEX_TERMS, O200K_COLUMN, covered_by, postings, sibling,
 };
 use signalql_catalog::{Dataset, TableInfo};
+use signalql_udfs::scalar::index_weights::{held_type, index_weights_udf, weights_type};
 use signalql_udfs::scalar::lexical::lexical_weights;
 
 use crate::catalog::{Catalog, optional_table, scan};
@@ -77,7 +76,7 @@ pub(crate) async fn representations(
     // The postings of the task's terms, per index file (its position among `index_reps`'
     // files) and representation ordinal.
     let root = catalog.dataset().root();
-    let mut hits: HashMap<(i64, i64), Vec<bool>> = HashMap::new();
+    let mut hits: BTreeMap<(i64, i64), Vec<bool>> = BTreeMap::new();
     for (rank, (location, _)) in covered.index.files.iter().enumerate() {
         postings(root, &sibling(location, INDEX_TERMS), terms, |t, rep| {
             hits.entry((rank as i64, rep))
@@ -96,9 +95,22 @@ pub(crate) async fn representations(
     let weights = if hits.is_empty() {
         lit(ScalarValue::try_from(&weights_type)?)
     } else {
-        Arc::new(ScalarUDF::from(IndexWeights::new(hits))).call(vec![
-            col("__ifile"),
-            col(format!("{REPRESENTATIONS}.rep")),
+        // Every representation, with the terms it holds where it holds any: the postings
+        // (the smaller side) are the join's build side.
+        b = LogicalPlanBuilder::from(held_terms(hits, terms.len())?).join_with_expr_keys(
+            b.build()?,
+            JoinType::Right,
+            (
+                vec![col(format!("{HELD}.h_file")), col(format!("{HELD}.h_rep"))],
+                vec![
+                    col("__ifile"),
+                    cast(col(format!("{REPRESENTATIONS}.rep")), DataType::Int64),
+                ],
+            ),
+            None,
+        )?;
+        index_weights_udf().call(vec![
+            col(format!("{HELD}.h_held")),
             col(format!("{REPRESENTATIONS}.weight")),
         ])
     };
@@ -148,9 +160,42 @@ fn out_name(c: &str) -> &str {
     }
 }
 
-/// `List<Int64>`, the type of term weights.
-fn weights_type() -> DataType {
-    DataType::List(Arc::new(Field::new_list_field(DataType::Int64, true)))
+/// The name of the table of [`held_terms`].
+const HELD: &str = "__held_terms";
+
+/// The postings of the task's terms as a table: per index file (`h_file`, its position among
+/// `index_reps`' files) and representation ordinal (`h_rep`), which terms it holds (`h_held`).
+/// A table rather than a parameter of `signalql_index_weights`, so that the plan carries it
+/// to a cluster's workers as data.
+fn held_terms(hits: BTreeMap<(i64, i64), Vec<bool>>, terms: usize) -> Result<LogicalPlan> {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("h_file", DataType::Int64, false),
+        Field::new("h_rep", DataType::Int64, false),
+        Field::new("h_held", held_type(), false),
+    ]));
+    let mut files = Int64Builder::with_capacity(hits.len());
+    let mut reps = Int64Builder::with_capacity(hits.len());
+    let mut held = ListBuilder::with_capacity(
+        BooleanBuilder::with_capacity(hits.len() * terms),
+        hits.len(),
+    )
+    .with_field(Arc::new(Field::new_list_field(DataType::Boolean, true)));
+    for ((file, rep), h) in hits {
+        files.append_value(file);
+        reps.append_value(rep);
+        held.values().append_slice(&h);
+        held.append(true);
+    }
+    let batch = RecordBatch::try_new(
+        Arc::clone(&schema),
+        vec![
+            Arc::new(files.finish()),
+            Arc::new(reps.finish()),
+            Arc::new(held.finish()),
+        ],
+    )?;
+    let table = MemTable::try_new(schema, vec![vec![batch]])?;
+    Ok(LogicalPlanBuilder::scan(HELD, provider_as_source(Arc::new(table)), None)?.build()?)
 }
 
 /// The rows of `reps` read whole (the scan path).
@@ -168,94 +213,6 @@ fn scanned(reps: &TableInfo, weights_type: &DataType) -> Result<LogicalPlanBuild
         lit(true).alias("scanned"),
     ]);
     Ok(project(b, out)?)
-}
-
-/// `signalql_index_weights(file, rep, weight)`: per task term, `weight` where the postings say
-/// the representation `rep` of the index file `file` holds the term, else 0; NULL for a
-/// representation that holds none of them. The postings are the query's own (looked up
-/// while planning), so the function is built per query and not registered by name.
-#[derive(Debug)]
-struct IndexWeights {
-    signature: Signature,
-    /// Per (index file, representation ordinal): which terms it holds.
-    hits: Arc<HashMap<(i64, i64), Vec<bool>>>,
-}
-
-impl IndexWeights {
-    fn new(hits: HashMap<(i64, i64), Vec<bool>>) -> Self {
-        IndexWeights {
-            signature: Signature::exact(
-                vec![DataType::Int64, DataType::Int64, DataType::Int64],
-                Volatility::Immutable,
-            ),
-            hits: Arc::new(hits),
-        }
-    }
-}
-
-impl PartialEq for IndexWeights {
-    fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.hits, &other.hits)
-    }
-}
-
-impl Eq for IndexWeights {}
-
-impl std::hash::Hash for IndexWeights {
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        (Arc::as_ptr(&self.hits) as usize).hash(state);
-    }
-}
-
-impl ScalarUDFImpl for IndexWeights {
-    fn name(&self) -> &str {
-        "signalql_index_weights"
-    }
-
-    fn signature(&self) -> &Signature {
-        &self.signature
-    }
-
-    fn return_type(&self, _args: &[DataType]) -> datafusion::common::Result<DataType> {
-        Ok(weights_type())
-    }
-
-    fn invoke_with_args(
-        &self,
-        args: ScalarFunctionArgs,
-    ) -> datafusion::common::Result<ColumnarValue> {
-        let n = args.number_rows;
-        let arrays = ColumnarValue::values_to_arrays(&args.args)?;
-        let int = |i: usize| -> datafusion::common::Result<Int64Array> {
-            Ok(
-                datafusion::arrow::compute::cast(&arrays[i], &DataType::Int64)?
-                    .as_primitive::<Int64Type>()
-                    .clone(),
-            )
-        };
-        let (files, reps, weights) = (int(0)?, int(1)?, int(2)?);
-        let mut out = ListBuilder::with_capacity(Int64Builder::new(), n);
-        for i in 0..n {
-            let held = (files.is_valid(i) && reps.is_valid(i))
-                .then(|| self.hits.get(&(files.value(i), reps.value(i))))
-                .flatten();
-            match held {
-                None => out.append(false),
-                Some(held) => {
-                    let w = if weights.is_valid(i) {
-                        weights.value(i)
-                    } else {
-                        0
-                    };
-                    for &h in held {
-                        out.values().append_value(if h { w } else { 0 });
-                    }
-                    out.append(true);
-                }
-            }
-        }
-        Ok(ColumnarValue::Array(Arc::new(out.finish())))
-    }
 }
 
 /// Whether a view reads every column as the file has it, or as NULL where the file lacks it

@@ -1,6 +1,7 @@
 //! Scalar functions (UDFs), one per file.
 
 pub mod file_rank;
+pub mod index_weights;
 pub mod json_get;
 pub mod lexical;
 pub mod month_start;
