@@ -5,7 +5,7 @@
 //! into stages at its network boundaries and sends the stages that read files to the workers.
 //! A worker ([`worker`]) is a gRPC service whose sessions know every signalql function and
 //! the signalql operators that travel ([`Codec`]: the scan of a split table, a scan with its
-//! row index, the traversal).
+//! row index, the traversal, a Delta table's scan).
 //!
 //! The engine's operators that read every partition of their input at once (the bundle packer,
 //! the traversal, the group cap) run in one task ([`single_task`]): the planner keeps them in
@@ -44,6 +44,7 @@ use datafusion_distributed::{
     WorkerQueryContext, WorkerResolver,
 };
 use datafusion_proto::physical_plan::{PhysicalExtensionCodec, PhysicalProtoConverterExtension};
+use signalql_catalog::delta::{DeltaSnapshot, DeltaSnapshotScanExec};
 use signalql_catalog::parts::ScanPartsExec;
 use signalql_catalog::{Root, StorageOptions};
 use tonic::transport::{Endpoint, Server};
@@ -399,8 +400,9 @@ fn reads_virtual_columns(plan: &dyn ExecutionPlan) -> bool {
 
 /// The codec of the signalql operators that travel, each a tag byte then its parameters:
 /// [`ScanPartsExec`] (its partition count; its parts arrive as its inputs), the traversal (its
-/// depth and relation; its two inputs arrive decoded) and [`RowIndexScanExec`] (the scan as
-/// datafusion-proto encodes it).
+/// depth and relation; its two inputs arrive decoded), [`RowIndexScanExec`] (the scan as
+/// datafusion-proto encodes it) and [`DeltaSnapshotScanExec`] (the table, its version, the
+/// columns and the output schema; the Parquet scan of its files arrives as its input).
 #[derive(Debug)]
 pub struct Codec;
 
@@ -451,6 +453,19 @@ impl PhysicalExtensionCodec for Codec {
                 use datafusion_proto::protobuf::PhysicalPlanNode;
                 PhysicalPlanNode::try_decode(scan)?.try_into_physical_plan(ctx, self)
             }
+            Some((&DELTA_SCAN, delta)) => {
+                let [input] = inputs else {
+                    return Err(DataFusionError::Internal(
+                        "a Delta scan arrived without its input".into(),
+                    ));
+                };
+                let (snapshot, schema) = decode_delta_scan(delta)?;
+                Ok(Arc::new(DeltaSnapshotScanExec::remote(
+                    snapshot,
+                    schema,
+                    Arc::clone(input),
+                )))
+            }
             _ => Err(DataFusionError::Internal(
                 "a plan node of another signalql version arrived".into(),
             )),
@@ -480,6 +495,10 @@ impl PhysicalExtensionCodec for Codec {
             buf.push(ROW_INDEX_SCAN);
             return scan.encode(self, buf);
         }
+        if let Some(scan) = node.downcast_ref::<DeltaSnapshotScanExec>() {
+            buf.push(DELTA_SCAN);
+            return encode_delta_scan(scan.snapshot(), &scan.schema(), buf);
+        }
         Err(DataFusionError::NotImplemented(format!(
             "{} cannot be sent to a worker",
             node.name()
@@ -493,6 +512,42 @@ const SCAN_PARTS: u8 = 1;
 const ROW_INDEX_SCAN: u8 = 2;
 /// The first byte of an encoded traversal (`TwoInputExec<Traverse>`).
 const TRAVERSE: u8 = 3;
+/// The first byte of an encoded Delta table scan ([`DeltaSnapshotScanExec`]).
+const DELTA_SCAN: u8 = 4;
+
+/// A Delta scan's parameters: the length of their JSON (4 bytes, little-endian), the JSON, then
+/// the scan's output schema as an Arrow IPC stream with no batch.
+fn encode_delta_scan(
+    snapshot: &DeltaSnapshot,
+    schema: &datafusion::arrow::datatypes::Schema,
+    buf: &mut Vec<u8>,
+) -> DfResult<()> {
+    let json = serde_json::to_vec(snapshot)
+        .map_err(|e| DataFusionError::Internal(format!("a Delta scan's parameters: {e}")))?;
+    buf.extend_from_slice(&(json.len() as u32).to_le_bytes());
+    buf.extend_from_slice(&json);
+    let mut schema_bytes = Vec::new();
+    let mut writer =
+        datafusion::arrow::ipc::writer::StreamWriter::try_new(&mut schema_bytes, schema)?;
+    writer.finish()?;
+    drop(writer);
+    buf.extend_from_slice(&schema_bytes);
+    Ok(())
+}
+
+fn decode_delta_scan(
+    buf: &[u8],
+) -> DfResult<(DeltaSnapshot, datafusion::arrow::datatypes::SchemaRef)> {
+    let cut = || DataFusionError::Internal("a Delta scan arrived cut".into());
+    let (len, rest) = buf.split_first_chunk::<4>().ok_or_else(cut)?;
+    let len = u32::from_le_bytes(*len) as usize;
+    let (json, schema) = (rest.get(..len).ok_or_else(cut)?, &rest[len..]);
+    let snapshot: DeltaSnapshot = serde_json::from_slice(json)
+        .map_err(|e| DataFusionError::Internal(format!("a Delta scan's parameters: {e}")))?;
+    let reader =
+        datafusion::arrow::ipc::reader::StreamReader::try_new(std::io::Cursor::new(schema), None)?;
+    Ok((snapshot, reader.schema()))
+}
 
 /// The prefix of the virtual column a Parquet scan reads `file_row_index()` into.
 const ROW_INDEX_COLUMN: &str = "__datafusion_file_row_index";
