@@ -16,6 +16,7 @@ pub mod plot;
 pub mod render;
 pub mod request;
 pub mod serve;
+pub mod shell;
 pub mod stdout;
 pub mod watch_loop;
 

@@ -1,5 +1,5 @@
 //! The `signalql` command line: query, bench, context, fmt, compile, explain, simulate, stats,
-//! ingest, describe, watch, mcp, serve and gen.
+//! ingest, describe, watch, mcp, serve and gen; without a command, the shell (docs/shell.md).
 //!
 //! Exit status: 0 on success, 1 on any error (printed as `{"error": {...}}` on stdout with
 //! `--format json`, as text on stderr otherwise), 2 on a usage error (from clap).
@@ -26,8 +26,16 @@ use signalql::{Answer, Engine, EngineOptions, Error, render, runtime};
     about = "SignalQL over Parquet on Apache DataFusion"
 )]
 struct Cli {
+    /// Without a command: the interactive shell (docs/shell.md), or a script of statements
+    /// read from standard input when it is not a terminal.
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
+    /// The shell's dataset root (defaults to the bundled sample dataset).
+    #[arg(long)]
+    data: Option<PathBuf>,
+    /// The shell's evaluation time for statements without AS OF (RFC 3339); `\now` changes it.
+    #[arg(long)]
+    now: Option<String>,
     /// How an error is printed: `text` on stderr, or `json`, the `{"error": {...}}` object on
     /// stdout (with `code`, `message`, and `line`/`column` in the query or `file`/`line` of an
     /// input file). `query --format json` and `bench` always print JSON errors.
@@ -380,10 +388,12 @@ fn main() -> ExitCode {
     let json_errors = cli.error_format == ErrorFormat::Json
         || matches!(
             &cli.command,
-            Command::Query {
-                format: Format::Json,
-                ..
-            } | Command::Bench { .. }
+            Some(
+                Command::Query {
+                    format: Format::Json,
+                    ..
+                } | Command::Bench { .. }
+            )
         );
     // A panic is a bug, but it still ends as an error with a code (exit 1), not exit 101.
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(cli)))
@@ -491,7 +501,12 @@ fn run(cli: Cli) -> Result<(), Error> {
         workers: cli.workers,
         bytes_per_task: cli.bytes_per_task,
     };
-    match cli.command {
+    let Some(command) = cli.command else {
+        let root = cli.data.unwrap_or_else(signalql::sample_dataset);
+        let options = reach.engine_options("shell", cli.now)?;
+        return signalql::shell::Shell::open(root, options)?.run();
+    };
+    match command {
         Command::Query {
             data,
             format,

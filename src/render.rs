@@ -12,8 +12,62 @@ fn cell(v: &Value) -> String {
     }
 }
 
+/// `v` as [`cell`] shows it, with a fractional number rounded for reading: six significant
+/// digits, and no fewer than the digits of its integer part (docs/shell.md).
+fn cell_for_reading(v: &Value) -> String {
+    match v {
+        Value::Number(n) if !n.is_i64() && !n.is_u64() => match n.as_f64() {
+            Some(x) => round_for_reading(x),
+            None => n.to_string(),
+        },
+        other => cell(other),
+    }
+}
+
+/// `x` with six significant digits (never fewer than its integer part has), without trailing
+/// zeros; in scientific notation below 0.0001 in magnitude.
+pub fn round_for_reading(x: f64) -> String {
+    if !x.is_finite() || x == 0.0 {
+        return x.to_string();
+    }
+    let magnitude = x.abs();
+    if magnitude < 1e-4 {
+        let text = format!("{x:.5e}");
+        let (mantissa, exponent) = text.split_once('e').unwrap_or((&text, "0"));
+        let mantissa = mantissa.trim_end_matches('0').trim_end_matches('.');
+        return format!("{mantissa}e{exponent}");
+    }
+    let integer_digits = if magnitude < 1.0 {
+        0
+    } else {
+        magnitude.log10().floor() as i32 + 1
+    };
+    let decimals = if magnitude < 1.0 {
+        // Six significant digits after the leading zeros.
+        (5 - magnitude.log10().floor() as i32).max(0)
+    } else {
+        (6 - integer_digits).max(0)
+    } as usize;
+    let text = format!("{x:.decimals$}");
+    if text.contains('.') {
+        text.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        text
+    }
+}
+
 /// An aligned text table with a header, a rule and a closing row count.
 pub fn table(env: &Envelope) -> String {
+    table_with(env, cell)
+}
+
+/// [`table`] with fractional numbers rounded for reading (the shell's; the envelope keeps full
+/// precision).
+pub fn table_for_reading(env: &Envelope) -> String {
+    table_with(env, cell_for_reading)
+}
+
+fn table_with(env: &Envelope, cell: fn(&Value) -> String) -> String {
     let header: Vec<String> = env.columns.iter().map(|c| c.name.clone()).collect();
     let body: Vec<Vec<String>> = env
         .rows
@@ -89,4 +143,23 @@ pub fn csv(env: &Envelope) -> String {
         out.push_str("\r\n");
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::round_for_reading;
+
+    #[test]
+    fn numbers_are_rounded_to_six_significant_digits() {
+        assert_eq!(round_for_reading(337.37), "337.37");
+        assert_eq!(round_for_reading(1012.1100000000001), "1012.11");
+        assert_eq!(round_for_reading(0.123456789), "0.123457");
+        assert_eq!(round_for_reading(0.000123456789), "0.000123457");
+        assert_eq!(round_for_reading(12345.678912), "12345.7");
+        assert_eq!(round_for_reading(1234567.89), "1234568");
+        assert_eq!(round_for_reading(-2.5), "-2.5");
+        assert_eq!(round_for_reading(0.0000123456), "1.23456e-5");
+        assert_eq!(round_for_reading(-0.000012), "-1.2e-5");
+        assert_eq!(round_for_reading(0.0), "0");
+    }
 }

@@ -434,10 +434,22 @@ fn failpoint_execute() {
 /// A test hook of debug builds: with `SIGNALQL_FAILPOINT=slow_execute`, every plan waits a
 /// second and a half before it runs, so a test can have requests overlap (the concurrent-
 /// request limit of `signalql serve`).
+///
+/// With `SIGNALQL_FAILPOINT=hold_execute:PATH`, every plan waits while the file PATH exists
+/// (at most a minute), so that a test can interrupt a statement that is running (the shell's
+/// Ctrl-C).
 async fn failpoint_slow() {
     #[cfg(debug_assertions)]
-    if std::env::var_os("SIGNALQL_FAILPOINT").is_some_and(|v| v == "slow_execute") {
-        tokio::time::sleep(Duration::from_millis(1500)).await;
+    if let Some(v) = std::env::var_os("SIGNALQL_FAILPOINT") {
+        if v == "slow_execute" {
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+        }
+        if let Some(path) = v.to_str().and_then(|v| v.strip_prefix("hold_execute:")) {
+            let until = std::time::Instant::now() + Duration::from_secs(60);
+            while std::path::Path::new(path).exists() && std::time::Instant::now() < until {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
     }
 }
 

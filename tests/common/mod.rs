@@ -37,6 +37,33 @@ pub fn python_package(module: &str, spec: &str) {
     );
 }
 
+/// Makes sure the program `program` of Debian's package `package` is installed: when it is
+/// missing, installs it with apt-get (the machine's registries include Debian's packages; as
+/// python_package does with pip on a fresh machine).
+pub fn debian_package(program: &str, package: &str) {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let present = || {
+        std::process::Command::new(program)
+            .arg("-V")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if present() {
+        return;
+    }
+    let apt = std::process::Command::new("sh")
+        .args([
+            "-c",
+            &format!("apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq {package}"),
+        ])
+        .output();
+    assert!(
+        present(),
+        "{program} is missing and `apt-get install {package}` did not help: {apt:?}"
+    );
+}
+
 /// The runtime the integration tests block on: two workers, as the machine has two cores.
 pub fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()

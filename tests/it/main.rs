@@ -29,6 +29,7 @@ mod query_fuzz;
 mod s3;
 mod scan;
 mod serve;
+mod shell;
 mod syntax_errors;
 mod syntax_roundtrip;
 mod text_index;
