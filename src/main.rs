@@ -450,6 +450,17 @@ fn parse_now(now: Option<String>) -> Result<Option<DateTime<Utc>>, Error> {
     .transpose()
 }
 
+/// A progress bar drawn on stderr when it is a terminal (indicatif hides it otherwise), in
+/// `template`'s style.
+fn progress_bar(template: &str) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(0);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(template)
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    bar
+}
+
 /// How the command reaches the data: S3 and the caller's principal.
 struct Reach {
     storage: StorageOptions,
@@ -720,9 +731,19 @@ fn run(cli: Cli) -> Result<(), Error> {
         Command::Ingest {
             what: IngestWhat::Events { files, data },
         } => {
-            let summary =
-                signalql::catalog::ingest::ingest_events(ingest_root(&data, &storage)?, &files)
-                    .map_err(Error::from)?;
+            let bar = progress_bar(
+                "{spinner} {bar:40} {bytes}/{total_bytes} read twice ({bytes_per_sec}, eta {eta})",
+            );
+            let summary = signalql::catalog::ingest::ingest_events_with_progress(
+                ingest_root(&data, &storage)?,
+                &files,
+                Some(&bar),
+            );
+            match &summary {
+                Ok(_) => bar.finish(),
+                Err(_) => bar.abandon(),
+            }
+            let summary = summary.map_err(Error::from)?;
             write_out(&format!(
                 "ingested {} events from {} file(s) into {}\n",
                 summary.rows,
@@ -743,7 +764,9 @@ fn run(cli: Cli) -> Result<(), Error> {
                     now,
                 },
         } => {
-            use signalql::catalog::objects::ingest::{ObjectIngestOptions, ingest_objects};
+            use signalql::catalog::objects::ingest::{
+                ObjectIngestOptions, ingest_objects_with_progress,
+            };
             let opts = ObjectIngestOptions {
                 project,
                 trust,
@@ -756,8 +779,18 @@ fn run(cli: Cli) -> Result<(), Error> {
                 detect_secrets: !no_secret_detection,
                 now: parse_now(now)?.unwrap_or_else(chrono::Utc::now),
             };
-            let s = ingest_objects(ingest_root(&data, &storage)?, &paths, &opts)
-                .map_err(Error::from)?;
+            let bar = progress_bar("{spinner} {bar:40} {pos}/{len} file(s) {msg}");
+            let s = ingest_objects_with_progress(
+                ingest_root(&data, &storage)?,
+                &paths,
+                &opts,
+                Some(&bar),
+            );
+            match &s {
+                Ok(_) => bar.finish_with_message("read and written"),
+                Err(_) => bar.abandon(),
+            }
+            let s = s.map_err(Error::from)?;
             let mut out = format!(
                 "{} file(s): {} new, {} revised, {} unchanged, {} restored, {} tombstoned, {} secret; {} Parquet file(s) written under {}\n",
                 s.files_seen,
@@ -817,13 +850,8 @@ fn run(cli: Cli) -> Result<(), Error> {
                     out,
                 },
         } => {
-            let bar = indicatif::ProgressBar::new(rows);
-            bar.set_style(
-                indicatif::ProgressStyle::with_template(
-                    "{spinner} {bar:40} {pos}/{len} rows ({per_sec}, eta {eta})",
-                )
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-            );
+            let bar = progress_bar("{spinner} {bar:40} {pos}/{len} rows ({per_sec}, eta {eta})");
+            bar.set_length(rows);
             use signalql::catalog::generator::Shape;
             let opts = signalql::catalog::generator::GenOptions {
                 rows,

@@ -699,3 +699,32 @@ fn an_ingest_bad_line_is_reported_with_its_file_and_line() {
         "nothing is written when a line is bad"
     );
 }
+
+/// Every error the commands print as text is one `error: …` line (or more) ending with a
+/// newline on stderr, with exit status 1 and nothing on stdout.
+#[test]
+fn every_text_error_ends_with_a_newline() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing");
+    let missing = missing.to_str().unwrap();
+    let cases: Vec<Vec<&str>> = vec![
+        vec!["context", "how are funnels counted", "--budget", "0"],
+        vec!["context", "--data", missing, "how are funnels counted"],
+        vec!["context", "x", "--clauses", "BUDGET"],
+        vec!["query", "FROM events DURING LAST 7 x"],
+        vec!["query", "--data", missing, "FROM events RETURN count"],
+        vec!["describe", "nothing_of_that_name"],
+        vec!["explain", "FROM"],
+        vec!["fmt", "FROM"],
+        vec!["ingest", "events", missing, "--data", missing],
+        vec!["ingest", "objects", missing, "--data", missing],
+    ];
+    for args in cases {
+        let o = signalql(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        assert!(o.stdout.is_empty(), "{args:?}: {}", stdout(&o));
+        assert!(err.starts_with("error: "), "{args:?}: {err:?}");
+        assert!(err.ends_with('\n'), "{args:?}: {err:?}");
+    }
+}

@@ -33,7 +33,9 @@ struct Tmux {
 impl Tmux {
     fn start(command: &str) -> Tmux {
         crate::common::debian_package("tmux", "tmux");
-        let socket = format!("signalql-shell-test-{}", std::process::id());
+        static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let socket = format!("signalql-shell-test-{}-{n}", std::process::id());
         let tmux = Tmux { socket };
         let ok = tmux
             .cmd(&[
@@ -223,9 +225,11 @@ fn a_script_on_standard_input_runs_statement_by_statement() {
     let dir = tempfile::tempdir().unwrap();
     let csv = dir.path().join("top.csv");
     let q = "FROM events DURING LAST 1 d GROUP BY event_name RETURN event_name, count ORDER BY count DESC LIMIT 3";
+    let parquet = dir.path().join("top.parquet");
     let out = script(&format!(
-        "{q};\nFROM events DURING\nLAST 1 q\n\n\\format csv\n{q}\n\n\\save {}\n",
-        csv.display()
+        "{q};\nFROM events DURING\nLAST 1 q\n\n\\format csv\n{q}\n\n\\save {}\n\\save {}\n",
+        csv.display(),
+        parquet.display()
     ));
     let stdout = String::from_utf8(out.stdout).unwrap();
     let stderr = String::from_utf8(out.stderr).unwrap();
@@ -246,6 +250,28 @@ fn a_script_on_standard_input_runs_statement_by_statement() {
     assert!(stdout.contains(&format!("format: csv\n{want}")), "{stdout}");
     assert_eq!(std::fs::read_to_string(&csv).unwrap(), want);
     assert!(stdout.contains(&format!("wrote 3 row(s) to {}", csv.display())));
+    // The Parquet file holds the same rows (the statement run again at the result's as_of).
+    assert!(stdout.contains(&format!("wrote 3 row(s) to {}", parquet.display())));
+    let file = std::fs::File::open(&parquet).unwrap();
+    let batches: Vec<_> =
+        datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
+            .unwrap()
+            .build()
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+    let table = datafusion::arrow::util::pretty::pretty_format_batches(&batches)
+        .unwrap()
+        .to_string();
+    for line in want.lines().skip(1) {
+        let (name, count) = line.trim_end().split_once(',').unwrap();
+        assert!(
+            table
+                .lines()
+                .any(|l| l.contains(&format!("| {name} ")) && l.contains(&format!("| {count} "))),
+            "{line} not in\n{table}"
+        );
+    }
     assert!(stderr.ends_with('\n'));
 
     // A script without errors exits 0; `\q` ends it.
@@ -255,5 +281,50 @@ fn a_script_on_standard_input_runs_statement_by_statement() {
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `ingest events` and `ingest objects` draw progress bars on a terminal, and leave the
+/// finished bar on it.
+#[test]
+fn ingests_show_progress_bars_on_a_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let events = dir.path().join("events.jsonl");
+    let lines: String = (0..2000)
+        .map(|i| {
+            format!(
+                "{{\"event_name\":\"visit\",\"user_id\":\"u{}\",\"timestamp\":\"2026-06-01T00:00:00Z\"}}\n",
+                i % 7
+            )
+        })
+        .collect();
+    std::fs::write(&events, lines).unwrap();
+    let root = dir.path().join("ds");
+    let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/docs/files");
+    let bin = env!("CARGO_BIN_EXE_signalql");
+    let command = format!(
+        "{bin} ingest events {} --data {r} && {bin} ingest objects {} --data {r} --now {NOW}; echo ingest-exited-with-$?; sleep 60",
+        events.display(),
+        docs.display(),
+        r = root.display(),
+    );
+    let tmux = Tmux::start(&command);
+    let screen = tmux.wait_for("ingest-exited-with-0", 1);
+    eprintln!("--- the screen\n{screen}\n---");
+    // The events' bar: every byte read twice (validated, then written), all of them.
+    let twice = indicatif::HumanBytes(2 * std::fs::metadata(&events).unwrap().len());
+    assert!(
+        screen.contains(&format!("{twice}/{twice} read twice")),
+        "{screen}"
+    );
+    assert!(
+        screen.contains("ingested 2000 events from 1 file(s)"),
+        "{screen}"
+    );
+    // The objects' bar: every file, read and written.
+    let files = std::fs::read_dir(&docs).unwrap().count();
+    assert!(
+        screen.contains(&format!("{files}/{files} file(s) read and written")),
+        "{screen}"
     );
 }

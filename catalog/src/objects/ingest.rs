@@ -202,6 +202,18 @@ pub fn ingest_objects(
     paths: &[PathBuf],
     opts: &ObjectIngestOptions,
 ) -> Result<ObjectIngestSummary> {
+    ingest_objects_with_progress(root, paths, opts, None)
+}
+
+/// [`ingest_objects`] with a progress bar: its length is the number of files found, and it
+/// advances as each is read; its message then says the tables (and the text index) are being
+/// written.
+pub fn ingest_objects_with_progress(
+    root: impl Into<Root>,
+    paths: &[PathBuf],
+    opts: &ObjectIngestOptions,
+    progress: Option<&indicatif::ProgressBar>,
+) -> Result<ObjectIngestSummary> {
     check(&opts.trust, &TRUST_LEVELS, "trust level")?;
     check(&opts.origin, &ORIGINS, "origin")?;
     for r in &opts.roles {
@@ -226,8 +238,15 @@ pub fn ingest_objects(
     };
 
     // Read every file first.
+    if let Some(pb) = progress {
+        pb.set_length(inputs.len() as u64);
+        pb.set_message("read");
+    }
     let mut parsed = Vec::new();
     for input in inputs {
+        if let Some(pb) = progress {
+            pb.inc(1);
+        }
         let Some(ft) = file_type(&input.path) else {
             base.skipped
                 .push((input.path, "unsupported file type".into()));
@@ -257,6 +276,9 @@ pub fn ingest_objects(
     // Read the tables, decide what is new, write it, and commit after the position read. A
     // conflict is another object ingest committed in between: this one's files go, and it
     // reads the tables again (crate::commit).
+    if let Some(pb) = progress {
+        pb.set_message("read; writing the tables and the text index");
+    }
     ingest.commit_in_sequence(|snapshot, ingest| {
         let known = known_objects(&root, snapshot)?;
         let mut summary = base.clone();
