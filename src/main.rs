@@ -382,9 +382,46 @@ fn return_freed_memory() {
     }
 }
 
+/// Keeps one library panic off stderr: datafusion-distributed 4.0.0 drains a statement's
+/// background tasks with tokio's `JoinSet::join_all`, which panics ("task N was cancelled")
+/// when the runtime cancels one of them as a failed statement ends (a worker lost
+/// mid-statement). The panic is caught by tokio in that background task; the statement's own
+/// error is the answer. Every other panic is printed as before.
+fn quiet_cancelled_background_tasks() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let in_join_all = info
+            .location()
+            .is_some_and(|l| l.file().ends_with("task/join_set.rs"));
+        let message = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied());
+        let cancelled =
+            message.is_some_and(|m| m.starts_with("task ") && m.ends_with(" was cancelled"));
+        if !(in_join_all && cancelled) {
+            default(info);
+        }
+    }));
+}
+
 fn main() -> ExitCode {
     return_freed_memory();
+    quiet_cancelled_background_tasks();
     let cli = Cli::parse();
+    // `signalql --data X query …` would read the sample: the shell's options before a command
+    // are a usage error, not silently ignored.
+    if cli.command.is_some() && (cli.data.is_some() || cli.now.is_some()) {
+        use clap::CommandFactory;
+        Cli::command()
+            .error(
+                clap::error::ErrorKind::ArgumentConflict,
+                "--data and --now before a command are the shell's; give them after the command \
+                 (signalql query --data ROOT …)",
+            )
+            .exit();
+    }
     let json_errors = cli.error_format == ErrorFormat::Json
         || matches!(
             &cli.command,

@@ -412,8 +412,8 @@ fn parse_instant(text: &str) -> Result<DateTime<Utc>> {
         .map_err(|e| Error::type_error(format!("{text:?} is not an RFC 3339 instant: {e}")))
 }
 
-/// Prints `e` on stderr, and under it the statement's line with a caret under the error's
-/// column when the error has a position in `text`.
+/// Prints `e` on stderr, and under it the statement, with a caret under the error's column
+/// below the error's line, when the error has a position in `text`.
 fn print_error(text: Option<&str>, e: &Error) {
     eprint!("{}", error_text(text, e));
 }
@@ -422,17 +422,19 @@ fn print_error(text: Option<&str>, e: &Error) {
 pub fn error_text(text: Option<&str>, e: &Error) -> String {
     let mut out = format!("error: {e}\n");
     if let (Some(text), Some(span)) = (text, &e.span) {
-        let line = text
-            .lines()
-            .nth((span.line as usize).saturating_sub(1))
-            .unwrap_or("");
-        let column = (span.column as usize).saturating_sub(1);
-        let pad: String = line
-            .chars()
-            .take(column)
-            .map(|c| if c == '\t' { '\t' } else { ' ' })
-            .collect();
-        out.push_str(&format!("  {line}\n  {pad}^\n"));
+        let at = (span.line as usize).max(1);
+        for (n, line) in text.lines().enumerate() {
+            out.push_str(&format!("  {line}\n"));
+            if n + 1 == at {
+                let column = (span.column as usize).saturating_sub(1);
+                let pad: String = line
+                    .chars()
+                    .take(column)
+                    .map(|c| if c == '\t' { '\t' } else { ' ' })
+                    .collect();
+                out.push_str(&format!("  {pad}^\n"));
+            }
+        }
     }
     out
 }
@@ -792,9 +794,11 @@ mod tests {
         let shown = error_text(Some(text), &e);
         let lines: Vec<&str> = shown.lines().collect();
         assert!(lines[0].starts_with("error: "), "{shown}");
-        assert_eq!(lines[1], "  DURING LAST 7 x");
-        let caret = lines[2].find('^').unwrap() - 2;
-        assert_eq!(caret, e.span.unwrap().column as usize - 1, "{shown}");
+        // The whole statement, the caret under the error's line: the `x` of line 2.
+        assert_eq!(lines[1], "  FROM events");
+        assert_eq!(lines[2], "  DURING LAST 7 x");
+        assert_eq!(lines[3], format!("  {}^", " ".repeat(14)), "{shown}");
+        assert_eq!(lines.len(), 4);
         assert!(shown.ends_with('\n'));
     }
 }

@@ -328,3 +328,17 @@ fn ingests_show_progress_bars_on_a_terminal() {
         "{screen}"
     );
 }
+
+/// The shell's `--data` and `--now` go before no command: before one, they are a usage error
+/// (exit 2), not silently ignored in favour of the command's own (the sample).
+#[test]
+fn the_shells_options_before_a_command_are_a_usage_error() {
+    let out = signalql()
+        .args(["--data", "/nowhere", "query", "FROM events RETURN count"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("give them after the command"), "{err}");
+}
