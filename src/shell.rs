@@ -585,14 +585,17 @@ pub fn split_inputs(text: &str) -> Vec<String> {
 /// dataset (tables, fields, property keys, event names, entity types, relationships, signals,
 /// metrics). A dataset that cannot be described offers the keywords alone.
 async fn completion_words(engine: &Engine) -> Vec<String> {
+    // Keywords in capitals, as canonical text writes them (a lower-case prefix gets them in
+    // lower case); one-letter words (the units d, h, w, m) are not worth a Tab.
     let mut words: Vec<String> = signalql_engine::syntax::keywords::RESERVED
         .iter()
-        .map(|w| w.to_string())
+        .map(|w| w.to_uppercase())
         .chain(FUNCTIONS.iter().map(|f| f.to_string()))
         .collect();
     if let Ok(described) = engine.describe_all().await {
         words.extend(described_words(&described));
     }
+    words.retain(|w| w.chars().count() > 1);
     words.sort();
     words.dedup();
     words
@@ -667,6 +670,7 @@ pub fn complete(words: &[String], line: &str, pos: usize) -> (usize, Vec<String>
             }
         })
         .collect();
+    found.sort();
     found.dedup();
     (start, found)
 }
@@ -770,7 +774,7 @@ mod tests {
         .collect();
         assert_eq!(
             complete(&words, "FROM ev", 7),
-            (5, vec!["events".into(), "event_name".into()])
+            (5, vec!["event_name".into(), "events".into()])
         );
         assert_eq!(
             complete(&words, "FROM events du", 14),
@@ -785,6 +789,39 @@ mod tests {
             (9, vec!["properties.country".into()])
         );
         assert_eq!(complete(&words, "FROM ", 5), (5, vec![]));
+        // A keyword that is also a function is offered once.
+        let words: Vec<String> = ["COUNT", "count", "count_distinct"]
+            .map(String::from)
+            .to_vec();
+        assert_eq!(
+            complete(&words, "RETURN co", 9),
+            (7, vec!["count".into(), "count_distinct".into()])
+        );
+    }
+
+    /// Tab's words over the sample: keywords, the table, fields and property keys, event
+    /// names, metric names and entity types (what DESCRIBE lists).
+    #[test]
+    fn completion_words_come_from_the_keywords_and_describe() {
+        let engine = Engine::open(crate::sample_dataset()).unwrap();
+        let words = crate::runtime()
+            .unwrap()
+            .block_on(completion_words(&engine));
+        for w in [
+            "FROM",
+            "DURING",
+            "count_distinct",
+            "events",
+            "event_name",
+            "properties.platform",
+            "purchase",
+            "analytics.revenue",
+            "analytics.user",
+            "churn_risk",
+            "parent_of",
+        ] {
+            assert!(words.iter().any(|x| x == w), "{w} not in {words:?}");
+        }
     }
 
     #[test]

@@ -274,6 +274,58 @@ fn a_script_on_standard_input_runs_statement_by_statement() {
     }
     assert!(stderr.ends_with('\n'));
 
+    // \now pins another evaluation time, \d and \explain answer as describe and explain do.
+    let count = "FROM events DURING LAST 1 d RETURN count";
+    let out = script(&format!(
+        "\\now 2026-06-10T00:00:00Z\n{count};\n\\explain\n\\d events\n\\now off\n"
+    ));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let pinned = signalql()
+        .args(["query", "--now", "2026-06-10T00:00:00Z", count])
+        .output()
+        .unwrap();
+    let pinned = String::from_utf8(pinned.stdout).unwrap();
+    assert!(
+        stdout.starts_with(&format!("now: 2026-06-10T00:00:00Z\n{pinned}")),
+        "{stdout}"
+    );
+    let explained = signalql()
+        .args([
+            "explain",
+            "--format",
+            "table",
+            "--now",
+            "2026-06-10T00:00:00Z",
+            count,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        stdout.contains(String::from_utf8(explained.stdout).unwrap().trim_end()),
+        "{stdout}"
+    );
+    let described = signalql()
+        .args([
+            "describe",
+            "--format",
+            "table",
+            "--now",
+            "2026-06-10T00:00:00Z",
+            "events",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        stdout.contains(String::from_utf8(described.stdout).unwrap().trim_end()),
+        "{stdout}"
+    );
+    assert!(stdout.ends_with("now: the wall clock\n"), "{stdout}");
+
     // A script without errors exits 0; `\q` ends it.
     let out =
         script("\\timing off\nFROM events DURING LAST 1 d RETURN count;\n\\q\nFROM nothing;\n");
