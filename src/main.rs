@@ -450,12 +450,7 @@ fn main() -> ExitCode {
 
 fn write_envelope(envelope: &signalql::Envelope, format: Format) -> Result<(), Error> {
     let out = match format {
-        Format::Json => {
-            let mut s = serde_json::to_string_pretty(envelope)
-                .map_err(|e| Error::internal(e.to_string()))?;
-            s.push('\n');
-            s
-        }
+        Format::Json => signalql::stdout::json_text(envelope)?,
         Format::Csv => render::csv(envelope),
         Format::Table => render::table(envelope),
         Format::Parquet => {

@@ -34,25 +34,19 @@ pub fn round_for_reading(x: f64) -> String {
     if magnitude < 1e-4 {
         let text = format!("{x:.5e}");
         let (mantissa, exponent) = text.split_once('e').unwrap_or((&text, "0"));
-        let mantissa = mantissa.trim_end_matches('0').trim_end_matches('.');
-        return format!("{mantissa}e{exponent}");
+        return format!("{}e{exponent}", without_trailing_zeros(mantissa));
     }
-    let integer_digits = if magnitude < 1.0 {
-        0
-    } else {
-        magnitude.log10().floor() as i32 + 1
-    };
-    let decimals = if magnitude < 1.0 {
-        // Six significant digits after the leading zeros.
-        (5 - magnitude.log10().floor() as i32).max(0)
-    } else {
-        (6 - integer_digits).max(0)
-    } as usize;
-    let text = format!("{x:.decimals$}");
-    if text.contains('.') {
-        text.trim_end_matches('0').trim_end_matches('.').to_string()
-    } else {
-        text
+    // Six significant digits: as many decimals as the leading digit's place leaves (none
+    // past the sixth digit of the integer part).
+    let decimals = (5 - magnitude.log10().floor() as i32).max(0) as usize;
+    without_trailing_zeros(&format!("{x:.decimals$}")).to_string()
+}
+
+/// `text` (a number) without the zeros that end its fraction, nor a point left bare.
+fn without_trailing_zeros(text: &str) -> &str {
+    match text.contains('.') {
+        true => text.trim_end_matches('0').trim_end_matches('.'),
+        false => text,
     }
 }
 

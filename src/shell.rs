@@ -8,7 +8,6 @@
 //! statements and meta-commands are read from it as a script, and the shell exits with 1 if
 //! any of them failed.
 
-use std::borrow::Cow;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -23,7 +22,7 @@ use rustyline::{Context, Editor, Helper, history::FileHistory};
 use serde_json::Value;
 
 use crate::request::DescribeRequest;
-use crate::stdout::{write as write_out, write_json};
+use crate::stdout::{json_text, write as write_out, write_json};
 use crate::{Answer, Engine, EngineOptions, Envelope, Error, Result, render};
 
 /// The meta-commands, as `\help` prints them.
@@ -234,12 +233,7 @@ impl Shell {
         Ok(match self.format {
             Format::Table => render::table_for_reading(e),
             Format::Csv => render::csv(e),
-            Format::Json => {
-                let mut s =
-                    serde_json::to_string_pretty(e).map_err(|e| Error::internal(e.to_string()))?;
-                s.push('\n');
-                s
-            }
+            Format::Json => json_text(e)?,
         })
     }
 
@@ -371,9 +365,7 @@ impl Shell {
                 envelope.rows.len()
             }
             Some("json") => {
-                let text = serde_json::to_string_pretty(envelope)
-                    .map_err(|e| Error::internal(e.to_string()))?;
-                write_file(file, &format!("{text}\n"))?;
+                write_file(file, &json_text(envelope)?)?;
                 envelope.rows.len()
             }
             Some("parquet") => {
@@ -509,11 +501,6 @@ fn line_ends(text: &str) -> Vec<LineEnd> {
     out
 }
 
-/// Whether a string is still open at the end of `text`.
-fn opens_string(text: &str) -> bool {
-    line_ends(text).last().is_some_and(|l| l.open_string)
-}
-
 /// Whether the editor's `buffer` is ready to run: empty, a meta-command (one line), a
 /// statement whose last line ends with `;`, or one followed by a blank line.
 pub fn is_complete(buffer: &str) -> bool {
@@ -543,18 +530,20 @@ pub fn split_inputs(text: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut current = String::new();
     let mut from = 0;
+    // Whether the line starts inside a string (the line before left one open).
+    let mut in_string = false;
     for LineEnd {
         end,
         semicolon,
         blank,
-        ..
+        open_string,
     } in line_ends(text)
     {
         let line = &text[from..end];
-        let in_string = from > 0 && opens_string(&text[..from]);
         from = end;
+        let began_in_string = std::mem::replace(&mut in_string, open_string);
         // A meta-command line ends the statement before it.
-        if !in_string && line.trim_start().starts_with('\\') {
+        if !began_in_string && line.trim_start().starts_with('\\') {
             if !current.trim().is_empty() {
                 out.push(current.trim().to_string());
             }
@@ -697,11 +686,7 @@ impl Hinter for ShellHelper {
     type Hint = String;
 }
 
-impl Highlighter for ShellHelper {
-    fn highlight<'l>(&self, line: &'l str, _pos: usize) -> Cow<'l, str> {
-        Cow::Borrowed(line)
-    }
-}
+impl Highlighter for ShellHelper {}
 
 impl Validator for ShellHelper {
     fn validate(&self, ctx: &mut ValidationContext) -> rustyline::Result<ValidationResult> {

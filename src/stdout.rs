@@ -16,7 +16,12 @@ pub fn write(text: &str) -> Result<()> {
 
 /// Writes `v` to stdout as pretty-printed JSON and a newline.
 pub fn write_json(v: &impl serde::Serialize) -> Result<()> {
+    write(&json_text(v)?)
+}
+
+/// `v` as pretty-printed JSON and a newline.
+pub fn json_text(v: &impl serde::Serialize) -> Result<String> {
     let mut s = serde_json::to_string_pretty(v).map_err(|e| Error::internal(e.to_string()))?;
     s.push('\n');
-    write(&s)
+    Ok(s)
 }

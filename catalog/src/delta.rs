@@ -10,7 +10,9 @@ use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{DataFusionError, Result as DfResult};
 use datafusion::datasource::TableType;
 use datafusion::execution::object_store::ObjectStoreUrl;
-use datafusion::execution::{SendableRecordBatchStream, SessionStateBuilder, TaskContext};
+use datafusion::execution::{
+    SendableRecordBatchStream, SessionState, SessionStateBuilder, TaskContext,
+};
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
 use datafusion::physical_expr::EquivalenceProperties;
 use datafusion::physical_expr::PhysicalExpr;
@@ -85,50 +87,60 @@ pub async fn open(
         message: format!("{} (a Delta table): {message}", root.display_of(rel)),
     };
     let (location, store) = root.folder_location(rel)?;
-    let (url, builder) = match store {
-        None => {
-            let url = ensure_table_uri(&location).map_err(|e| unreadable(e.to_string()))?;
-            let builder =
-                DeltaTableBuilder::from_url(url.clone()).map_err(|e| unreadable(e.to_string()))?;
-            (url, builder)
-        }
-        Some(store) => {
-            register_s3_log_store();
-            let url = Url::parse(&location).map_err(|e| unreadable(e.to_string()))?;
-            let builder = DeltaTableBuilder::from_url(url.clone())
-                .map_err(|e| unreadable(e.to_string()))?
-                .with_storage_backend(store, url.clone());
-            (url, builder)
-        }
-    };
-    let delta = builder
+    let url = match store {
+        None => ensure_table_uri(&location).map_err(|e| e.to_string()),
+        Some(_) => Url::parse(&location).map_err(|e| e.to_string()),
+    }
+    .map_err(unreadable)?;
+    let delta = table_builder(&url, store)
+        .map_err(|e| unreadable(e.to_string()))?
         .load()
         .await
         .map_err(|e| unreadable(e.to_string()))?;
     root.register(ctx)?;
-    let state = ctx.state();
-    delta
-        .update_datafusion_session(&state)
-        .map_err(|e| unreadable(e.to_string()))?;
     let files: Vec<String> = delta
         .get_file_uris()
         .map_err(|e| unreadable(e.to_string()))?
         .collect();
-    let provider = delta
-        .table_provider()
-        .with_session(Arc::new(state))
-        .await
-        .map_err(|e| unreadable(e.to_string()))?;
-    let version = delta.version();
-    let provider: Arc<dyn TableProvider> = match version {
+    let provider = provider_in(&delta, ctx.state()).await.map_err(unreadable)?;
+    let provider: Arc<dyn TableProvider> = match delta.version() {
         Some(version) if travels(&delta) => Arc::new(DeltaSource {
             inner: provider,
             url: url.to_string(),
-            version: version as i64,
+            version,
         }),
         _ => provider,
     };
     Ok((provider, files))
+}
+
+/// The builder of the Delta table at `url`: read through `store` (an S3 bucket's, with the
+/// read-only log store) when given, else through deltalake's own store for the URL.
+fn table_builder(url: &Url, store: Option<ObjectStoreRef>) -> DeltaResult<DeltaTableBuilder> {
+    let builder = DeltaTableBuilder::from_url(url.clone())?;
+    Ok(match store {
+        None => builder,
+        Some(store) => {
+            register_s3_log_store();
+            builder.with_storage_backend(store, url.clone())
+        }
+    })
+}
+
+/// `delta`'s provider in the session `state`, whose runtime then knows the table's store;
+/// the error as deltalake or DataFusion words it.
+async fn provider_in(
+    delta: &deltalake_core::DeltaTable,
+    state: SessionState,
+) -> Result<Arc<dyn TableProvider>, String> {
+    delta
+        .update_datafusion_session(&state)
+        .map_err(|e| e.to_string())?;
+    delta
+        .table_provider()
+        .with_session(Arc::new(state))
+        .await
+        .map_err(|e| e.to_string())
 }
 
 /// Whether a snapshot's scan can be re-created in another process (a cluster's worker) by
@@ -149,7 +161,7 @@ pub struct DeltaSnapshot {
     /// The table's folder as a URL (`file:///…/` or `s3://bucket/…/`).
     pub url: String,
     /// The version the coordinator read.
-    pub version: i64,
+    pub version: u64,
     /// The columns of the table's schema the scan reads (`None`: all).
     pub projection: Option<Vec<usize>>,
 }
@@ -162,7 +174,7 @@ pub struct DeltaSnapshot {
 struct DeltaSource {
     inner: Arc<dyn TableProvider>,
     url: String,
-    version: i64,
+    version: u64,
 }
 
 #[async_trait::async_trait]
@@ -272,15 +284,19 @@ async fn reopen(snapshot: &DeltaSnapshot, task: &TaskContext) -> DfResult<Arc<dy
         ))
     };
     let url = Url::parse(&snapshot.url).map_err(|e| failed(&e))?;
-    let mut builder = DeltaTableBuilder::from_url(url.clone()).map_err(|e| failed(&e))?;
-    if url.scheme() == "s3" {
-        register_s3_log_store();
-        let bucket = ObjectStoreUrl::parse(format!("s3://{}", url.host_str().unwrap_or_default()))?;
-        let store = task.runtime_env().object_store(bucket)?;
-        builder = builder.with_storage_backend(store, url);
-    }
-    let delta = builder
-        .with_version(u64::try_from(snapshot.version).map_err(|e| failed(&e))?)
+    let store = match url.scheme() {
+        "s3" => {
+            let bucket = format!("s3://{}", url.host_str().unwrap_or_default());
+            Some(
+                task.runtime_env()
+                    .object_store(ObjectStoreUrl::parse(bucket)?)?,
+            )
+        }
+        _ => None,
+    };
+    let delta = table_builder(&url, store)
+        .map_err(|e| failed(&e))?
+        .with_version(snapshot.version)
         .load()
         .await
         .map_err(|e| failed(&e))?;
@@ -289,12 +305,7 @@ async fn reopen(snapshot: &DeltaSnapshot, task: &TaskContext) -> DfResult<Arc<dy
         .with_runtime_env(task.runtime_env())
         .with_default_features()
         .build();
-    delta
-        .update_datafusion_session(&state)
-        .map_err(|e| failed(&e))?;
-    let provider = delta
-        .table_provider()
-        .with_session(Arc::new(state.clone()))
+    let provider = provider_in(&delta, state.clone())
         .await
         .map_err(|e| failed(&e))?;
     provider

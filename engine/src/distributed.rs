@@ -526,12 +526,7 @@ fn encode_delta_scan(
         .map_err(|e| DataFusionError::Internal(format!("a Delta scan's parameters: {e}")))?;
     buf.extend_from_slice(&(json.len() as u32).to_le_bytes());
     buf.extend_from_slice(&json);
-    let mut schema_bytes = Vec::new();
-    let mut writer =
-        datafusion::arrow::ipc::writer::StreamWriter::try_new(&mut schema_bytes, schema)?;
-    writer.finish()?;
-    drop(writer);
-    buf.extend_from_slice(&schema_bytes);
+    datafusion::arrow::ipc::writer::StreamWriter::try_new(buf, schema)?.finish()?;
     Ok(())
 }
 

@@ -175,11 +175,11 @@ fn held_terms(hits: BTreeMap<(i64, i64), Vec<bool>>, terms: usize) -> Result<Log
     ]));
     let mut files = Int64Builder::with_capacity(hits.len());
     let mut reps = Int64Builder::with_capacity(hits.len());
+    // Its items are `held_type`'s: the builder's default field.
     let mut held = ListBuilder::with_capacity(
         BooleanBuilder::with_capacity(hits.len() * terms),
         hits.len(),
-    )
-    .with_field(Arc::new(Field::new_list_field(DataType::Boolean, true)));
+    );
     for ((file, rep), h) in hits {
         files.append_value(file);
         reps.append_value(rep);
