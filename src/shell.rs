@@ -570,7 +570,8 @@ pub fn split_inputs(text: &str) -> Vec<String> {
     out
 }
 
-/// The words Tab offers: SignalQL's keywords and functions, and what DESCRIBE knows of the
+/// The words Tab offers: SignalQL's reserved words (its keywords, aggregates and field
+/// functions), and what DESCRIBE knows of the
 /// dataset (tables, fields, property keys, event names, entity types, relationships, signals,
 /// metrics). A dataset that cannot be described offers the keywords alone.
 async fn completion_words(engine: &Engine) -> Vec<String> {
@@ -579,7 +580,6 @@ async fn completion_words(engine: &Engine) -> Vec<String> {
     let mut words: Vec<String> = signalql_engine::syntax::keywords::RESERVED
         .iter()
         .map(|w| w.to_uppercase())
-        .chain(FUNCTIONS.iter().map(|f| f.to_string()))
         .collect();
     if let Ok(described) = engine.describe_all().await {
         words.extend(described_words(&described));
@@ -589,24 +589,6 @@ async fn completion_words(engine: &Engine) -> Vec<String> {
     words.dedup();
     words
 }
-
-/// signalql's functions and aggregates, as a statement names them.
-const FUNCTIONS: &[&str] = &[
-    "count",
-    "count_distinct",
-    "sum",
-    "avg",
-    "min",
-    "max",
-    "percentile",
-    "stddev",
-    "stats",
-    "entity",
-    "metric",
-    "signal",
-    "trait",
-    "json_get_text",
-];
 
 /// The identifiers of a `DESCRIBE` envelope's records and the names of their fields.
 fn described_words(described: &Envelope) -> Vec<String> {
@@ -795,7 +777,7 @@ mod tests {
         for w in [
             "FROM",
             "DURING",
-            "count_distinct",
+            "COUNT_DISTINCT",
             "events",
             "event_name",
             "properties.platform",
@@ -806,6 +788,15 @@ mod tests {
             "parent_of",
         ] {
             assert!(words.iter().any(|x| x == w), "{w} not in {words:?}");
+        }
+        // Functions come from the reserved words, in the case they are typed in; nothing that
+        // is not SignalQL is offered.
+        assert_eq!(
+            complete(&words, "RETURN count_d", 14),
+            (7, vec!["count_distinct".to_string()])
+        );
+        for w in ["trait", "json_get_text", "d"] {
+            assert!(!words.iter().any(|x| x == w), "{w} in {words:?}");
         }
     }
 
