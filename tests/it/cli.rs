@@ -1,7 +1,6 @@
 //! The `signalql` binary's contract, which outside checks rely on: subcommands, formats, exit
 //! status, JSON errors, stdin, `--now`, ingest and gen.
 
-use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
@@ -158,19 +157,10 @@ fn now_fixes_t_and_as_of_wins() {
 
 #[test]
 fn query_from_stdin_and_csv_and_table() {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_signalql"))
-        .args(["query", "--format", "csv", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(b"FROM events WHERE event_name = \"page_view\"\nDURING LAST 7 d\nRETURN count")
-        .unwrap();
-    let o = child.wait_with_output().unwrap();
+    let o = crate::common::signalql_with_stdin(
+        &["query", "--format", "csv", "-"],
+        "FROM events WHERE event_name = \"page_view\"\nDURING LAST 7 d\nRETURN count",
+    );
     assert!(o.status.success());
     assert_eq!(stdout(&o), "count\r\n7304\r\n");
 }

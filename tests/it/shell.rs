@@ -201,21 +201,7 @@ fn the_shell_runs_in_a_terminal() {
 }
 
 fn script(input: &str) -> Output {
-    use std::io::Write;
-    let mut child = signalql()
-        .args(["--now", NOW])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
+    crate::common::signalql_with_stdin(&["--now", NOW], input)
 }
 
 /// Standard input that is not a terminal is a script: its statements and meta-commands run in
