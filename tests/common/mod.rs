@@ -5,35 +5,27 @@ pub mod cluster;
 pub mod s3;
 
 use std::path::Path;
+use std::process::Command;
 
 /// Makes sure python3 can import `module`, installing `spec` with pip (from the package
 /// registry) once when it cannot, so `cargo test` sets up the Python test services it needs on
-/// a fresh machine. Serialised: concurrent tests would race pip.
+/// a fresh machine.
 pub fn python_package(module: &str, spec: &str) {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    let importable = || {
-        std::process::Command::new("python3")
-            .args(["-c", &format!("import {module}")])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    };
-    if importable() {
-        return;
-    }
-    let pip = std::process::Command::new("python3")
-        .args([
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            spec,
-        ])
-        .output();
-    assert!(
-        importable(),
-        "python3 cannot import {module} and `pip install {spec}` did not help: {pip:?}"
+    let mut check = Command::new("python3");
+    check.args(["-c", &format!("import {module}")]);
+    let mut pip = Command::new("python3");
+    pip.args([
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        spec,
+    ]);
+    installed(
+        check,
+        pip,
+        &format!("python3 cannot import {module} and `pip install {spec}`"),
     );
 }
 
@@ -41,27 +33,34 @@ pub fn python_package(module: &str, spec: &str) {
 /// missing, installs it with apt-get (the machine's registries include Debian's packages; as
 /// python_package does with pip on a fresh machine).
 pub fn debian_package(program: &str, package: &str) {
+    let mut check = Command::new(program);
+    check.arg("-V");
+    let mut apt = Command::new("sh");
+    apt.args([
+        "-c",
+        &format!(
+            "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq {package}"
+        ),
+    ]);
+    installed(
+        check,
+        apt,
+        &format!("{program} is missing and `apt-get install {package}`"),
+    );
+}
+
+/// Runs `check`; when it fails, runs `install` and asserts that `check` then succeeds (`what`
+/// says what was missing and how it was installed). Serialised: concurrent tests would race
+/// the installers.
+fn installed(mut check: Command, mut install: Command, what: &str) {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    let present = || {
-        std::process::Command::new(program)
-            .arg("-V")
-            .output()
-            .is_ok_and(|o| o.status.success())
-    };
-    if present() {
+    let mut passes = || check.output().is_ok_and(|o| o.status.success());
+    if passes() {
         return;
     }
-    let apt = std::process::Command::new("sh")
-        .args([
-            "-c",
-            &format!("apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq {package}"),
-        ])
-        .output();
-    assert!(
-        present(),
-        "{program} is missing and `apt-get install {package}` did not help: {apt:?}"
-    );
+    let outcome = install.output();
+    assert!(passes(), "{what} did not help: {outcome:?}");
 }
 
 /// The `signalql` binary run with `args` and `input` on its standard input (closed after
