@@ -47,7 +47,7 @@ struct Callers {
 
 impl Callers {
     /// The caller of a request with `headers`, or the 401 refusing it.
-    fn of(&self, headers: &HeaderMap) -> Result<Arc<Caller>, Response> {
+    fn of(&self, headers: &HeaderMap) -> Result<Arc<Caller>, Box<Response>> {
         let Some(policy) = &self.policy else {
             return Ok(self.by_principal[""].clone());
         };
@@ -66,7 +66,7 @@ impl Callers {
         };
         match name.and_then(|n| self.by_principal.get(n)) {
             Some(c) => Ok(c.clone()),
-            None => Err(refusal(
+            None => Err(Box::new(refusal(
                 StatusCode::UNAUTHORIZED,
                 &Error::new(
                     ErrorKind::PermissionDenied,
@@ -75,7 +75,7 @@ impl Callers {
                         None => "this dataset's policy needs `Authorization: Bearer TOKEN`",
                     },
                 ),
-            )),
+            ))),
         }
     }
 }
@@ -117,7 +117,7 @@ async fn admit(State(callers): State<Arc<Callers>>, mut request: Request, next: 
     }
     let caller = match callers.of(request.headers()) {
         Ok(c) => c,
-        Err(refused) => return refused,
+        Err(refused) => return *refused,
     };
     request.extensions_mut().insert(caller);
     next.run(request).await
@@ -144,15 +144,20 @@ async fn query(State(callers): State<Arc<Callers>>, request: Request) -> Respons
         },
         _ => return bad_body(),
     };
-    let _permit = match caller.admit() {
+    let permit = match caller.admit() {
         Ok(p) => p,
         Err(e) => return refusal(StatusCode::TOO_MANY_REQUESTS, &e),
     };
     let engine = caller.engine.clone();
-    // On its own task, so a client that goes away cannot cancel it half way.
-    let answer = tokio::spawn(async move { catch_panics(engine.answer(&text)).await })
-        .await
-        .unwrap_or_else(|e| Err(Error::internal(format!("the query task failed: {e}"))));
+    // On its own task, so a client that goes away cannot cancel it half way. The permit goes
+    // with the statement: a client that hangs up does not free its share while the statement
+    // still runs.
+    let answer = tokio::spawn(async move {
+        let _permit = permit;
+        catch_panics(engine.answer(&text)).await
+    })
+    .await
+    .unwrap_or_else(|e| Err(Error::internal(format!("the query task failed: {e}"))));
     let value = match answer {
         Ok(Answer::Envelope(e)) => serde_json::to_value(&*e),
         Ok(Answer::Bundle(b)) => serde_json::to_value(&*b),

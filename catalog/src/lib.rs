@@ -8,6 +8,7 @@ pub mod delta;
 pub mod drift;
 pub mod entity_gen;
 pub mod error;
+pub mod failpoint;
 pub mod file;
 pub mod folder;
 pub mod generator;

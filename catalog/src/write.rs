@@ -126,6 +126,7 @@ impl AtomicParquetWriter {
     pub fn finish(self) -> Result<PathBuf> {
         let file = self.writer.into_inner()?;
         let target = file.target().to_path_buf();
+        crate::failpoint::write_step(&format!("data file {}", target.display()));
         if !file.publish().map_err(file_error)? {
             return Err(exists_error(&target.display().to_string()));
         }
@@ -248,6 +249,7 @@ pub fn upload_new(root: &Root, table: &str, file: &Path) -> Result<PathBuf> {
 
 fn put_new_or_fail(root: &Root, rel: &str, bytes: Vec<u8>) -> Result<PathBuf> {
     let location = root.display_of(rel);
+    crate::failpoint::write_step(&format!("data file {location}"));
     if root.put_new(rel, bytes)? {
         Ok(PathBuf::from(location))
     } else {
@@ -334,7 +336,8 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("a/b");
         let (schema, b) = batch();
-        let p = write_parquet_atomic(&dir, "f", Arc::clone(&schema), &[b.clone()]).unwrap();
+        let p =
+            write_parquet_atomic(&dir, "f", Arc::clone(&schema), std::slice::from_ref(&b)).unwrap();
         assert_eq!(p, dir.join("f.parquet"));
         let bytes = std::fs::read(&p).unwrap();
         let err = write_parquet_atomic(&dir, "f", schema, &[b]).unwrap_err();

@@ -937,12 +937,11 @@ async fn worker_session(mut ctx: WorkerQueryContext) -> DfResult<SessionState> {
         .build())
 }
 
-/// A test hook of debug builds: with `SIGNALQL_FAILPOINT=hold_task`, a worker says
-/// `failpoint: holding a task` on stderr when a task arrives and holds it for 5 seconds, so
-/// that a test can kill it mid-statement.
+/// A test hook ([`signalql_catalog::failpoint`]): with `SIGNALQL_FAILPOINT=hold_task`, a
+/// worker says `failpoint: holding a task` on stderr when a task arrives and holds it for 5
+/// seconds, so that a test can kill it mid-statement.
 async fn failpoint_hold_task() {
-    #[cfg(debug_assertions)]
-    if std::env::var_os("SIGNALQL_FAILPOINT").is_some_and(|v| v == "hold_task") {
+    if signalql_catalog::failpoint::is("hold_task") {
         eprintln!("failpoint: holding a task");
         tokio::time::sleep(Duration::from_secs(5)).await;
     }

@@ -17,6 +17,8 @@ use datafusion::logical_expr::{LogicalPlan, LogicalPlanBuilder};
 use datafusion::physical_plan::{ExecutionPlan, collect};
 use datafusion::prelude::{DataFrame, SessionContext};
 
+use signalql_catalog::failpoint;
+
 use crate::error::{Error, ErrorKind, Result};
 use crate::limits::Limits;
 use crate::lower::{Lowered, Stage};
@@ -415,40 +417,30 @@ async fn plan_without_leaf_pushdown(
     Ok(state.create_physical_plan(plan).await?)
 }
 
-/// A test hook of debug builds (docs/semantics.md, "Bugs"): with `SIGNALQL_FAILPOINT=execute`
-/// in its environment, the process's first query panics here, after planning. Tests use it to
-/// see a panic inside a query caught at the engine's boundary: the CLI exits 1 with
-/// `internal_error`, the MCP server answers the call with it and serves the next one.
+/// A test hook ([`signalql_catalog::failpoint`]): with `SIGNALQL_FAILPOINT=execute` the
+/// process's first query panics here, after planning. Tests use it to see a panic inside a
+/// query caught at the engine's boundary: the CLI exits 1 with `internal_error`, the MCP server
+/// answers the call with it and serves the next one.
 fn failpoint_execute() {
-    #[cfg(debug_assertions)]
-    {
-        static FIRED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-        if std::env::var_os("SIGNALQL_FAILPOINT").is_some_and(|v| v == "execute")
-            && !FIRED.swap(true, std::sync::atomic::Ordering::SeqCst)
-        {
-            panic!("failpoint execute");
-        }
+    static FIRED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if failpoint::is("execute") && !FIRED.swap(true, std::sync::atomic::Ordering::SeqCst) {
+        panic!("failpoint execute");
     }
 }
 
-/// A test hook of debug builds: with `SIGNALQL_FAILPOINT=slow_execute`, every plan waits a
-/// second and a half before it runs, so a test can have requests overlap (the concurrent-
-/// request limit of `signalql serve`).
-///
-/// With `SIGNALQL_FAILPOINT=hold_execute:PATH`, every plan waits while the file PATH exists
-/// (at most a minute), so that a test can interrupt a statement that is running (the shell's
-/// Ctrl-C).
+/// Test hooks ([`signalql_catalog::failpoint`]): with `SIGNALQL_FAILPOINT=slow_execute` every
+/// plan waits a second and a half before it runs, so a test can have requests overlap; with
+/// `hold_execute:PATH` every plan waits while the file PATH exists (at most a minute), so that
+/// a test can interrupt a statement that is running (the shell's Ctrl-C, a client hanging up).
 async fn failpoint_slow() {
-    #[cfg(debug_assertions)]
-    if let Some(v) = std::env::var_os("SIGNALQL_FAILPOINT") {
-        if v == "slow_execute" {
-            tokio::time::sleep(Duration::from_millis(1500)).await;
-        }
-        if let Some(path) = v.to_str().and_then(|v| v.strip_prefix("hold_execute:")) {
-            let until = std::time::Instant::now() + Duration::from_secs(60);
-            while std::path::Path::new(path).exists() && std::time::Instant::now() < until {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
+    if failpoint::is("slow_execute") {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+    }
+    if let Some(path) = failpoint::argument("hold_execute") {
+        eprintln!("failpoint: holding a statement");
+        let until = std::time::Instant::now() + Duration::from_secs(60);
+        while std::path::Path::new(path).exists() && std::time::Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 }

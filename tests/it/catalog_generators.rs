@@ -374,9 +374,12 @@ fn schema_is_shared_with_library() {
     let _: Arc<Schema> = schema;
 }
 
-/// Slow in debug builds (2.2 M rows): run with `cargo test -p signalql-catalog -- --ignored`.
+/// 2.2 M rows: slow unoptimised, so ignored in debug builds; a release test run runs it.
 #[test]
-#[ignore]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "slow in debug builds: cargo test --release --test it -- catalog_generators::large_runs_split_into_sorted_files"
+)]
 fn large_runs_split_into_sorted_files() {
     let dir = tempfile::tempdir().unwrap();
     let rows = 2 * 1_048_576 + 100_000;

@@ -102,9 +102,8 @@ fn errors_exit_1_with_a_json_error() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("io_error"));
 }
 
-/// A panic inside a query (the debug builds' failpoint) ends as `internal_error`, exit 1, with
+/// A panic inside a query (the `execute` failpoint) ends as `internal_error`, exit 1, with
 /// the panic's message, as JSON too: not exit 101 and a backtrace.
-#[cfg(debug_assertions)]
 #[test]
 fn a_panic_inside_a_query_is_internal_error_exit_1() {
     let o = Command::new(env!("CARGO_BIN_EXE_signalql"))

@@ -21,13 +21,13 @@ fn signalql(args: &[&str], failpoint: bool) -> std::process::Output {
     let mut c = Command::new(env!("CARGO_BIN_EXE_signalql"));
     c.args(args);
     if failpoint {
-        // The debug builds' hook: the process's first execution panics. EXPLAIN runs none.
+        // The `execute` failpoint (catalog/src/failpoint.rs): the process's first execution
+        // panics. EXPLAIN runs none.
         c.env("SIGNALQL_FAILPOINT", "execute");
     }
     c.output().unwrap()
 }
 
-#[cfg(debug_assertions)]
 #[test]
 fn explain_answers_the_plan_without_running_it() {
     let q = r#"EXPLAIN FROM events WHERE event_name = "page_view" DURING LAST 7 d GROUP BY properties.path RETURN properties.path, count"#;

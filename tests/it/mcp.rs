@@ -73,9 +73,8 @@ async fn serve_as(
     (().serve(transport).await.unwrap(), child)
 }
 
-/// A panic inside a query (the debug builds' failpoint fires on the first one) is that call's
+/// A panic inside a query (the `execute` failpoint fires on the first one) is that call's
 /// `internal_error`; the server goes on serving, and the next query answers.
-#[cfg(debug_assertions)]
 #[tokio::test]
 async fn the_mcp_server_survives_a_panic_inside_a_query() {
     let root = dataset();

@@ -157,7 +157,7 @@ fn mutated_queries_never_panic_and_fail_only_with_documented_codes() {
 /// One worker's share of the fuzzing, in a process the test above starts (run directly, it
 /// does nothing).
 #[test]
-#[ignore = "a child process of mutated_queries_never_panic_and_fail_only_with_documented_codes"]
+#[ignore = "a child process of the fuzz, which starts it: cargo test --test it -- query_fuzz::mutated_queries_never_panic_and_fail_only_with_documented_codes"]
 fn fuzz_child() {
     let var = |name| std::env::var(name).ok();
     let (Some(root), Some(progress), Some(worker), Some(start)) = (
@@ -1414,7 +1414,7 @@ impl Fuzzer {
         let canonical = guarded(|| statement.to_string());
         let canonical = canonical.map_err(|p| Failure::panic(Stage::Format, p))?;
         // Every tenth canonical text is parsed again (the round-trip tests hold the rest).
-        if counts.parsed % 10 == 0 {
+        if counts.parsed.is_multiple_of(10) {
             counts.reparsed += 1;
             if !matches!(guarded(|| signalql::parse(&canonical)), Ok(Ok(_))) {
                 counts.reparse_failed += 1;
@@ -1450,7 +1450,7 @@ impl Fuzzer {
             }
         };
         counts.lowered += 1;
-        if let Some(plan) = plan.filter(|_| counts.lowered % UNPARSE_EVERY == 0) {
+        if let Some(plan) = plan.filter(|_| counts.lowered.is_multiple_of(UNPARSE_EVERY)) {
             let sql = guarded(|| signalql_engine::plan_sql(&plan));
             sql.map_err(|p| Failure::panic(Stage::Unparse, p))?.ok();
             counts.unparsed += 1;

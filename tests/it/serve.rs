@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 use serde_json::Value;
 
 /// The server over a copy of the policy dataset, and its address. Every plan waits 1.5 s
-/// (the debug builds' `slow_execute` failpoint) so that concurrent requests overlap.
+/// (the `slow_execute` failpoint) so that concurrent requests overlap.
 fn start(root: &Path) -> (Child, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_signalql"))
         .args(["serve", "--listen", "127.0.0.1:0", "--data"])
@@ -29,7 +29,6 @@ fn rows(v: &Value) -> &Value {
     &v["body"]["rows"]
 }
 
-#[cfg(debug_assertions)]
 #[test]
 fn served_callers_see_what_their_tokens_allow() {
     let dir = tempfile::tempdir().unwrap();
@@ -141,4 +140,98 @@ fn served_callers_see_what_their_tokens_allow() {
         assert!(o[k]["raised"].is_string(), "{k}: the session was refused");
     }
     assert_eq!(rows(&o["still_serving"]), &per_tenant);
+}
+
+/// One `POST /v1/query` of `query` as acme (whose `max_concurrent_requests` is 2) on a new
+/// connection, the connection returned unread.
+fn send_as_acme(addr: &str, query: &str) -> std::net::TcpStream {
+    use std::io::Write;
+    let host = addr.trim_start_matches("http://");
+    let mut conn = std::net::TcpStream::connect(host).unwrap();
+    let body = serde_json::json!({ "query": query }).to_string();
+    write!(
+        conn,
+        "POST /v1/query HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer acme-token\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    conn
+}
+
+/// The status of the answer on `conn`.
+fn status_of(mut conn: std::net::TcpStream) -> u16 {
+    use std::io::Read;
+    conn.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    let mut answer = String::new();
+    let _ = conn.read_to_string(&mut answer);
+    answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no HTTP status in {answer:?}"))
+}
+
+/// A client that sends a statement and hangs up keeps its share of the principal's
+/// `max_concurrent_requests` until the statement ends: the statement goes on (it runs on its
+/// own task), and so does its permit. Two acme statements are held running (the
+/// `hold_execute` failpoint) and their clients hang up; the next acme request is 429 while
+/// they run, and answered once they have ended.
+#[test]
+fn a_client_that_hangs_up_keeps_its_share_until_its_statement_ends() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    crate::common::copy_dir(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/policy/root"),
+        dir.path(),
+    );
+    let hold = dir.path().join("hold");
+    std::fs::write(&hold, b"").unwrap();
+    let mut server = Command::new(env!("CARGO_BIN_EXE_signalql"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--data"])
+        .arg(dir.path())
+        .env(
+            "SIGNALQL_FAILPOINT",
+            format!("hold_execute:{}", hold.display()),
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let addr = crate::common::announced(&mut server, "listening on ");
+    let mut said = std::io::BufReader::new(server.stderr.take().unwrap()).lines();
+    let count = "FROM events DURING LAST 30 d RETURN count";
+    for _ in 0..2 {
+        let conn = send_as_acme(&addr, count);
+        // Its statement is running (held), then the client goes away.
+        loop {
+            let line = said.next().expect("the server's stderr ended").unwrap();
+            if line.contains("failpoint: holding a statement") {
+                break;
+            }
+        }
+        conn.shutdown(std::net::Shutdown::Both).unwrap();
+        drop(conn);
+    }
+    // Time for the server to see both connections closed.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert_eq!(
+        status_of(send_as_acme(&addr, count)),
+        429,
+        "two hung-up statements still run: acme has no share left"
+    );
+    std::fs::remove_file(&hold).unwrap();
+    // Once they end, acme is served again.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let served = loop {
+        let status = status_of(send_as_acme(&addr, count));
+        if status == 200 || std::time::Instant::now() > deadline {
+            break status;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let _ = server.kill();
+    let _ = server.wait();
+    assert_eq!(served, 200);
 }
