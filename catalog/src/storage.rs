@@ -670,10 +670,21 @@ fn local_error(path: &Path, e: std::io::Error) -> StorageError {
     }
 }
 
+/// The Parquet files under the local folder `dir` (canonical), with their sizes. Links are
+/// followed, but never into a folder the walk is already inside (a loop), and no file is read
+/// twice (through two links, or a link and its target): such a name is listed as broken, with
+/// why, so that the table is an `io_error` naming it (or, with `skip_invalid_files`, the name
+/// is skipped and listed), never a silently repeated read. Of a file's names, the one reached
+/// without a link is read, else the first in order; the others are the repeats.
 fn local_parquet_files(dir: &Path) -> Result<Vec<ListedFile>, StorageError> {
     let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
+    // Readable Parquet files: (whether a link led to it, the listed file, its identity).
+    let mut found: Vec<(bool, ListedFile, String)> = Vec::new();
+    let top = std::fs::metadata(dir).map_err(|e| local_error(dir, e))?;
+    // Each folder to walk, whether a link led to it, and the identities of the folders it is
+    // inside (itself included).
+    let mut stack = vec![(dir.to_path_buf(), false, vec![identity(dir, &top)])];
+    while let Some((d, linked, inside)) = stack.pop() {
         for entry in std::fs::read_dir(&d)
             .map_err(|e| local_error(&d, e))?
             .flatten()
@@ -684,42 +695,93 @@ fn local_parquet_files(dir: &Path) -> Result<Vec<ListedFile>, StorageError> {
             }
             let path = entry.path();
             let location = path.display().to_string();
+            let broken = |why: String| ListedFile {
+                location: location.clone(),
+                size: 0,
+                version: None,
+                modified: None,
+                broken: Some(why),
+            };
+            let link = linked || entry.file_type().is_ok_and(|t| t.is_symlink());
             match std::fs::metadata(&path) {
-                Ok(meta) if meta.is_dir() => stack.push(path),
-                Ok(meta) if name.ends_with(".parquet") => out.push(ListedFile {
-                    location,
-                    size: meta.len(),
-                    broken: None,
-                    version: meta.modified().ok().and_then(|t| {
-                        let d = t.duration_since(std::time::UNIX_EPOCH).ok()?;
-                        Some(d.as_nanos().to_string())
-                    }),
-                    modified: meta
-                        .modified()
-                        .ok()
-                        .map(chrono::DateTime::<chrono::Utc>::from),
-                }),
+                Ok(meta) if meta.is_dir() => {
+                    let id = identity(&path, &meta);
+                    if inside.contains(&id) {
+                        let target = std::fs::canonicalize(&path)
+                            .map_or_else(|_| "?".to_string(), |t| t.display().to_string());
+                        out.push(broken(format!(
+                            "a link to the folder {target}, which this listing is already \
+                             inside: following it would read the same files again and again"
+                        )));
+                    } else {
+                        let mut within = inside.clone();
+                        within.push(id);
+                        stack.push((path, link, within));
+                    }
+                }
+                Ok(meta) if name.ends_with(".parquet") => {
+                    let id = identity(&path, &meta);
+                    let file = ListedFile {
+                        location,
+                        size: meta.len(),
+                        broken: None,
+                        version: meta.modified().ok().and_then(|t| {
+                            let d = t.duration_since(std::time::UNIX_EPOCH).ok()?;
+                            Some(d.as_nanos().to_string())
+                        }),
+                        modified: meta
+                            .modified()
+                            .ok()
+                            .map(chrono::DateTime::<chrono::Utc>::from),
+                    };
+                    found.push((link, file, id));
+                }
                 Ok(_) => {}
                 Err(e) if name.ends_with(".parquet") => {
                     let dangling =
                         std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink());
-                    out.push(ListedFile {
-                        location,
-                        size: 0,
-                        version: None,
-                        modified: None,
-                        broken: Some(if dangling {
-                            "a symbolic link to a missing file".to_string()
-                        } else {
-                            format!("cannot read it: {e}")
-                        }),
-                    });
+                    out.push(broken(if dangling {
+                        "a symbolic link to a missing file".to_string()
+                    } else {
+                        format!("cannot read it: {e}")
+                    }));
                 }
                 Err(_) => {}
             }
         }
     }
+    // One name a file: the one without a link first, then in order of location.
+    found.sort_by(|a, b| (a.0, &a.1.location).cmp(&(b.0, &b.1.location)));
+    let mut first: std::collections::HashMap<String, String> = std::collections::HashMap::new();
+    for (_, mut file, id) in found {
+        match first.get(&id) {
+            Some(original) => {
+                file.broken = Some(format!(
+                    "the same file as {original} (through a link): it would be read twice"
+                ));
+                file.size = 0;
+            }
+            None => {
+                first.insert(id, file.location.clone());
+            }
+        }
+        out.push(file);
+    }
     Ok(out)
+}
+
+/// What names one file or folder however it is reached: device and inode.
+#[cfg(unix)]
+fn identity(_path: &Path, meta: &std::fs::Metadata) -> String {
+    use std::os::unix::fs::MetadataExt;
+    format!("{}:{}", meta.dev(), meta.ino())
+}
+
+/// What names one file or folder however it is reached: its canonical path.
+#[cfg(not(unix))]
+fn identity(path: &Path, _meta: &std::fs::Metadata) -> String {
+    std::fs::canonicalize(path)
+        .map_or_else(|_| path.display().to_string(), |p| p.display().to_string())
 }
 
 #[cfg(test)]

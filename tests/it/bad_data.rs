@@ -189,7 +189,8 @@ fn assert_names(r: Result<signalql::Envelope, Error>, file: &str, what: &str) {
 
 #[test]
 fn corrupt_empty_and_dangling_files_are_errors_naming_them() {
-    let cases: Vec<(&str, Box<dyn Fn(&mut Vec<u8>)>)> = vec![
+    type Damage = Box<dyn Fn(&mut Vec<u8>)>;
+    let cases: Vec<(&str, Damage)> = vec![
         (
             "footer length 0x7FFFFFFF",
             Box::new(|b: &mut Vec<u8>| {
@@ -235,6 +236,61 @@ fn corrupt_empty_and_dangling_files_are_errors_naming_them() {
         std::os::unix::fs::symlink("/nonexistent/x.parquet", dir.join("gone.parquet")).unwrap()
     });
     assert_names(r, "events/gone.parquet", "dangling link");
+}
+
+/// A link inside a table folder back to a folder the listing is already inside (a loop), or
+/// a second name of a file already listed, is never followed into a repeated read: the table
+/// is an `io_error` naming the link; with `skip_invalid_files` the link is skipped and listed,
+/// and the answer is the files' own (a loop once answered 41 times the events, exit 0).
+#[test]
+fn folder_loops_and_second_names_of_a_file_are_errors_naming_the_link() {
+    use std::os::unix::fs::symlink;
+    let (_tmp, r) = damaged(|dir| symlink("../events", dir.join("loop")).unwrap());
+    assert_names(r, "events/loop", "a link to the table's own folder");
+    let (_tmp, r) = damaged(|dir| symlink(".", dir.join("here")).unwrap());
+    assert_names(r, "events/here", "a link to .");
+    let (_tmp, r) = damaged(|dir| {
+        std::fs::create_dir(dir.join("day=1")).unwrap();
+        symlink("../..", dir.join("day=1/up")).unwrap()
+    });
+    let e = r.expect_err("a link to the root, which holds the table's folder");
+    assert_eq!(e.code(), "io_error", "{e}");
+    assert!(e.to_string().contains("events/day=1/up/events"), "{e}");
+    let (_tmp, r) = damaged(|dir| {
+        let file = the_file(dir);
+        symlink(&file, dir.join("again.parquet")).unwrap()
+    });
+    assert_names(r, "events/again.parquet", "a second name of a file");
+    let (_tmp, r) = damaged(|dir| {
+        let file = the_file(dir);
+        std::fs::create_dir(dir.join("elsewhere")).unwrap();
+        std::fs::hard_link(&file, dir.join("elsewhere/zz.parquet")).unwrap();
+        symlink("elsewhere", dir.join("also")).unwrap()
+    });
+    // Three names of one file: the one reached without a link is read, the hard link's name
+    // is the repeat first in order, and the name through the link to its folder is another.
+    let e = r.expect_err("three names of one file");
+    assert_eq!(e.code(), "io_error", "{e}");
+    assert!(e.to_string().contains("read twice"), "{e}");
+
+    // Skipped and listed with skip_invalid_files, the files' own answer.
+    let tmp = sample_copy();
+    let whole = sample_query(tmp.path()).unwrap();
+    let config = tmp.path().join("signalql.toml");
+    let text = std::fs::read_to_string(&config).unwrap_or_default();
+    std::fs::write(&config, format!("skip_invalid_files = true\n{text}")).unwrap();
+    let events = tmp.path().join("events");
+    symlink("../events", events.join("loop")).unwrap();
+    symlink(the_file(&events), events.join("again.parquet")).unwrap();
+    let env = sample_query(tmp.path()).unwrap();
+    assert_eq!(env.rows, whole.rows, "each file read once");
+    let skipped: Vec<&str> = env
+        .metadata
+        .skipped_files
+        .iter()
+        .map(|f| f.file.as_str())
+        .collect();
+    assert_eq!(skipped, ["events/again.parquet", "events/loop"]);
 }
 
 #[test]
@@ -386,9 +442,98 @@ fn tables_without_the_columns_the_engine_needs_name_table_and_column() {
     }
 }
 
+/// The name of the fuzz's runtime threads, whose panics [`record_fuzz_panics`] records.
+const FUZZ_THREADS: &str = "parquet-fuzz";
+
+/// Panics on the fuzz's threads: those inside the parquet and arrow crates (by location), which
+/// the engine catches and reports as the file's `io_error`, and every other one, which it would
+/// report the same way and which is a bug.
+struct FuzzPanics {
+    library: std::collections::BTreeMap<String, u32>,
+    other: Vec<String>,
+}
+
+static FUZZ_PANICS: std::sync::Mutex<FuzzPanics> = std::sync::Mutex::new(FuzzPanics {
+    library: std::collections::BTreeMap::new(),
+    other: Vec::new(),
+});
+
+/// Installs (once) a panic hook that records the panics of the thread `test` and of the
+/// threads named [`FUZZ_THREADS`]; other threads' panics go to the hook there was before.
+fn record_fuzz_panics(test: std::thread::ThreadId) {
+    static INSTALLED: std::sync::Once = std::sync::Once::new();
+    INSTALLED.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let thread = std::thread::current();
+            if thread.id() != test && thread.name() != Some(FUZZ_THREADS) {
+                return previous(info);
+            }
+            let at = info
+                .location()
+                .map(|l| format!("{}:{}", l.file(), l.line()))
+                .unwrap_or_default();
+            let library = in_parquet_or_arrow(&at)
+                || (at.starts_with("/rustc/") && called_from_parquet_or_arrow());
+            let mut seen = FUZZ_PANICS.lock().unwrap_or_else(|e| e.into_inner());
+            if library {
+                *seen.library.entry(at).or_default() += 1;
+                return;
+            }
+            let payload = info.payload();
+            let message = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            seen.other.push(format!("{at}: {message}"));
+        }));
+    });
+}
+
+/// Whether a panic's location is a source file of the parquet or arrow crates
+/// (`…/parquet-59.0.0/src/…`, `…/arrow-array-59.0.0/src/…`).
+fn in_parquet_or_arrow(file: &str) -> bool {
+    file.split(['/', '\\']).any(|dir| {
+        dir.rsplit_once('-').is_some_and(|(name, version)| {
+            version.starts_with(|c: char| c.is_ascii_digit())
+                && (name == "parquet" || name == "arrow" || name.starts_with("arrow-"))
+        })
+    })
+}
+
+/// For a panic the standard library raised (`capacity overflow`): whether its innermost frame
+/// outside the standard library is in the parquet or arrow crates.
+fn called_from_parquet_or_arrow() -> bool {
+    let trace = std::backtrace::Backtrace::force_capture().to_string();
+    trace
+        .lines()
+        .map(str::trim)
+        .filter_map(|l| {
+            let (n, f) = l.split_once(": ")?;
+            n.chars().all(|c| c.is_ascii_digit()).then_some(f)
+        })
+        .map(|f| f.trim_start_matches('<'))
+        .find(|f| {
+            ![
+                "std::",
+                "core::",
+                "alloc::",
+                "rust_begin_unwind",
+                "__rust",
+                "it::bad_data",
+            ]
+            .iter()
+            .any(|p| f.starts_with(p))
+        })
+        .is_some_and(|f| f.starts_with("parquet::") || f.starts_with("arrow"))
+}
+
 /// Mutated bytes anywhere in a small Parquet file (footer, page headers, metadata): each
-/// query answers, or fails with `io_error`/`type_error` naming the file; never a panic or an
-/// `internal_error`.
+/// query answers, or fails with `io_error`/`type_error` naming the file; never an
+/// `internal_error`, and no panic anywhere but inside the parquet and arrow crates themselves
+/// (which the engine catches and reports as the file's `io_error`): a panic elsewhere, though
+/// caught and reported the same way, fails the test. The panics are counted and reported.
 #[test]
 fn mutated_parquet_files_never_panic() {
     let tmp = tempfile::tempdir().unwrap();
@@ -413,9 +558,21 @@ fn mutated_parquet_files_never_panic() {
         x ^= x << 17;
         x
     };
-    let rt = crate::common::rt();
+    // Its own runtime, whose threads the panic hook knows by name.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name(FUZZ_THREADS)
+        .enable_all()
+        .build()
+        .unwrap();
+    record_fuzz_panics(std::thread::current().id());
     let mut outcomes = std::collections::BTreeMap::<String, u32>::new();
     for trial in 0..400 {
+        let before = FUZZ_PANICS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .other
+            .len();
         let mut b = original.clone();
         // Half the mutations in the footer (the last 10 %), the rest anywhere.
         let span = if trial % 2 == 0 { n / 10 } else { n };
@@ -444,6 +601,12 @@ fn mutated_parquet_files_never_panic() {
                     .await
             })
         }));
+        let other = FUZZ_PANICS.lock().unwrap_or_else(|e| e.into_inner()).other[before..].to_vec();
+        assert!(
+            other.is_empty(),
+            "trial {trial}: panics outside the parquet and arrow crates, hidden by the answer:\n{}",
+            other.join("\n")
+        );
         let r = r.unwrap_or_else(|_| panic!("trial {trial} panicked"));
         let key = match r {
             Ok(_) => "answered".to_string(),
@@ -460,7 +623,16 @@ fn mutated_parquet_files_never_panic() {
         *outcomes.entry(key).or_default() += 1;
         std::fs::remove_dir_all(&root).unwrap();
     }
-    eprintln!("mutated Parquet files: {outcomes:?}");
+    let seen = FUZZ_PANICS.lock().unwrap_or_else(|e| e.into_inner());
+    let report = format!(
+        "mutated Parquet files: {outcomes:?}; {} panics inside parquet/arrow (each caught and \
+         reported as the file's io_error), at {:?}; {} elsewhere",
+        seen.library.values().sum::<u32>(),
+        seen.library,
+        seen.other.len()
+    );
+    drop(seen);
+    eprintln!("{report}");
     assert!(
         outcomes.get("io_error").copied().unwrap_or(0) > 50,
         "{outcomes:?}"
