@@ -517,6 +517,11 @@ fn fully_matched(
 }
 
 /// The row groups of `metadata` after DataFusion's pruning by statistics with `predicate`.
+/// A file whose own type of a column the predicate reads is not the table's (a drifted file:
+/// a timestamp in ms where the table reads µs, an int64 where it reads a double) keeps every
+/// row group here: its statistics are in its own type, which the pruning would read as the
+/// table's (1 000 times too small, for ms read as µs, and the row groups wrongly left out).
+/// The scan prunes that file itself, through DataFusion's schema adapter.
 fn pruned(
     metadata: &ParquetMetaData,
     schema: &Schema,
@@ -525,6 +530,9 @@ fn pruned(
 ) -> RowGroupAccessPlanFilter {
     let groups = metadata.row_groups();
     let mut access = RowGroupAccessPlanFilter::new(ParquetAccessPlan::new_all(groups.len()));
+    if !statistics_read_as_table(metadata, schema, predicate) {
+        return access;
+    }
     let metrics = ParquetFileMetrics::new(0, location, &ExecutionPlanMetricsSet::new());
     access.prune_by_statistics(
         schema,
@@ -534,6 +542,53 @@ fn pruned(
         &metrics,
     );
     access
+}
+
+/// Whether the statistics of `metadata`'s file can be read in the table's types (`schema`)
+/// for every column `predicate` reads: the file has the column in the same type, or not at
+/// all (then its statistics are absent, and DataFusion keeps the row groups).
+fn statistics_read_as_table(
+    metadata: &ParquetMetaData,
+    schema: &Schema,
+    predicate: &PruningPredicate,
+) -> bool {
+    let file = metadata.file_metadata();
+    let Ok(own) = datafusion::parquet::arrow::parquet_to_arrow_schema(
+        file.schema_descr(),
+        file.key_value_metadata(),
+    ) else {
+        return false;
+    };
+    let own = nested_strings_as_views(&own);
+    datafusion::physical_expr::utils::collect_columns(predicate.orig_expr())
+        .iter()
+        .all(|c| {
+            match (
+                own.field_with_name(c.name()),
+                schema.field_with_name(c.name()),
+            ) {
+                (Ok(f), Ok(t)) => same_statistics(f.data_type(), t.data_type()),
+                (Err(_), _) => true,
+                (Ok(_), Err(_)) => false,
+            }
+        })
+}
+
+/// Whether statistics stored for a column of type `file` read the same as type `table`: the
+/// same type; text as any text type (Utf8, LargeUtf8, Utf8View, the scan's views), bytes as
+/// any binary type, each as a dictionary of it; a timestamp of the same unit whatever its
+/// zone (the values are the same integers, and a zone-less one is read as UTC).
+fn same_statistics(file: &DataType, table: &DataType) -> bool {
+    use DataType::*;
+    let text = |t: &DataType| matches!(t, Utf8 | LargeUtf8 | Utf8View);
+    let bytes = |t: &DataType| matches!(t, Binary | LargeBinary | BinaryView);
+    match (file, table) {
+        (Dictionary(_, f), t) | (t, Dictionary(_, f)) if !matches!(t, Dictionary(..)) => {
+            same_statistics(f, t)
+        }
+        (Timestamp(a, _), Timestamp(b, _)) => a == b,
+        (f, t) => f == t || (text(f) && text(t)) || (bytes(f) && bytes(t)),
+    }
 }
 
 /// The offset of a row group's first page: the byte by which DataFusion assigns the row group
