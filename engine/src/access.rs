@@ -125,6 +125,15 @@ impl Access {
         }
     }
 
+    /// Every project FIND OBJECT's WHERE names (`project = "p"`, `IN`, `!=`, `NOT IN`), checked
+    /// as `USING PROJECT` is, the refusal at its predicate.
+    pub fn check_projects_named(&self, filter: &crate::syntax::ast::BoolExpr) -> Result<()> {
+        for (project, span) in crate::syntax::walk::compared_strings(filter, "project") {
+            self.check_project(project).map_err(|e| e.at(span))?;
+        }
+        Ok(())
+    }
+
     /// The refusal for naming the denied column `column` of `table`.
     pub fn refuse_column(&self, table: &str, field: &str) -> Error {
         denied(format!(

@@ -73,8 +73,10 @@ impl PolicedCatalog {
         crate::catalog::optional_table(self.inner.as_ref(), ctx, table).await
     }
 
-    /// The keys (`type`, unit separator, `id`) of the entities the principal may not see, when
-    /// its entities are filtered.
+    /// The keys (`type`, unit separator, `id`) of the entities the principal may not see: those
+    /// none of whose rows its filter keeps, when its entities are filtered. An entity with one
+    /// row it may see is visible (`FROM entity(T)` reads that row, and the signals rule below
+    /// says the same), so its other versions do not hide its edges.
     async fn hidden_entities(&self, ctx: &SessionContext) -> Result<Option<LogicalPlanBuilder>> {
         if !self.access.filters_rows_of("entities") {
             return Ok(None);
@@ -85,12 +87,24 @@ impl PolicedCatalog {
         let Some(f) = self.row_filter(&t)? else {
             return Ok(None);
         };
+        // Joins, not subqueries (as hidden_objects): the result is itself a subquery.
+        let visible = crate::catalog::scan(&t, "__visible_entities", vec![])?
+            .filter(coalesce(vec![f, lit(false)]))?
+            .project(vec![
+                node_key("entity_type", "entity_id").alias("__visible_key"),
+            ])?
+            .build()?;
         Ok(Some(
             crate::catalog::scan(&t, "__hidden_entities", vec![])?
-                .filter(not(coalesce(vec![f, lit(false)])))?
                 .project(vec![
                     node_key("entity_type", "entity_id").alias("__hidden_key"),
-                ])?,
+                ])?
+                .join(
+                    visible,
+                    JoinType::LeftAnti,
+                    (vec!["__hidden_key"], vec!["__visible_key"]),
+                    None,
+                )?,
         ))
     }
 

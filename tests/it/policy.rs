@@ -22,6 +22,7 @@ const HIDDEN: &[&str] = &[
     "g1",
     "x1",
     "Globex Corp",
+    "Globex Freight",
 ];
 
 struct Fixture {
@@ -136,8 +137,6 @@ async fn find_object_sees_only_visible_objects() {
     assert_eq!(q["rows"][0][0], "o_retention");
     assert_eq!(q["rows"][0][1], 1);
     same_as_copy(&f, r#"FIND OBJECT ABOUT "rumour tricks""#).await;
-    let q = same_as_copy(&f, r#"FIND OBJECT WHERE project = "borealis""#).await;
-    assert_eq!(q["rows"], serde_json::json!([]));
     same_as_copy(&f, "FIND OBJECT (doc)").await;
     // The unrestricted principal finds the hidden ones (so the data does tempt).
     let admin = answer(
@@ -217,10 +216,43 @@ async fn using_a_hidden_project_is_refused_and_other_tables_absent() {
         .unwrap_err();
     assert_eq!(e.to_json()["error"]["code"], "permission_denied");
     assert!(e.to_string().contains("borealis"), "{e}");
-    // Its own project is fine.
+    // Named in FIND OBJECT's WHERE (=, IN, NOT IN, under NOT), and through EXPLAIN, it is
+    // refused the same way, at the predicate naming it.
+    for (q, column) in [
+        (r#"FIND OBJECT WHERE project = "borealis""#, 19),
+        (
+            r#"FIND OBJECT WHERE kind = "doc" AND NOT project IN ("atlas", "borealis")"#,
+            40,
+        ),
+        (
+            r#"FIND OBJECT ABOUT "funnel" WHERE project != "borealis""#,
+            34,
+        ),
+        (r#"EXPLAIN FIND OBJECT WHERE project = "borealis""#, 27),
+    ] {
+        let e = answer(&acme, q).await.unwrap_err();
+        assert_eq!(e.to_json()["error"]["code"], "permission_denied", "{q}");
+        assert!(e.to_string().contains("borealis"), "{q}: {e}");
+        assert_eq!(
+            e.to_json()["error"]["column"],
+            column,
+            "{q}: {}",
+            e.to_json()
+        );
+    }
+    // Its own project is fine, and the unrestricted principal names any.
     answer(&acme, r#"CONTEXT FOR "funnel" USING PROJECT "atlas""#)
         .await
         .unwrap();
+    let own = answer(&acme, r#"FIND OBJECT WHERE project = "atlas""#)
+        .await
+        .unwrap();
+    assert!(!own["rows"].as_array().unwrap().is_empty(), "{own}");
+    let admin = engine(&f.root, Some("admin"));
+    let theirs = answer(&admin, r#"FIND OBJECT WHERE project = "borealis""#)
+        .await
+        .unwrap();
+    assert_eq!(theirs["rows"][0][0], "o_borealis", "{theirs}");
     // masked_analyst reads events and users only.
     let masked = engine(&f.root, Some("masked_analyst"));
     for q in [r#"FIND OBJECT ABOUT "funnel""#, r#"CONTEXT FOR "funnel""#] {

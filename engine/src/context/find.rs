@@ -127,6 +127,12 @@ pub async fn plan(
     t: DateTime<Utc>,
     limits: &Limits,
 ) -> Result<Lowered> {
+    // A project the caller may not read, named, is refused as USING PROJECT's is.
+    if let Some(access) = catalog.access()
+        && let Some(w) = &q.filter
+    {
+        access.check_projects_named(w)?;
+    }
     let mut df = candidates_df(ctx, catalog, micros(t)).await?.select(vec![
         col("object_id"),
         col("revision"),

@@ -6,8 +6,44 @@
 use std::collections::BTreeSet;
 
 use super::ast::{
-    Aggregate, BoolExpr, FieldRef, Operand, OrderKey, RetrieveQuery, ReturnItem, Source, Span,
+    Aggregate, BoolExpr, Comparator, FieldRef, Literal, Operand, OrderKey, PredicateOp,
+    RetrieveQuery, ReturnItem, Source, Span,
 };
+
+/// The string literals `e` compares the one-segment field `field` with by `=`, `!=`, `IN` or
+/// `NOT IN` (under any AND, OR or NOT), each with its predicate's span: the values a query
+/// names for that field (FIND OBJECT's `project`).
+pub fn compared_strings<'a>(e: &'a BoolExpr, field: &str) -> Vec<(&'a str, Span)> {
+    match e {
+        BoolExpr::Or(l, r) | BoolExpr::And(l, r) => {
+            let mut v = compared_strings(l, field);
+            v.extend(compared_strings(r, field));
+            v
+        }
+        BoolExpr::Not(x) => compared_strings(x, field),
+        BoolExpr::Predicate(p) => {
+            let values: &[Literal] = match &p.op {
+                PredicateOp::Compare(Comparator::Eq | Comparator::NotEq, v) => {
+                    std::slice::from_ref(v)
+                }
+                PredicateOp::In(vs) | PredicateOp::NotIn(vs) => vs,
+                _ => &[],
+            };
+            match &p.lhs {
+                Operand::Field(FieldRef::Path(path)) if matches!(path.as_slice(), [f] if f == field) => {
+                    values
+                        .iter()
+                        .filter_map(|v| match v {
+                            Literal::String(s) => Some((s.as_str(), p.span)),
+                            _ => None,
+                        })
+                        .collect()
+                }
+                _ => Vec::new(),
+            }
+        }
+    }
+}
 
 /// The signal names a query reads through `signal(name)` or `probability(name)`, sorted.
 pub fn signal_names(q: &RetrieveQuery) -> Vec<String> {

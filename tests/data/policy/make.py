@@ -6,8 +6,8 @@ again only to change them, then `python3 tests/golden/oracle.py tests/golden/pol
     python3 tests/data/policy/make.py
 
 - root/: a multi-tenant dataset (events, users, entities, relationships, signals and the object
-  tables) with a policy.toml of three principals (docs/policy.md) and a metrics.toml.
-- as_acme_agent/, as_masked_analyst/: the same data with each principal's policy applied BY
+  tables) with a policy.toml of four principals (docs/policy.md) and a metrics.toml.
+- as_acme_agent/, as_masked_analyst/, as_partner_agent/: the same data with each principal's policy applied BY
   HAND, in DuckDB SQL below (rows filtered, hidden columns NULL, rows naming hidden things
   dropped), and no policy.toml. The golden oracles run over these copies; the context tests
   compare the restricted principal's answers over root/ with the unrestricted answers over
@@ -18,7 +18,10 @@ cross them), account a1's partner g1 (globex, hidden from acme) is the only brid
 object o_borealis (a project acme may not read) is the only bridge to o_bridge_end and the
 source o_funnels derives from, entity g1 is the only link between o_entity_a and o_entity_b,
 o_policy carries the `policy` role acme excludes, and o_retention's newest revision is
-untrusted (below acme's floor) while its first is verified.
+untrusted (below acme's floor) while its first is verified. Account a4 moved from globex to
+acme (an older globex version of it): it is visible to acme, and so are the `supplies` edges
+a1 -> a4 -> a5 through it; partner_agent sees acme's entities and every relation but
+`member_of`.
 """
 import datetime as dt
 import hashlib
@@ -69,6 +72,13 @@ mask = ["events.user_id"]
 
 [principals.admin]
 tokens = ["{token('admin-token')}"]
+
+[principals.partner_agent]
+tokens = ["{token('partner-token')}"]
+tables = ["entities", "relationships", "signals"]
+[principals.partner_agent.filters]
+entities = 'attributes.tenant = "acme"'
+relationships = 'relation != "member_of"'
 """
 
 METRICS = """[[metric]]
@@ -151,11 +161,21 @@ def graph():
         ("account", "g1", "globex", "Globex Corp", "rockets and world domination"),
         ("account", "g2", "globex", "Globex Hammock", "hammocks"),
         ("ledger", "x1", "internal", "Audit ledger", "internal audit ledger of rockets"),
-    ] + [("user", u, ten, f"user {u}", "a user") for u, ten in TENANT.items()]
+    ] + [("user", u, ten, f"user {u}", "a user") for u, ten in TENANT.items()] + [
+        # Last, so that the signals drawn for the others stay as they were. a4 moved from
+        # globex to acme: an older version of it is globex's.
+        ("account", "a4", "acme", "Acme Freight", "freight rockets"),
+        ("account", "a5", "acme", "Acme Depot", "rocket depot"),
+    ]
+    older = [("account", "a4", "globex", "Globex Freight", "freight", t - dt.timedelta(days=5))]
     write(ROOT / "entities" / "part-0.parquet", pa.Table.from_pylist([
         {"entity_type": e[0], "entity_id": e[1],
          "attributes": {"tenant": e[2], "name": e[3], "text": e[4]}, "updated_at": t}
         for e in ents
+    ] + [
+        {"entity_type": e[0], "entity_id": e[1],
+         "attributes": {"tenant": e[2], "name": e[3], "text": e[4]}, "updated_at": e[5]}
+        for e in older
     ], schema=pa.schema([
         ("entity_type", pa.string()), ("entity_id", pa.string()),
         ("attributes", pa.struct([("tenant", pa.string()), ("name", pa.string()), ("text", pa.string())])),
@@ -165,7 +185,9 @@ def graph():
             ("account", "g1", "partner_of", "account", "a3"),
             ("account", "a1", "partner_of", "account", "a2"),
             ("account", "g2", "partner_of", "account", "g1"),
-            ("ledger", "x1", "audits", "account", "a2")]
+            ("ledger", "x1", "audits", "account", "a2"),
+            ("account", "a1", "supplies", "account", "a4"),
+            ("account", "a4", "supplies", "account", "a5")]
     rels += [("user", u, "member_of", "account", {"acme": "a1", "globex": "g1", "initech": "g2"}[ten])
              for u, ten in TENANT.items()]
     write(ROOT / "relationships" / "part-0.parquet", pa.Table.from_pylist([
@@ -286,9 +308,11 @@ def copy(principal, tables):
 
 
 def copies():
-    # acme_agent, by hand (docs/policy.md says what each rule hides).
-    hidden_entities = ("SELECT entity_type || chr(31) || entity_id AS k FROM raw_entities "
-                       "WHERE attributes.tenant IS DISTINCT FROM 'acme'")
+    # acme_agent, by hand (docs/policy.md says what each rule hides). A hidden entity is one
+    # none of whose rows is acme's (a4 moved to acme: its older globex row does not hide it).
+    hidden_entities = ("SELECT entity_type || chr(31) || entity_id AS k FROM raw_entities EXCEPT "
+                       "SELECT entity_type || chr(31) || entity_id FROM raw_entities "
+                       "WHERE attributes.tenant = 'acme'")
     visible_entity_ids = "SELECT entity_id FROM raw_entities WHERE attributes.tenant = 'acme'"
     hidden_entity_ids = "SELECT entity_id FROM raw_entities WHERE attributes.tenant IS DISTINCT FROM 'acme'"
     visible_revisions = ("SELECT * FROM raw_revisions WHERE trust IN ('inferred', 'verified', 'authoritative') "
@@ -312,6 +336,15 @@ def copies():
                  f"AND entity_type || chr(31) || entity_id NOT IN ({hidden_entities})",
         "derivations": f"SELECT * FROM raw_derivations WHERE object_id NOT IN ({hidden_objects}) "
                        f"AND source_object_id NOT IN ({hidden_objects})",
+    })
+    # partner_agent: acme's entities, and no member_of edge.
+    copy("partner_agent", {
+        "entities": "SELECT * FROM raw_entities WHERE attributes.tenant = 'acme'",
+        "relationships": f"SELECT * FROM raw_relationships WHERE src_type || chr(31) || src_id NOT IN ({hidden_entities}) "
+                         f"AND dst_type || chr(31) || dst_id NOT IN ({hidden_entities}) "
+                         "AND relation != 'member_of'",
+        "signals": f"SELECT * FROM raw_signals WHERE entity_id NOT IN ({hidden_entity_ids}) "
+                   f"OR entity_id IN ({visible_entity_ids})",
     })
     copy("masked_analyst", {
         "events": "SELECT event_name, CAST(NULL AS VARCHAR) AS user_id, session_id, timestamp, properties "
