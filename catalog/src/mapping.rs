@@ -79,6 +79,10 @@ pub enum Read {
     Wide(Vec<String>),
     /// NULL: a column the files lack that has a default (the object tables of DESIGN.md §3).
     Null,
+    /// The first of these reads that is not NULL: `objects.recorded_at` where some files lack
+    /// it (another tool's files beside signalql's ingest's), whose rows read `created_at`, as
+    /// in a table none of whose files has it.
+    Coalesce(Vec<Read>),
 }
 
 /// How a time column is stored.
@@ -109,16 +113,29 @@ impl TableView {
         self.columns
             .iter()
             .filter_map(|c| {
-                let from = match &c.read {
-                    Read::Column(f) if *f == c.name => return None,
-                    Read::Column(f) => f.clone(),
-                    Read::Time { column, encoding } => format!("{column} ({})", encoding.text()),
-                    Read::Wide(cols) => format!("* ({} columns)", cols.len()),
-                    Read::Null => "absent (NULL)".into(),
-                };
-                Some((c.name.clone(), from))
+                if matches!(&c.read, Read::Column(f) if *f == c.name) {
+                    return None;
+                }
+                Some((c.name.clone(), c.read.text()))
             })
             .collect()
+    }
+}
+
+impl Read {
+    /// Where the column is read from, for DESCRIBE.
+    fn text(&self) -> String {
+        match self {
+            Read::Column(f) => f.clone(),
+            Read::Time { column, encoding } => format!("{column} ({})", encoding.text()),
+            Read::Wide(cols) => format!("* ({} columns)", cols.len()),
+            Read::Null => "absent (NULL)".into(),
+            Read::Coalesce(reads) => reads
+                .iter()
+                .map(Read::text)
+                .collect::<Vec<_>>()
+                .join(", else "),
+        }
     }
 }
 
@@ -232,6 +249,32 @@ pub fn view(
             });
         }
     }
+    // How the file column `source` (of type `dt`) is read as `role`.
+    let read_of = |role: &str,
+                   kind: Kind,
+                   source: &str,
+                   dt: &DataType|
+     -> Result<(Read, DataType), DatasetError> {
+        if kind != Kind::Timestamp {
+            return Ok((Read::Column(source.to_string()), dt.clone()));
+        }
+        match time_encoding(dt, epoch_unit) {
+            Ok(None) => Ok((Read::Column(source.to_string()), dt.clone())),
+            Ok(Some(encoding)) => Ok((
+                Read::Time {
+                    column: source.to_string(),
+                    encoding,
+                },
+                utc_micros(),
+            )),
+            Err(why) => Err(DatasetError::BadColumn {
+                table: table.into(),
+                column: mapped_name(role, source),
+                found: dt.to_string(),
+                expected: why,
+            }),
+        }
+    };
     let mut columns = Vec::new();
     for (role, kind) in &roles {
         let Some(source) = source_of(role).or_else(|| default_source(table, role, &source_of))
@@ -275,29 +318,18 @@ pub fn view(
         let field = files
             .field_with_name(&source)
             .map_err(|_| bad_config(format!("no column `{source}`")))?;
-        let dt = field.data_type();
-        let (read, data_type) = if *kind == Kind::Timestamp {
-            match time_encoding(dt, epoch_unit) {
-                Ok(None) => (Read::Column(source.clone()), dt.clone()),
-                Ok(Some(encoding)) => (
-                    Read::Time {
-                        column: source.clone(),
-                        encoding,
-                    },
-                    utc_micros(),
-                ),
-                Err(why) => {
-                    return Err(DatasetError::BadColumn {
-                        table: table.into(),
-                        column: mapped_name(role, &source),
-                        found: dt.to_string(),
-                        expected: why,
-                    });
-                }
-            }
-        } else {
-            (Read::Column(source.clone()), dt.clone())
-        };
+        let (mut read, mut data_type) = read_of(role, *kind, &source, field.data_type())?;
+        // Files some of which lack the column (another tool's beside signalql's ingest's):
+        // the merged column is nullable and NULL in those, whose rows read its fallback.
+        if source == *role
+            && field.is_nullable()
+            && let Some(from) = fallback_column(table, role).and_then(&source_of)
+            && let Ok(from_field) = files.field_with_name(&from)
+        {
+            let (or_else, _) = read_of(role, *kind, &from, from_field.data_type())?;
+            read = Read::Coalesce(vec![read, or_else]);
+            data_type = utc_micros();
+        }
         columns.push(ViewColumn {
             name: role.to_string(),
             read,
@@ -322,22 +354,28 @@ pub fn view(
     Ok((!identity).then_some(TableView { columns }))
 }
 
-/// A role the files lack read from another column (objects without `recorded_at`: each row
-/// is its own record, recorded when the object was created).
+/// The column a role the files lack is read from (objects without `recorded_at`: each row is
+/// its own record, recorded when the object was created). The ingest's reader of the object
+/// tables reads them by the same rule (crate::objects).
+pub fn fallback_column(table: &str, role: &str) -> Option<&'static str> {
+    match (table, role) {
+        ("objects", "recorded_at") => Some("created_at"),
+        _ => None,
+    }
+}
+
+/// A role the files lack read from another column ([`fallback_column`]).
 fn default_source(
     table: &str,
     role: &str,
     source_of: &dyn Fn(&str) -> Option<String>,
 ) -> Option<String> {
-    match (table, role) {
-        ("objects", "recorded_at") => source_of("created_at"),
-        _ => None,
-    }
+    fallback_column(table, role).and_then(source_of)
 }
 
 /// The type of a column the files may lack, read as NULL (the object tables' optional
 /// columns and `tombstoned_at`, which signalql's own ingest always writes).
-fn null_default(table: &str, role: &str) -> Option<DataType> {
+pub fn null_default(table: &str, role: &str) -> Option<DataType> {
     let text_list = || DataType::List(Arc::new(Field::new("item", DataType::Utf8, true)));
     Some(match (table, role) {
         ("objects", "tombstoned_at") => utc_micros(),

@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use datafusion::arrow::datatypes::{DataType, TimeUnit};
 use datafusion::common::{Column, ScalarValue};
 use datafusion::datasource::provider_as_source;
-use datafusion::functions::core::expr_fn::named_struct;
+use datafusion::functions::core::expr_fn::{coalesce, named_struct};
 use datafusion::logical_expr::{Expr, LogicalPlanBuilder, cast, lit};
 use datafusion::prelude::SessionContext;
 use signalql_catalog::mapping::{Read, TimeEncoding, ViewColumn, utc_micros};
@@ -339,8 +339,13 @@ fn restrict(
 
 /// The expression reading one view column from the files' columns.
 fn view_expr(c: &ViewColumn, alias: &str, table: &str) -> Expr {
+    read_expr(&c.read, c, alias, table)
+}
+
+/// The expression of `read`: view column `c`'s read, or one of the reads it coalesces.
+fn read_expr(read: &Read, c: &ViewColumn, alias: &str, table: &str) -> Expr {
     let file_column = |name: &str| Expr::Column(Column::new(Some(alias), name));
-    match &c.read {
+    match read {
         Read::Column(name) => file_column(name),
         Read::Time { column, encoding } => {
             let v = file_column(column);
@@ -373,5 +378,11 @@ fn view_expr(c: &ViewColumn, alias: &str, table: &str) -> Expr {
                 .collect(),
         ),
         Read::Null => lit(ScalarValue::try_from(&c.data_type).unwrap_or(ScalarValue::Null)),
+        Read::Coalesce(reads) => coalesce(
+            reads
+                .iter()
+                .map(|r| read_expr(r, c, alias, table))
+                .collect(),
+        ),
     }
 }

@@ -315,3 +315,130 @@ fn a_context_store_on_s3_keeps_the_bundles_of_a_local_root() {
     );
     assert!(!tmp.path().join("contexts").exists());
 }
+
+/// Object tables as DESIGN.md §3 lists them, written by pyarrow in the encodings other tools
+/// use: `python3 -c FOREIGN_OBJECTS ROOT STRINGS TIMES OWN` with STRINGS `large_string` or
+/// `string_view`, TIMES `ns` (no zone) or `ms_tz` (+02:00), and OWN `1` to add the two columns
+/// signalql's ingest writes besides (`recorded_at`, `source_path`, and `tombstoned_at`).
+const FOREIGN_OBJECTS: &str = r#"
+import datetime as dt, hashlib, pathlib, sys
+import pyarrow as pa, pyarrow.parquet as pq
+root, strings, times, own = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4] == "1"
+S = {"large_string": pa.large_string(), "string_view": pa.string_view()}[strings]
+T = {"ns": pa.timestamp("ns"), "ms_tz": pa.timestamp("ms", tz="+02:00")}[times]
+t0 = dt.datetime(2026, 5, 1, tzinfo=dt.timezone.utc)
+docs = [("doc-a", "Parquet storage layout", "Parquet files hold the event tables; storage is columnar."),
+        ("doc-b", "Funnel counting", "A funnel counts users who reach each step.")]
+n = len(docs)
+at = pa.array([t0 + dt.timedelta(days=i) for i in range(n)], T)
+s = lambda v: pa.array(v, S)
+def write(table, cols):
+    (root / table).mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table(cols), root / table / "part-0.parquet")
+objects = {"object_id": s([d[0] for d in docs]), "project": s([None] * n),
+           "kind": s(["note"] * n), "title": s([d[1] for d in docs]), "created_at": at}
+if own:
+    objects |= {"tombstoned_at": pa.array([None] * n, T), "recorded_at": at,
+                "source_path": s([f"elsewhere/{d[0]}.md" for d in docs])}
+write("objects", objects)
+write("revisions", {"object_id": s([d[0] for d in docs]), "revision": pa.array([1] * n, pa.int32()),
+    "created_at": at, "origin": s(["import"] * n), "trust": s(["verified"] * n),
+    "validation": s(["none"] * n), "roles": pa.array([["data"]] * n, pa.list_(S)),
+    "state": s(["current"] * n)})
+write("representations", {"object_id": s([d[0] for d in docs]), "revision": pa.array([1] * n, pa.int32()),
+    "name": s(["text"] * n), "media_type": s(["text/markdown"] * n),
+    "content": pa.array([d[2] for d in docs], pa.large_string()),
+    "content_hash": s([hashlib.sha256(d[2].encode()).hexdigest() for d in docs])})
+"#;
+
+/// `signalql ingest objects` appends to object tables other tools wrote, whatever their string
+/// and time encodings, with or without the columns its own ingest adds (it once panicked on
+/// large_string, and refused tables without `recorded_at`); a second run finds nothing new,
+/// and CONTEXT FOR then reads the other tool's objects (recorded when created) beside the
+/// ingested one.
+#[test]
+fn ingest_objects_appends_to_object_tables_other_tools_wrote() {
+    crate::common::python_package("pyarrow", "pyarrow>=20");
+    for (strings, times, own) in [
+        ("large_string", "ns", "0"),
+        ("large_string", "ns", "1"),
+        ("string_view", "ms_tz", "0"),
+        ("string_view", "ms_tz", "1"),
+    ] {
+        let case = format!("{strings} {times} own={own}");
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("store");
+        let made = std::process::Command::new("python3")
+            .args(["-c", FOREIGN_OBJECTS])
+            .arg(&root)
+            .args([strings, times, own])
+            .output()
+            .unwrap();
+        assert!(
+            made.status.success(),
+            "{case}: {}",
+            String::from_utf8_lossy(&made.stderr)
+        );
+        let docs = tmp.path().join("docs");
+        std::fs::create_dir_all(&docs).unwrap();
+        std::fs::write(
+            docs.join("pricing.md"),
+            "# Storage pricing\n\nParquet storage costs per gigabyte.\n",
+        )
+        .unwrap();
+        let ingest = || {
+            std::process::Command::new(env!("CARGO_BIN_EXE_signalql"))
+                .args(["ingest", "objects"])
+                .arg(&docs)
+                .arg("--data")
+                .arg(&root)
+                .args(["--now", "2026-06-02T00:00:00Z"])
+                .output()
+                .unwrap()
+        };
+        let out = ingest();
+        let said = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(
+            out.status.success(),
+            "{case}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            said.starts_with("1 file(s): 1 new, 0 revised"),
+            "{case}: {said}"
+        );
+        // The second run reads the other tool's rows and its own back: nothing new.
+        let out = ingest();
+        let said = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(
+            out.status.success() && said.contains("0 new, 0 revised, 1 unchanged"),
+            "{case}: {said} {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let ingested = signalql::catalog::objects::ingest::object_id(None, "docs/pricing.md");
+        let bundle = crate::common::rt().block_on(async {
+            let engine = Engine::open_with(
+                &root,
+                EngineOptions {
+                    now: Some("2026-06-03T00:00:00Z".parse().unwrap()),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+            match engine.answer(r#"CONTEXT FOR "parquet storage""#).await {
+                Ok(signalql::Answer::Bundle(b)) => *b,
+                other => panic!("{case}: {other:?}"),
+            }
+        });
+        let objects: Vec<&str> = bundle.items.iter().map(|i| i.object.as_str()).collect();
+        assert!(
+            objects.iter().any(|o| o.contains("doc-a"))
+                && objects.iter().any(|o| o.contains(&ingested)),
+            "{case}: {objects:?}"
+        );
+        assert!(
+            !objects.iter().any(|o| o.contains("doc-b")),
+            "doc-b holds no task term: {objects:?}"
+        );
+    }
+}

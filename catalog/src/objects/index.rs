@@ -490,7 +490,7 @@ pub fn covered_files(root: &Root, snapshot: &Snapshot) -> Result<HashSet<Covered
 /// `location`.
 pub fn covered_by(root: &Root, location: &str) -> Result<Vec<CoveredFile>> {
     let mut covered = Vec::new();
-    scan_file(root, location, FILES_COLUMNS, |b| {
+    scan_file(root, INDEX_FILES, location, FILES_COLUMNS, |b| {
         covered.extend(covered_rows(b));
         Ok(())
     })?;
@@ -703,15 +703,20 @@ fn index_uncovered(root: &Root, snapshot: &Snapshot, ingest: &mut Ingest) -> Res
         }
         // A file whose every representation's revision is visible, or none of it.
         let mut complete = true;
-        scan_file(root, &listed.location, &["object_id", "revision"], |b| {
-            let ids = cast(b.column(0), &DataType::Utf8)?;
-            let ids = ids.as_string::<i32>();
-            let revs = cast(b.column(1), &DataType::Int64)?;
-            let revs = revs.as_primitive::<Int64Type>();
-            complete &= (0..b.num_rows())
-                .all(|i| secret_revisions.contains_key(&(ids.value(i).to_string(), revs.value(i))));
-            Ok(())
-        })?;
+        scan_file(
+            root,
+            REPRESENTATIONS,
+            &listed.location,
+            &["object_id", "revision"],
+            |b| {
+                let ids = b.column(0).as_string::<i32>();
+                let revs = b.column(1).as_primitive::<Int64Type>();
+                complete &= (0..b.num_rows()).all(|i| {
+                    secret_revisions.contains_key(&(ids.value(i).to_string(), revs.value(i)))
+                });
+                Ok(())
+            },
+        )?;
         if !complete {
             summary.waiting += 1;
             continue;
@@ -720,7 +725,7 @@ fn index_uncovered(root: &Root, snapshot: &Snapshot, ingest: &mut Ingest) -> Res
             Some(w) => w,
             None => writer.insert(IndexWriter::new(root, &ingest.stem())?),
         };
-        scan_file(root, &listed.location, REP_COLUMNS, |b| {
+        scan_file(root, REPRESENTATIONS, &listed.location, REP_COLUMNS, |b| {
             let cols = RepColumns::of(b)?;
             for i in 0..b.num_rows() {
                 let (id, rev) = (cols.ids.value(i), cols.revs.value(i));
@@ -786,8 +791,8 @@ const REP_COLUMNS: &[&str] = &[
 /// [`scan`]).
 const OPTIONAL_ROLES: &str = "?roles";
 
-/// Those columns of one batch, cast to one type each (other tools write Utf8View, LargeUtf8,
-/// Int32 …).
+/// Those columns of one batch, in the types [`scan`] reads them as (other tools' Utf8View,
+/// LargeUtf8, Int32 … cast there; a column a file lacks is NULL).
 struct RepColumns {
     ids: StringArray,
     revs: Int64Array,
@@ -802,43 +807,27 @@ struct RepColumns {
 
 impl RepColumns {
     fn of(b: &RecordBatch) -> Result<RepColumns> {
-        let col = |name: &str, to: &DataType| -> Result<ArrayRef> {
-            let c = b
-                .column_by_name(name)
-                .ok_or_else(|| CatalogError::Invalid(format!("no column `{name}`")))?;
-            Ok(cast(c, to)?)
+        let col = |name: &str| {
+            b.column_by_name(name)
+                .ok_or_else(|| CatalogError::Invalid(format!("no column `{name}`")))
         };
-        let s = |name: &str| -> Result<StringArray> {
-            Ok(col(name, &DataType::Utf8)?.as_string::<i32>().clone())
-        };
-        let list = DataType::List(Arc::new(Field::new_list_field(DataType::Utf8, true)));
+        let s = |name: &str| -> Result<StringArray> { Ok(col(name)?.as_string::<i32>().clone()) };
         Ok(RepColumns {
             ids: s("object_id")?,
-            revs: col("revision", &DataType::Int64)?
-                .as_primitive::<Int64Type>()
-                .clone(),
+            revs: col("revision")?.as_primitive::<Int64Type>().clone(),
             names: s("name")?,
             medias: s("media_type")?,
-            contents: col("content", &DataType::LargeUtf8)?
-                .as_string::<i64>()
-                .clone(),
+            contents: col("content")?.as_string::<i64>().clone(),
             hashes: s("content_hash")?,
-            refs: match b.column_by_name("content_ref") {
-                Some(c) => Some(cast(c, &DataType::Utf8)?.as_string::<i32>().clone()),
-                None => None,
-            },
-            tokens: match b.column_by_name("tokens") {
-                Some(c) => Some(
-                    cast(c, &DataType::Int64)?
-                        .as_primitive::<Int64Type>()
-                        .clone(),
-                ),
-                None => None,
-            },
-            roles: match b.column_by_name("roles") {
-                Some(c) => Some(cast(c, &list)?.as_list::<i32>().clone()),
-                None => None,
-            },
+            refs: b
+                .column_by_name("content_ref")
+                .map(|c| c.as_string::<i32>().clone()),
+            tokens: b
+                .column_by_name("tokens")
+                .map(|c| c.as_primitive::<Int64Type>().clone()),
+            roles: b
+                .column_by_name("roles")
+                .map(|c| c.as_list::<i32>().clone()),
         })
     }
 
@@ -860,19 +849,15 @@ fn has_secret(roles: &ListArray, i: usize) -> bool {
 /// Per visible revision (`object_id`, `revision`): whether its roles include `secret`.
 fn revision_secrets(root: &Root, snapshot: &Snapshot) -> Result<HashMap<(String, i64), bool>> {
     let mut out: HashMap<(String, i64), bool> = HashMap::new();
-    let list = DataType::List(Arc::new(Field::new_list_field(DataType::Utf8, true)));
     scan(
         root,
         snapshot,
         REVISIONS,
         &["object_id", "revision", "roles"],
         |b| {
-            let ids = cast(b.column(0), &DataType::Utf8)?;
-            let ids = ids.as_string::<i32>();
-            let revs = cast(b.column(1), &DataType::Int64)?;
-            let revs = revs.as_primitive::<Int64Type>();
-            let roles = cast(b.column(2), &list)?;
-            let roles = roles.as_list::<i32>();
+            let ids = b.column(0).as_string::<i32>();
+            let revs = b.column(1).as_primitive::<Int64Type>();
+            let roles = b.column(2).as_list::<i32>();
             for i in 0..b.num_rows() {
                 // A revision written twice is identical; were it not, secret wins.
                 let secret = has_secret(roles, i);

@@ -16,7 +16,8 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, AsArray, RecordBatch};
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, RecordBatch, new_null_array};
+use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{
     DataType, Field, Int64Type, Schema, SchemaRef, TimeUnit, TimestampMicrosecondType,
 };
@@ -133,8 +134,11 @@ pub fn links_schema() -> SchemaRef {
 }
 
 /// Reads `columns` of every visible file of `root/table` (none when the table does not
-/// exist), calling `f` with each batch, its columns in the order asked, by name. A column
-/// named `?name` is read when the file has it and left out when it does not.
+/// exist), calling `f` with each batch: its columns in the order asked, by name, each in the
+/// type signalql's own writers give it ([`canonical_type`]). Files other tools wrote are read
+/// as the table's readers read them (crate::mapping): a column a file lacks is read from its
+/// fallback column (`objects.recorded_at` from `created_at`), else as NULL where the table
+/// gives it a default; a column named `?name` with neither is left out.
 pub(crate) fn scan(
     root: &Root,
     snapshot: &Snapshot,
@@ -144,15 +148,16 @@ pub(crate) fn scan(
 ) -> Result<()> {
     for listed in root.parquet_files(table)?.unwrap_or_default() {
         if snapshot.visible(&listed.location) {
-            scan_file(root, &listed.location, columns, &mut f)?;
+            scan_file(root, table, &listed.location, columns, &mut f)?;
         }
     }
     Ok(())
 }
 
-/// [`scan`] of the one file at `location`.
+/// [`scan`] of the one file of `table` at `location`.
 pub(crate) fn scan_file(
     root: &Root,
+    table: &str,
     location: &str,
     columns: &[&str],
     f: impl FnMut(&RecordBatch) -> Result<()>,
@@ -160,14 +165,23 @@ pub(crate) fn scan_file(
     match root.local() {
         Some(_) => {
             let file = File::open(location).map_err(|e| CatalogError::io(location, e))?;
-            read_batches(file, location, columns, f)
+            read_batches(file, table, location, columns, f)
         }
-        None => read_batches(root.read_location(location)?, location, columns, f),
+        None => read_batches(root.read_location(location)?, table, location, columns, f),
     }
+}
+
+/// Where a column asked of a file is read from.
+enum Source<'a> {
+    /// A file column: the column itself, or the one a column the file lacks is read from.
+    File(&'a str),
+    /// NULL of this type: a column the file lacks that the table gives a default.
+    Null(DataType),
 }
 
 fn read_batches<R: ChunkReader + 'static>(
     reader: R,
+    table: &str,
     location: &str,
     columns: &[&str],
     mut f: impl FnMut(&RecordBatch) -> Result<()>,
@@ -175,22 +189,35 @@ fn read_batches<R: ChunkReader + 'static>(
     let in_file = |e: &dyn std::fmt::Display| CatalogError::Invalid(format!("{location}: {e}"));
     let builder = ParquetRecordBatchReaderBuilder::try_new(reader).map_err(|e| in_file(&e))?;
     let fields = builder.schema().fields().clone();
+    let position = |name: &str| fields.iter().position(|fd| fd.name() == name);
     let mut roots = Vec::new();
-    let mut names = Vec::new();
+    let mut wanted: Vec<(&str, Source<'_>)> = Vec::new();
     for c in columns {
         let (name, optional) = match c.strip_prefix('?') {
             Some(name) => (name, true),
             None => (*c, false),
         };
-        match fields.iter().position(|fd| fd.name() == name) {
-            Some(i) => {
+        let fallback = crate::mapping::fallback_column(table, name)
+            .and_then(|from| Some((position(from)?, from)));
+        let source = match (position(name), fallback) {
+            (Some(i), _) => {
                 roots.push(i);
-                names.push(name);
+                Source::File(name)
             }
-            None if optional => {}
-            None => return Err(in_file(&format!("no column `{name}`"))),
-        }
+            (None, Some((i, from))) => {
+                roots.push(i);
+                Source::File(from)
+            }
+            (None, None) => match crate::mapping::null_default(table, name) {
+                Some(dt) => Source::Null(canonical_type(table, name).unwrap_or(dt)),
+                None if optional => continue,
+                None => return Err(in_file(&format!("no column `{name}`"))),
+            },
+        };
+        wanted.push((name, source));
     }
+    roots.sort_unstable();
+    roots.dedup();
     let mask = ProjectionMask::roots(builder.parquet_schema(), roots);
     let reader = builder
         .with_projection(mask)
@@ -198,26 +225,88 @@ fn read_batches<R: ChunkReader + 'static>(
         .map_err(|e| in_file(&e))?;
     for batch in reader {
         let batch = batch.map_err(|e| in_file(&e))?;
-        // The projection keeps file order; put the columns in the order asked.
-        let cols = names
+        // The projection keeps file order; put the columns in the order asked, in their types.
+        let cols = wanted
             .iter()
-            .map(|c| {
-                batch
-                    .column_by_name(c)
-                    .cloned()
-                    .ok_or_else(|| in_file(&format!("no column `{c}`")))
+            .map(|(name, source)| match source {
+                Source::File(from) => {
+                    let a = batch
+                        .column_by_name(from)
+                        .ok_or_else(|| in_file(&format!("no column `{from}`")))?;
+                    canonical(a, table, name, from).map_err(|e| in_file(&e))
+                }
+                Source::Null(dt) => Ok(new_null_array(dt, batch.num_rows())),
             })
             .collect::<Result<Vec<_>>>()?;
         let schema = Arc::new(Schema::new(
-            names
+            wanted
                 .iter()
                 .zip(&cols)
-                .map(|(c, a)| Field::new(*c, a.data_type().clone(), true))
+                .map(|((name, _), a)| Field::new(*name, a.data_type().clone(), true))
                 .collect::<Vec<_>>(),
         ));
         f(&RecordBatch::try_new(schema, cols)?)?;
     }
     Ok(())
+}
+
+/// The type signalql reads column `name` of `table` as: the type its own writers give it.
+fn canonical_type(table: &str, name: &str) -> Option<DataType> {
+    let schema = match table {
+        OBJECTS => objects_schema(),
+        REVISIONS => revisions_schema(),
+        REPRESENTATIONS => representations_schema(),
+        DERIVATIONS => derivations_schema(),
+        LINKS => links_schema(),
+        // The text index's tables are signalql's own, read as written.
+        _ => return None,
+    };
+    schema
+        .field_with_name(name)
+        .ok()
+        .map(|f| f.data_type().clone())
+}
+
+/// File column `from`, read as column `name` of `table`, in [`canonical_type`]. Other tools
+/// write Utf8View, LargeUtf8, dictionaries, Int32, timestamps of other units and zones: each
+/// is cast as the table's view casts it (crate::mapping, `TimeEncoding::Cast`). Any other type
+/// (an epoch or a text time, which only signalql.toml says how to read) is the error, before
+/// anything is written that would leave the table unreadable.
+fn canonical(
+    a: &ArrayRef,
+    table: &str,
+    name: &str,
+    from: &str,
+) -> std::result::Result<ArrayRef, String> {
+    let Some(to) = canonical_type(table, name) else {
+        return Ok(Arc::clone(a));
+    };
+    if a.data_type() == &to {
+        return Ok(Arc::clone(a));
+    }
+    if !read_as(a.data_type(), &to) {
+        return Err(format!(
+            "column `{from}` is {}, where signalql reads `{name}` as {to}",
+            a.data_type()
+        ));
+    }
+    cast(a, &to).map_err(|e| format!("column `{from}`: {e}"))
+}
+
+/// Whether a column of type `from` is read as `to` by a cast ([`canonical`]).
+fn read_as(from: &DataType, to: &DataType) -> bool {
+    use DataType::*;
+    let text = |t: &DataType| matches!(t, Utf8 | LargeUtf8 | Utf8View);
+    match (from, to) {
+        _ if from == to => true,
+        (Null, _) => true,
+        (Dictionary(_, values), _) => read_as(values, to),
+        (_, Utf8 | LargeUtf8 | Utf8View) => text(from),
+        (_, Int64 | Int32) => from.is_integer(),
+        (Timestamp(..) | Date32 | Date64, Timestamp(..)) => true,
+        (List(f) | LargeList(f) | ListView(f), List(t)) => read_as(f.data_type(), t.data_type()),
+        _ => false,
+    }
 }
 
 /// An object's latest record.
