@@ -20,14 +20,22 @@
 //! server (moto, tests/common/s3.rs), where it must give the local folder's envelope; and as
 //! `cluster/<case>` and `s3-cluster/<case>`: on two workers served in this process
 //! (docs/cluster.md), over the local folder and over S3, where it must
-//! give the envelope it gives in one process.
+//! give the envelope it gives in one process, and must have run where docs/cluster.md says:
+//! every plan that reads a file in one process runs on the workers (EXPLAIN's physical plan is
+//! the distributed one; a CONTEXT FOR's scans reach them), unless the header says
+//! `cluster: here <why>` for a statement that document keeps on the coordinator. The run
+//! prints how many trials went to the workers.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use datafusion::physical_plan::ExecutionPlan;
 use serde_json::Value;
 use signalql::catalog::StorageOptions;
 use signalql::{Engine, EngineOptions};
+use signalql_engine::record::{Run, recording};
 
 mod common;
 use common::s3::S3Server;
@@ -53,10 +61,10 @@ fn parse_case(path: &Path) -> Case {
             let s = sections.get_mut(sec).unwrap();
             s.push_str(line);
             s.push('\n');
-        } else if let Some((k, v)) = line.split_once(':') {
-            if !line.starts_with('#') {
-                header.insert(k.trim().to_string(), v.trim().to_string());
-            }
+        } else if let Some((k, v)) = line.split_once(':')
+            && !line.starts_with('#')
+        {
+            header.insert(k.trim().to_string(), v.trim().to_string());
         }
     }
     Case { header, sections }
@@ -264,13 +272,7 @@ async fn run_case_on_cluster(
     workers: &[String],
     s3: Option<&S3Server>,
 ) -> Result<(), String> {
-    if case.sections.contains_key("explain") || is_context(case) {
-        // EXPLAIN's object has no physical plan; CONTEXT FOR's bundles are compared in
-        // tests/it/cluster.rs.
-        return Ok(());
-    }
     let root = dataset(data_name(case), tiny);
-    let mut local = evaluate(case, &root, StorageOptions::default()).await?;
     let (remote_root, storage) = match s3 {
         Some(s3) => (
             std::path::PathBuf::from(format!("s3://{S3_BUCKET}/{}", data_name(case))),
@@ -278,8 +280,59 @@ async fn run_case_on_cluster(
         ),
         None => (root.clone(), StorageOptions::default()),
     };
-    let mut distributed =
-        evaluate_with(case, &remote_root, options_on(case, storage, workers)).await?;
+    if case.sections.contains_key("explain") {
+        // EXPLAIN's physical_plan is the distributed plan (docs/cluster.md, "EXPLAIN").
+        let local = explain_with(case, &root, options(case, StorageOptions::default())).await?;
+        let remote = explain_with(case, &remote_root, options_on(case, storage, workers)).await?;
+        let files: u64 = local["sources"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s["files"].as_u64())
+            .sum();
+        let plan = remote["physical_plan"].as_str().unwrap_or_default();
+        let want = files > 0 && !runs_here(case);
+        if plan.contains("DistributedExec") != want {
+            return Err(format!(
+                "EXPLAIN on the workers: distributed {want} expected ({files} files)\n{plan}"
+            ));
+        }
+        return tally(want);
+    }
+    if is_context(case) {
+        // The bundle is the one of one process, and its scans ran on the workers (the packer
+        // and the content reads stay here).
+        let query = case.sections.get("query").ok_or("no --- query section")?;
+        let (local, _) =
+            answer_recorded(&root, options(case, StorageOptions::default()), query).await;
+        let (remote, runs) =
+            answer_recorded(&remote_root, options_on(case, storage, workers), query).await;
+        let bundle = |a: Result<signalql::Answer, signalql::Error>| match a {
+            Ok(signalql::Answer::Bundle(b)) => Ok(serde_json::to_value(&*b).unwrap()),
+            other => Err(format!("not a bundle: {other:?}")),
+        };
+        let (l, r) = (bundle(local)?, bundle(remote)?);
+        if (&l["id"], &l["items"]) != (&r["id"], &r["items"]) {
+            return Err(format!("bundles differ\n  local: {l}\ncluster: {r}"));
+        }
+        let on = runs.iter().any(|r| r.physical.name() == "DistributedExec");
+        if on == runs_here(case) {
+            return Err(format!(
+                "CONTEXT FOR on the workers: {on}, expected {}",
+                !on
+            ));
+        }
+        return tally(on);
+    }
+    let (local, local_runs) = recording(evaluate(case, &root, StorageOptions::default())).await;
+    let (mut local, local_runs) = (local?, local_runs.runs);
+    let (distributed, remote_runs) = recording(evaluate_with(
+        case,
+        &remote_root,
+        options_on(case, storage, workers),
+    ))
+    .await;
+    let (mut distributed, remote_runs) = (distributed?, remote_runs.runs);
     // What the scans read is known where they ran: on the workers it is null here. The bytes
     // also count Parquet footers, which the coordinator may have read while it planned.
     if let (Ok(l), Ok(d)) = (&mut local, &mut distributed) {
@@ -289,7 +342,93 @@ async fn run_case_on_cluster(
         l.metadata.cost_estimate.scanned_bytes = None;
         d.metadata.cost_estimate.scanned_bytes = None;
     }
-    same_answer(local, distributed, "cluster")
+    same_answer(local, distributed, "cluster")?;
+    ran_where_documented(case, &local_runs, &remote_runs)
+}
+
+/// Trials whose statement ran on the workers, and those that read no file and ran here.
+static ON_WORKERS: AtomicUsize = AtomicUsize::new(0);
+static HERE: AtomicUsize = AtomicUsize::new(0);
+
+fn tally(on_workers: bool) -> Result<(), String> {
+    let count = if on_workers { &ON_WORKERS } else { &HERE };
+    count.fetch_add(1, Ordering::Relaxed);
+    Ok(())
+}
+
+/// A case that docs/cluster.md says runs whole on the coordinator (`cluster: here <why>`).
+fn runs_here(case: &Case) -> bool {
+    case.header
+        .get("cluster")
+        .is_some_and(|v| v.starts_with("here"))
+}
+
+/// Whether `plan` scans a file; with `above_network`, only in the coordinator's own stage.
+fn reads_files(plan: &dyn ExecutionPlan, above_network: bool) -> bool {
+    use datafusion::datasource::physical_plan::FileScanConfig;
+    use datafusion::datasource::source::DataSourceExec;
+    if above_network && plan.name().starts_with("Network") {
+        return false;
+    }
+    plan.downcast_ref::<DataSourceExec>()
+        .and_then(|s| s.data_source().downcast_ref::<FileScanConfig>())
+        .is_some_and(|c| c.file_groups.iter().any(|g| !g.is_empty()))
+        || plan
+            .children()
+            .iter()
+            .any(|c| reads_files(c.as_ref(), above_network))
+}
+
+/// docs/cluster.md, "What runs where": every plan that read a file in one process ran on the
+/// workers (one distributed plan for each), and none reads a file in the coordinator's own
+/// stage; a case marked `cluster: here` ran whole here.
+fn ran_where_documented(case: &Case, local: &[Run], remote: &[Run]) -> Result<(), String> {
+    let reading = local
+        .iter()
+        .filter(|r| reads_files(r.physical.as_ref(), false))
+        .count();
+    let want = if runs_here(case) { 0 } else { reading };
+    let distributed: Vec<&Run> = remote
+        .iter()
+        .filter(|r| r.physical.name() == "DistributedExec")
+        .collect();
+    let show = |r: &Run| {
+        datafusion::physical_plan::displayable(r.physical.as_ref())
+            .indent(false)
+            .to_string()
+    };
+    if distributed.len() != want {
+        return Err(format!(
+            "{} of {} plans ran on the workers, expected {want} ({reading} read files in one process)\n{}",
+            distributed.len(),
+            remote.len(),
+            remote.iter().map(show).collect::<Vec<_>>().join("--\n")
+        ));
+    }
+    if let Some(r) = distributed
+        .iter()
+        .find(|r| reads_files(r.physical.as_ref(), true))
+    {
+        return Err(format!(
+            "a file scan in the coordinator's stage\n{}",
+            show(r)
+        ));
+    }
+    tally(want > 0)
+}
+
+/// The answer to `query` over `root`, and the plans it ran.
+async fn answer_recorded(
+    root: &Path,
+    options: EngineOptions,
+    query: &str,
+) -> (Result<signalql::Answer, signalql::Error>, Vec<Run>) {
+    let (answer, recorded) = recording(async {
+        let engine = Engine::open_with(root, options)?;
+        engine.answer(query).await
+    })
+    .await;
+    (answer, recorded.runs)
 }
 
 /// `local` and `remote` (the answer on S3 or on the workers, named `label`) are the same
@@ -378,8 +517,17 @@ async fn plan_view(case: &Case, root: &Path, storage: StorageOptions) -> Result<
 
 /// `EXPLAIN query` over `root`, without its physical plan and limits.
 async fn explain_value(case: &Case, root: &Path, storage: StorageOptions) -> Result<Value, String> {
+    let mut got = explain_with(case, root, options(case, storage)).await?;
+    let object = got.as_object_mut().ok_or("not an object")?;
+    object.shift_remove("physical_plan");
+    object.shift_remove("limits");
+    Ok(got)
+}
+
+/// The EXPLAIN object of the case's query over `root`, opened with `options`.
+async fn explain_with(case: &Case, root: &Path, options: EngineOptions) -> Result<Value, String> {
     let query = case.sections.get("query").ok_or("no --- query section")?;
-    let engine = Engine::open_with(root, options(case, storage)).map_err(|e| e.to_string())?;
+    let engine = Engine::open_with(root, options).map_err(|e| e.to_string())?;
     let answer = engine
         .answer(&format!("EXPLAIN {query}"))
         .await
@@ -387,11 +535,7 @@ async fn explain_value(case: &Case, root: &Path, storage: StorageOptions) -> Res
     let signalql::Answer::Plan(plan) = answer else {
         return Err("EXPLAIN did not answer a plan".into());
     };
-    let mut got = serde_json::to_value(&*plan).map_err(|e| e.to_string())?;
-    let object = got.as_object_mut().ok_or("not an object")?;
-    object.shift_remove("physical_plan");
-    object.shift_remove("limits");
-    Ok(got)
+    serde_json::to_value(&*plan).map_err(|e| e.to_string())
 }
 
 /// `want` (the section `section` of `file`) is `got`; with `SIGNALQL_BLESS=1` a difference
@@ -560,6 +704,11 @@ fn main() {
         }));
     }
     let conclusion = libtest_mimic::run(&args, trials);
+    eprintln!(
+        "cluster trials: {} ran on the workers, {} read no file and ran here",
+        ON_WORKERS.load(Ordering::Relaxed),
+        HERE.load(Ordering::Relaxed)
+    );
     drop(workers);
     drop(s3);
     drop(tiny);
