@@ -400,7 +400,7 @@ impl Dataset {
             message,
         };
         let Place { root, folder } = place;
-        let snapshot = Snapshot::read(&root).map_err(|e| unreadable(e.to_string()))?;
+        let snapshot = Snapshot::read(root).map_err(|e| unreadable(e.to_string()))?;
         let listed = match root.parquet_files(folder) {
             Ok(files) => files.unwrap_or_default(),
             Err(e) => return Err(unreadable(e.to_string())),
@@ -833,7 +833,7 @@ impl Dataset {
             Arc::new(
                 crate::drift::merge(&schemas).map_err(|source| DatasetError::Drift {
                     table: table.to_string(),
-                    source,
+                    source: Box::new(source),
                 })?,
             );
         let partitions = self.partitions(table, &place, &files, &schema)?;

@@ -81,7 +81,7 @@ pub enum DatasetError {
     Drift {
         table: String,
         #[source]
-        source: crate::drift::Irreconcilable,
+        source: Box<crate::drift::Irreconcilable>,
     },
     #[error("column {column} of the {table} table has type {found}, expected {expected}")]
     BadColumn {

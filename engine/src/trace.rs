@@ -19,6 +19,9 @@ use signalql_catalog::Root;
 
 use crate::forms::{RUNTIME_FORMS, Unknown};
 
+/// One trace's figure of a field: the estimate's point, low and high, and the actual value.
+type Picked = (f64, f64, f64, f64);
+
 /// The folder of a root's traces.
 pub const FOLDER: &str = "traces";
 
@@ -334,7 +337,7 @@ pub fn statistics(traces: &[Trace]) -> Statistics {
         .iter()
         .map(|(name, pick)| {
             let done: Vec<&Trace> = traces.iter().filter(|t| t.error.is_none()).collect();
-            let pairs: Vec<((f64, f64, f64, f64), &str)> = done
+            let pairs: Vec<(Picked, &str)> = done
                 .iter()
                 .filter_map(|t| pick(t).map(|p| (p, t.started_at.as_str())))
                 .collect();

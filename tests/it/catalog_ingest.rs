@@ -267,7 +267,7 @@ fn bad_line(name: &str, text: &str) -> (u64, String) {
     let root = tmp.path().join("root");
     // An earlier ingest, so the events folder exists and holds a file.
     let good = write(tmp.path(), "good.jsonl", JSONL);
-    ingest_events(&root, &[good.clone()]).unwrap();
+    ingest_events(&root, std::slice::from_ref(&good)).unwrap();
     let before = listing(&root.join("events"));
     let bad = write(tmp.path(), name, text);
     let err = ingest_events(&root, &[good, bad.clone()]).unwrap_err();
@@ -414,7 +414,7 @@ fn no_properties_at_all_omits_the_column() {
         "e.jsonl",
         "{\"event_name\":\"a\",\"timestamp\":5}\n",
     );
-    let summary = ingest_events(&tmp.path().join("root"), &[input]).unwrap();
+    let summary = ingest_events(tmp.path().join("root"), &[input]).unwrap();
     assert!(summary.properties_fields.is_empty());
     let batch = read(&summary.written);
     assert_eq!(batch.num_columns(), 4);

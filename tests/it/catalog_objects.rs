@@ -259,7 +259,7 @@ async fn secret_detection_can_be_turned_off_and_options_are_checked() {
         roles: vec!["instruction".into()],
         ..opts("2026-11-01T00:00:00Z")
     };
-    let s = ingest_objects(&root, &[notes.clone()], &o).unwrap();
+    let s = ingest_objects(&root, std::slice::from_ref(&notes), &o).unwrap();
     assert_eq!(s.secrets, 0);
     let rows = sql(
         &root,
@@ -275,7 +275,7 @@ async fn secret_detection_can_be_turned_off_and_options_are_checked() {
             "origin" => o.origin = bad.into(),
             _ => o.roles = vec![bad.into()],
         }
-        let err = ingest_objects(&root, &[notes.clone()], &o).unwrap_err();
+        let err = ingest_objects(&root, std::slice::from_ref(&notes), &o).unwrap_err();
         assert!(err.to_string().contains(bad), "{err}");
     }
 }

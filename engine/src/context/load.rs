@@ -58,7 +58,7 @@ fn frame(ctx: &SessionContext, b: LogicalPlanBuilder) -> Result<DataFrame> {
 
 /// `t` read through its view, as a plan builder.
 fn read(t: &signalql_catalog::TableInfo) -> Result<LogicalPlanBuilder> {
-    Ok(crate::catalog::scan(t, &t.name, vec![])?)
+    crate::catalog::scan(t, &t.name, vec![])
 }
 
 /// The table `name` read through its view, as a plan builder. The plan of `CONTEXT FOR` is

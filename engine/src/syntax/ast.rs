@@ -24,7 +24,9 @@ impl PartialEq for Span {
 }
 impl Eq for Span {}
 
-/// One parsed statement.
+/// One parsed statement. Its variants differ in size (a retrieve query is the largest); a
+/// statement is parsed once and moved little, so none is boxed.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Statement {

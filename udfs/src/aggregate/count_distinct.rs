@@ -237,7 +237,7 @@ impl DistinctPairs {
     }
 
     /// Takes the groups `emit_to` names out (the groups left are renumbered from 0).
-    fn take(&mut self, emit_to: EmitTo) -> (Vec<HashSet<u128>>, Vec<HashSet<Box<[u8]>>>) {
+    fn take(&mut self, emit_to: EmitTo) -> (Vec<ShortSet>, Vec<LongSet>) {
         let short = emit_to.take_needed(&mut self.short);
         let long = emit_to.take_needed(&mut self.long);
         self.short_slots -= short.iter().map(HashSet::capacity).sum::<usize>();
@@ -251,8 +251,13 @@ impl DistinctPairs {
     }
 }
 
+/// One group's values of up to 16 bytes, packed in a `u128`.
+type ShortSet = HashSet<u128>;
+/// One group's longer values.
+type LongSet = HashSet<Box<[u8]>>;
+
 /// The state column of `groups`' values.
-fn state_of(short: &[HashSet<u128>], long: &[HashSet<Box<[u8]>>]) -> Result<ListArray> {
+fn state_of(short: &[ShortSet], long: &[LongSet]) -> Result<ListArray> {
     let packed: Vec<([u8; 16], usize)> = short.iter().flatten().map(unpack).collect();
     let mut p = 0;
     let mut values: Vec<&str> = Vec::with_capacity(packed.len());

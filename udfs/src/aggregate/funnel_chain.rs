@@ -293,7 +293,7 @@ mod tests {
                 }
             }
         }
-        for k in 0..n {
+        for (k, best) in reach.iter_mut().enumerate() {
             let mut all = Vec::new();
             rec(events, k, &mut Vec::new(), mode, &mut all);
             for idx in all.iter().filter(|idx| ok_span(idx)) {
@@ -301,7 +301,7 @@ mod tests {
                     first: *idx.iter().min().unwrap(),
                     last: *idx.iter().max().unwrap(),
                 };
-                offer(&mut reach[k], c);
+                offer(best, c);
             }
         }
         let _ = len;

@@ -196,11 +196,11 @@ impl Parser {
         if self.eat_kw("representation").is_some() {
             return Ok(PreferItem::Representation(self.parse_rep_name()?));
         }
-        if self.peek().kind == TokenKind::Word {
-            if let Some(level) = trust_level(&self.peek().text) {
-                self.advance();
-                return Ok(PreferItem::Trust(level));
-            }
+        if self.peek().kind == TokenKind::Word
+            && let Some(level) = trust_level(&self.peek().text)
+        {
+            self.advance();
+            return Ok(PreferItem::Trust(level));
         }
         self.expected("CURRENT, a trust level or REPRESENTATION")
     }
@@ -226,11 +226,11 @@ impl Parser {
     }
 
     fn parse_role(&mut self) -> Result<Role> {
-        if self.peek().kind == TokenKind::Word {
-            if let Some(r) = role(&self.peek().text) {
-                self.advance();
-                return Ok(r);
-            }
+        if self.peek().kind == TokenKind::Word
+            && let Some(r) = role(&self.peek().text)
+        {
+            self.advance();
+            return Ok(r);
         }
         self.expected(
             "a role (DATA, INSTRUCTION, PROMPT, POLICY, EXECUTABLE, SECRET or UNTRUSTED_EXTERNAL)",

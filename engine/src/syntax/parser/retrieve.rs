@@ -12,6 +12,9 @@ use crate::syntax::ast::{
 };
 use crate::syntax::lexer::TokenKind;
 
+/// The instants a BETWEEN window starts and ends at.
+type Instants = (DateTime<Utc>, DateTime<Utc>);
+
 /// Clauses seen so far in a clause list where each may appear at most once.
 #[derive(Default)]
 pub(super) struct Seen(Vec<String>);
@@ -167,9 +170,7 @@ impl Parser {
     /// `BETWEEN a AND a` is the empty window `[a, a)`, as in the v0.1 reference; an end
     /// before the start is an error, docs/semantics.md).
     /// Also returns the instants of a BETWEEN window.
-    pub(super) fn parse_time_window(
-        &mut self,
-    ) -> Result<(TimeWindow, Option<(DateTime<Utc>, DateTime<Utc>)>)> {
+    pub(super) fn parse_time_window(&mut self) -> Result<(TimeWindow, Option<Instants>)> {
         if self.eat_kw("last").is_some() {
             let (n, _) = self.parse_integer("a non-negative integer")?;
             let unit = self.parse_time_unit()?;
