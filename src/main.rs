@@ -261,7 +261,7 @@ enum Command {
         query: String,
     },
     /// Serve the dataset to an AI agent over MCP (stdio): tools query, describe, context,
-    /// explain_context, explain, simulate, stats and format.
+    /// explain_context, explain, simulate, stats, format and watch.
     Mcp {
         #[arg(long)]
         data: Option<PathBuf>,

@@ -14,6 +14,7 @@ mod cluster;
 mod context;
 mod crash;
 mod data_sources;
+mod docs;
 mod embed;
 mod envelope;
 mod execution;
