@@ -276,21 +276,29 @@ fn folder_loops_and_second_names_of_a_file_are_errors_naming_the_link() {
     // Skipped and listed with skip_invalid_files, the files' own answer.
     let tmp = sample_copy();
     let whole = sample_query(tmp.path()).unwrap();
-    let config = tmp.path().join("signalql.toml");
-    let text = std::fs::read_to_string(&config).unwrap_or_default();
-    std::fs::write(&config, format!("skip_invalid_files = true\n{text}")).unwrap();
+    skip_invalid_files(tmp.path());
     let events = tmp.path().join("events");
     symlink("../events", events.join("loop")).unwrap();
     symlink(the_file(&events), events.join("again.parquet")).unwrap();
     let env = sample_query(tmp.path()).unwrap();
     assert_eq!(env.rows, whole.rows, "each file read once");
-    let skipped: Vec<&str> = env
-        .metadata
+    assert_eq!(skipped(&env), ["events/again.parquet", "events/loop"]);
+}
+
+/// Sets `skip_invalid_files = true` in the signalql.toml of `root`.
+fn skip_invalid_files(root: &Path) {
+    let config = root.join("signalql.toml");
+    let text = std::fs::read_to_string(&config).unwrap_or_default();
+    std::fs::write(&config, format!("skip_invalid_files = true\n{text}")).unwrap();
+}
+
+/// The files an answer says it skipped.
+fn skipped(env: &signalql::Envelope) -> Vec<&str> {
+    env.metadata
         .skipped_files
         .iter()
         .map(|f| f.file.as_str())
-        .collect();
-    assert_eq!(skipped, ["events/again.parquet", "events/loop"]);
+        .collect()
 }
 
 #[test]
@@ -298,9 +306,7 @@ fn skip_invalid_files_reads_the_rest_and_says_so() {
     let tmp = sample_copy();
     let whole = sample_query(tmp.path()).unwrap();
     assert!(!whole.rows.is_empty());
-    let config = tmp.path().join("signalql.toml");
-    let text = std::fs::read_to_string(&config).unwrap_or_default();
-    std::fs::write(&config, format!("skip_invalid_files = true\n{text}")).unwrap();
+    skip_invalid_files(tmp.path());
     std::fs::write(tmp.path().join("events/empty.parquet"), b"").unwrap();
     std::fs::write(
         tmp.path().join("events/junk.parquet"),
@@ -312,13 +318,10 @@ fn skip_invalid_files_reads_the_rest_and_says_so() {
         env.rows, whole.rows,
         "the readable files give the same answer"
     );
-    let skipped: Vec<&str> = env
-        .metadata
-        .skipped_files
-        .iter()
-        .map(|f| f.file.as_str())
-        .collect();
-    assert_eq!(skipped, ["events/empty.parquet", "events/junk.parquet"]);
+    assert_eq!(
+        skipped(&env),
+        ["events/empty.parquet", "events/junk.parquet"]
+    );
     let json = serde_json::to_value(&env).unwrap();
     assert_eq!(
         json["metadata"]["skipped_files"][0]["file"],

@@ -29,13 +29,19 @@ fn rows(v: &Value) -> &Value {
     &v["body"]["rows"]
 }
 
-#[test]
-fn served_callers_see_what_their_tokens_allow() {
+/// A copy of tests/data/policy/root.
+fn policy_copy() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     crate::common::copy_dir(
         &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/policy/root"),
         dir.path(),
     );
+    dir
+}
+
+#[test]
+fn served_callers_see_what_their_tokens_allow() {
+    let dir = policy_copy();
     crate::common::python_package("mcp", "mcp>=2,<3");
     let (mut server, addr) = start(dir.path());
     let out = Command::new("python3")
@@ -181,11 +187,7 @@ fn status_of(mut conn: std::net::TcpStream) -> u16 {
 #[test]
 fn a_client_that_hangs_up_keeps_its_share_until_its_statement_ends() {
     use std::io::BufRead;
-    let dir = tempfile::tempdir().unwrap();
-    crate::common::copy_dir(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/policy/root"),
-        dir.path(),
-    );
+    let dir = policy_copy();
     let hold = dir.path().join("hold");
     std::fs::write(&hold, b"").unwrap();
     let mut server = Command::new(env!("CARGO_BIN_EXE_signalql"))
