@@ -176,6 +176,10 @@ pub struct TableInfo {
     /// The rows of its files, from their footers; `None` when not read (a Delta or an
     /// application's table).
     pub rows: Option<u64>,
+    /// What the bind pass decided of this table as opened (its files as listed, so once per
+    /// table version): whether a JSON-text key holds only numbers (docs/mapping.md), by the
+    /// caller's restriction and the key. Shared by the clones of one opened table.
+    pub decided: Arc<std::sync::Mutex<HashMap<String, bool>>>,
 }
 
 /// The fingerprint of a table's files as listed: a hash of each file's location, size and
@@ -271,6 +275,7 @@ impl TableInfo {
                 .collect(),
             fingerprint: None,
             rows: None,
+            decided: Default::default(),
             ..self.clone()
         })
     }
@@ -559,6 +564,7 @@ impl Dataset {
             restriction: None,
             fingerprint: None,
             rows: None,
+            decided: Default::default(),
         })
     }
 

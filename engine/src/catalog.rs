@@ -240,6 +240,7 @@ impl Catalog for ApplicationCatalog {
                 restriction: None,
                 fingerprint: None,
                 rows: None,
+                decided: Default::default(),
             });
         }
         let t = self.dataset.table(ctx, name).await?;

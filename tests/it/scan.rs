@@ -508,3 +508,46 @@ fn float_statistics_do_not_prove_a_comparison() {
     assert_eq!(count, 1);
     assert_eq!(parts, 0);
 }
+
+/// The plans `query` ran in `engine`, and its rows.
+async fn runs_of(engine: &Engine, query: &str) -> (usize, serde_json::Value) {
+    let (answer, recorded) =
+        signalql_engine::record::recording(async { engine.query(query).await }).await;
+    let envelope = answer.unwrap_or_else(|e| panic!("{query}: {e}"));
+    (recorded.runs.len(), serde_json::json!(envelope.rows))
+}
+
+/// No statement reads data it does not need (issue 45): ordering ties by a struct child of
+/// text runs the statement's one plan, with no pass over the table to learn whether the
+/// child holds numbers (its type is declared); a JSON-text key's pass runs once per table as
+/// opened, the answer kept with the table for later statements.
+#[tokio::test]
+async fn ordering_by_a_property_runs_one_plan_and_a_json_key_is_probed_once() {
+    let sample = Engine::open_with(signalql::sample_dataset(), EngineOptions::default()).unwrap();
+    let top = "FROM events WHERE event_name = \"page_view\" DURING LAST 7 d GROUP BY properties.path \
+               RETURN properties.path, count ORDER BY count DESC, properties.path ASC LIMIT 5";
+    let (runs, rows) = runs_of(&sample, top).await;
+    assert_eq!(runs, 1, "one plan: {rows}");
+    assert_eq!(rows.as_array().map(Vec::len), Some(5));
+
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/foreign/jsontext");
+    let json = Engine::open_with(&root, EngineOptions::default()).unwrap();
+    let order = "FROM events WHERE event_name = \"buy\" RETURN user_id, properties.amount \
+                 ORDER BY properties.amount DESC LIMIT 3";
+    let (first, rows) = runs_of(&json, order).await;
+    assert_eq!(
+        first, 2,
+        "the pass over properties.amount, then the statement"
+    );
+    // As numbers (tests/golden/foreign/json_order.case): 100 > 10.64 > 9.5.
+    assert_eq!(
+        rows,
+        serde_json::json!([["u3", "100"], ["u1", "10.64"], ["u1", "9.5"]])
+    );
+    let (again, same) = runs_of(&json, order).await;
+    assert_eq!(
+        (again, &same),
+        (1, &rows),
+        "decided once for the table as opened"
+    );
+}

@@ -377,9 +377,11 @@ impl Binder<'_> {
     }
 
     /// The span `[min, max]` of the rows a bucketed query without DURING reads.
-    /// Of the properties `bound` orders by value, those held as text (JSON, a map of text)
-    /// whose every non-null value in the source table is a number (docs/mapping.md): one pass
-    /// over the table's column, only when the query orders such a property.
+    /// Of the properties `bound` orders by value, the JSON-text keys whose every non-null value
+    /// in the source table is a number (docs/mapping.md). A struct or map child is of its
+    /// declared type and is never probed. Decided once per table as opened (its file set) and
+    /// caller restriction, kept with the table: the first statement ordering such a key makes
+    /// one pass over it, later ones read the answer.
     async fn numeric_keys(&self, bound: &Bound) -> Result<Vec<FieldRef>> {
         use crate::lower::fields::{column, is_text, resolve};
         use datafusion::arrow::array::AsArray;
@@ -399,12 +401,27 @@ impl Binder<'_> {
         let mut candidates = Vec::new();
         let mut values = Vec::new();
         let mut aggs = Vec::new();
+        let mut numeric = Vec::new();
+        let key_of = |field: &FieldRef| format!("{:?}\u{1f}{field}", table.restriction);
         for field in fields {
             let Ok(r) = resolve(field, &schema, bound.view.span) else {
                 continue;
             };
-            if !(r.dynamic && is_text(&r.data_type)) {
+            if !(r.untyped && is_text(&r.data_type)) {
                 continue;
+            }
+            let known = table
+                .decided
+                .lock()
+                .ok()
+                .and_then(|d| d.get(&key_of(field)).copied());
+            match known {
+                Some(true) => {
+                    numeric.push(field.clone());
+                    continue;
+                }
+                Some(false) => continue,
+                None => {}
             }
             let i = candidates.len();
             let v = format!("__v{i}");
@@ -414,7 +431,7 @@ impl Binder<'_> {
             candidates.push(field.clone());
         }
         if candidates.is_empty() {
-            return Ok(Vec::new());
+            return Ok(numeric);
         }
         // The values under internal names first: DataFusion 55's leaf-projection push-down
         // fails on an aggregate of field accesses straight over the scan.
@@ -424,7 +441,7 @@ impl Binder<'_> {
             .build()?;
         let batches = self.exec.run(&plan).await?.batches;
         let Some(batch) = batches.first().filter(|b| b.num_rows() == 1) else {
-            return Ok(Vec::new());
+            return Ok(numeric);
         };
         let value = |c: usize| {
             batch
@@ -432,12 +449,17 @@ impl Binder<'_> {
                 .as_primitive_opt::<Int64Type>()
                 .map_or(0, |a| a.value(0))
         };
-        Ok(candidates
-            .into_iter()
-            .enumerate()
-            .filter(|(i, _)| value(2 * i) > 0 && value(2 * i) == value(2 * i + 1))
-            .map(|(_, f)| f)
-            .collect())
+        let mut decided = table.decided.lock().ok();
+        for (i, field) in candidates.into_iter().enumerate() {
+            let is_numeric = value(2 * i) > 0 && value(2 * i) == value(2 * i + 1);
+            if let Some(d) = decided.as_mut() {
+                d.insert(key_of(&field), is_numeric);
+            }
+            if is_numeric {
+                numeric.push(field);
+            }
+        }
+        Ok(numeric)
     }
 
     async fn data_span(&self, bound: &Bound) -> Result<Option<Interval>> {

@@ -163,6 +163,7 @@ pub async fn plan(
                     expr: col(name),
                     data_type: field.data_type().clone(),
                     dynamic: false,
+                    untyped: false,
                 })
             }
             Operand::Field(f) => Err(Error::unknown_field(format!(

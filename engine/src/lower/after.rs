@@ -172,6 +172,7 @@ impl AfterAggregate {
                     expr,
                     data_type,
                     dynamic: false,
+                    untyped: false,
                 })
             };
             let pred = lower_bool(h, &|op: &Operand, span: Span| match op {

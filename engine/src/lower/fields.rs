@@ -46,6 +46,10 @@ pub struct Resolved {
     /// hold numbers: numeric literals and numeric aggregates cast it. A top-level text
     /// column (`user_id`) is text: `user_id = 5` compares with the text "5".
     pub dynamic: bool,
+    /// A key of JSON text, whose values have no declared type (docs/mapping.md): whether it
+    /// orders as numbers is decided by the table. A struct or map child is of its declared
+    /// type.
+    pub untyped: bool,
 }
 
 /// The dotted text of a field, for messages.
@@ -72,6 +76,7 @@ pub fn resolve(field: &FieldRef, schema: &DFSchema, span: Span) -> Result<Resolv
                     expr: column(&name),
                     data_type: f.data_type().clone(),
                     dynamic: matches!(field, FieldRef::Signal(_)),
+                    untyped: false,
                 }),
                 Err(_) => Err(Error::capability(&name, "v0.3-extended").at(span)),
             };
@@ -99,6 +104,7 @@ pub fn resolve(field: &FieldRef, schema: &DFSchema, span: Span) -> Result<Resolv
     // Text is read as JSON only under the property-bag columns (where ingest also stores
     // nested objects as JSON text); `event_name.x` is an error, not a silent NULL.
     let json_keys = PROPERTY_BAGS.contains(&first.as_str());
+    let mut untyped = false;
     for key in rest {
         (expr, dt) = match &dt {
             DataType::Struct(fields) => match fields.iter().find(|f| f.name() == key) {
@@ -123,6 +129,7 @@ pub fn resolve(field: &FieldRef, schema: &DFSchema, span: Span) -> Result<Resolv
                 } else {
                     cast(expr, DataType::Utf8)
                 };
+                untyped = true;
                 (json_get_text(text, lit(key.as_str())), DataType::Utf8)
             }
             DataType::Null => (lit(ScalarValue::Utf8(None)), DataType::Utf8),
@@ -140,6 +147,7 @@ pub fn resolve(field: &FieldRef, schema: &DFSchema, span: Span) -> Result<Resolv
         expr,
         data_type: dt,
         dynamic: !rest.is_empty(),
+        untyped,
     })
 }
 
@@ -220,6 +228,7 @@ fn semantic_match(text: &str, schema: &DFSchema, span: Span) -> Result<Resolved>
         expr: cast(score, DataType::Float64) / lit(1_000_000.0),
         data_type: DataType::Float64,
         dynamic: false,
+        untyped: false,
     })
 }
 
