@@ -7,6 +7,7 @@ Python packages into benches/.venv first:
     benches/compare                                   # 10M events, 100k objects, temporary dir
     benches/compare --only W6 --only W7 --runs 9 --json benches/out/funnels.json
     benches/compare --shape flat --users 200000 --data benches/out/flat10m
+    benches/compare --layout pyarrow-one-file --data benches/out/rows10m   # also small-files
 
 Workloads: names and SignalQL texts from benches/workloads.toml (which the criterion bench reads
 too), the peers' SQL and Polars queries built below (the DataFusion funnel SQL is in
@@ -763,6 +764,12 @@ def parse_args():
     ap.add_argument("--seed", type=int, default=42, help="generator seed for events and objects (default 42)")
     ap.add_argument("--shape", choices=("sessions", "flat"), default="sessions",
                     help="events generator shape (`signalql gen events --shape`; default sessions)")
+    ap.add_argument("--layout", choices=LAYOUTS, default="signalql",
+                    help="how the events files are laid out (default signalql: as `signalql gen` writes "
+                         "them); pyarrow-one-file: one file as pyarrow writes it by default (row groups of "
+                         "1 Mi rows; zstd), rows in time order; small-files: about 300 files of a few MB "
+                         "in time order, as streaming writers leave them. Both are written beside the "
+                         "generated root, as ROOT-LAYOUT, the other tables linked")
     ap.add_argument("--users", type=int,
                     help="users for the events generator (default: the generator's one per 40 rows for "
                          "sessions, 200000 for flat)")
@@ -828,6 +835,51 @@ def generate_events(binary, rows, seed, shape, users, root):
     subprocess.run(cmd + ["--out", root], check=True, stdout=subprocess.DEVNULL)
     print(f"generated {rows} events ({shape}{'' if users is None else f', {users} users'}) in "
           f"{time.perf_counter() - t0:.1f} s under {root}", file=sys.stderr)
+
+
+LAYOUTS = ("signalql", "pyarrow-one-file", "small-files")
+
+
+def laid_out(root, layout):
+    """The dataset at ROOT with its events written as another tool leaves them (`--layout`):
+    ROOT-LAYOUT, whose other tables and files are links to ROOT's, reused while ROOT's
+    signalql.toml is the one it was made from. The rows are the generated ones, sorted by time."""
+    if layout == "signalql":
+        return root
+    import pyarrow.dataset as pads
+    import pyarrow.parquet as pq
+
+    out = root.rstrip("/") + "-" + layout
+    stamp_file = os.path.join(out, ".made-from")
+    with open(os.path.join(root, "signalql.toml"), "rb") as f:
+        stamp = f.read()
+    if os.path.exists(stamp_file):
+        with open(stamp_file, "rb") as f:
+            if f.read() == stamp:
+                print(f"reusing the {layout} layout under {out}", file=sys.stderr)
+                return out
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(os.path.join(out, "events"))
+    for name in os.listdir(root):
+        if name != "events":
+            os.symlink(os.path.abspath(os.path.join(root, name)), os.path.join(out, name))
+    t0 = time.perf_counter()
+    table = pads.dataset(os.path.join(root, "events"), format="parquet").to_table().sort_by("timestamp")
+    events = os.path.join(out, "events")
+    if layout == "pyarrow-one-file":
+        # pyarrow's defaults (row groups of 1 Mi rows), with zstd as the probe's writer used.
+        pq.write_table(table, os.path.join(events, "part-0.parquet"), compression="zstd")
+    else:
+        per_file = max(1, -(-table.num_rows // 300))
+        for i, start in enumerate(range(0, table.num_rows, per_file)):
+            pq.write_table(table.slice(start, per_file), os.path.join(events, f"part-{i:05d}.parquet"))
+    with open(stamp_file, "wb") as f:
+        f.write(stamp)
+    files = os.listdir(events)
+    size = sum(os.path.getsize(os.path.join(events, n)) for n in files)
+    print(f"wrote the {layout} layout ({len(files)} files, {size / 1e6:.0f} MB) in "
+          f"{time.perf_counter() - t0:.1f} s under {out}", file=sys.stderr)
+    return out
 
 
 def generate_objects(binary, con, n, seed, root):
@@ -1015,6 +1067,9 @@ def main():
         tmp = tempfile.mkdtemp(prefix="signalql-compare-")
         root = tmp
     objroot = args.objects_data or root
+    generated = root
+    if args.layout != "signalql":
+        root = generated.rstrip("/") + "-" + args.layout
     try:
         files = os.path.join(root, "events", "*.parquet")
         workloads = selected(make_workloads(files), args.only)
@@ -1026,7 +1081,8 @@ def main():
         ctx = datafusion.SessionContext()
         chs = chdb.session.Session()
         if need_events:
-            generate_events(args.bin, args.rows, args.seed, args.shape, args.users, root)
+            generate_events(args.bin, args.rows, args.seed, args.shape, args.users, generated)
+            root = laid_out(generated, args.layout)
             # filename/file_row_number: the funnels break timestamp ties by position in the files.
             con.execute(f"CREATE VIEW events AS SELECT * FROM read_parquet('{files}', filename = true, file_row_number = true)")
             ctx.register_parquet("events", os.path.join(root, "events") + "/")
@@ -1158,7 +1214,8 @@ def main():
         print_table(args, results, objroot)
         if args.json:
             with open(args.json, "w") as f:
-                json.dump({"rows": args.rows, "shape": args.shape, "users": args.users, "objects": args.objects,
+                json.dump({"rows": args.rows, "shape": args.shape, "layout": args.layout, "users": args.users,
+                           "objects": args.objects,
                            "seed": args.seed, "runs": args.runs,
                            "binary": args.bin, "data": root, "objects_data": objroot, "cores": os.cpu_count(),
                            "loadavg_start": load0, "loadavg_end": os.getloadavg(),
@@ -1171,11 +1228,13 @@ def main():
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
+            if root != tmp:
+                shutil.rmtree(root, ignore_errors=True)
 
 
 def print_table(args, results, objroot):
     print()
-    shape = args.shape + (f" users={args.users}" if args.users is not None else "")
+    shape = args.shape + (f" users={args.users}" if args.users is not None else "") + f" layout={args.layout}"
     print(f"rows={args.rows} shape={shape} objects={args.objects} seed={args.seed} runs={args.runs} (median of "
           f"the rounds after 1 warm-up round); times in ms; cores={os.cpu_count()}; load average "
           f"{os.getloadavg()[1]:.2f} (5 min); all engines agree")
