@@ -99,7 +99,9 @@ pub fn for_dataset(
     let mut config = SessionConfig::new().with_information_schema(false);
     // A folder table's scan is narrowed to the row groups its window keeps (catalog::folder),
     // often a few MB of one file; DataFusion splits a scan over the cores only above
-    // `repartition_file_min_size` (10 MB by default), so the engine's default is 1 MiB.
+    // `repartition_file_min_size`. DataFusion 55's session default is 1 MiB too (its
+    // FileGroupPartitioner's own default is 10 MB); it is set here so that the engine's
+    // default stays 1 MiB whatever DataFusion's becomes.
     config.options_mut().optimizer.repartition_file_min_size = 1 << 20;
     for (key, value) in &dataset.config().datafusion {
         config.options_mut().set(key, value).map_err(|e| {
