@@ -205,7 +205,7 @@ impl Ingest {
             started_at: now,
         };
         let text = serde_json::to_vec(&marker).map_err(|e| CatalogError::Invalid(e.to_string()))?;
-        crate::failpoint::write_step(&format!("pending marker {PENDING}/{id}.json"));
+        crate::failpoint::write_step(format_args!("pending marker {PENDING}/{id}.json"));
         if !root.put_new(&format!("{PENDING}/{id}.json"), text)? {
             return Err(CatalogError::Invalid(format!(
                 "ingest id {id} is already in use; retry"
@@ -306,7 +306,7 @@ impl Ingest {
         };
         let text =
             serde_json::to_vec_pretty(&record).map_err(|e| CatalogError::Invalid(e.to_string()))?;
-        crate::failpoint::write_step(&format!("commit record {COMMITS}/{name}"));
+        crate::failpoint::write_step(format_args!("commit record {COMMITS}/{name}"));
         Ok(self.root.put_new(&format!("{COMMITS}/{name}"), text)?)
     }
 
@@ -314,7 +314,7 @@ impl Ingest {
     fn finish(&mut self) -> Result<()> {
         self.done = true;
         self.files.clear();
-        crate::failpoint::write_step(&format!("marker removal {PENDING}/{}.json", self.id));
+        crate::failpoint::write_step(format_args!("marker removal {PENDING}/{}.json", self.id));
         self.root.delete(&format!("{PENDING}/{}.json", self.id))?;
         Ok(())
     }

@@ -44,8 +44,9 @@ fn argument_in<'a>(value: &'a str, name: &str) -> Option<&'a str> {
 /// Where an ingest is about to make a write durable or visible: each data file, the text
 /// index, the commit record and the marker's removal. With `crash_at_write:N`, the Nth call in
 /// the process says `failpoint: crash at write N (WHAT)` on stderr and aborts the process
-/// before that write happens, so a test can stop an ingest at every step in turn.
-pub fn write_step(what: &str) {
+/// before that write happens, so a test can stop an ingest at every step in turn. `what` is
+/// formatted only then: without the hook a write pays for no string.
+pub fn write_step(what: std::fmt::Arguments<'_>) {
     static STEPS: AtomicU64 = AtomicU64::new(0);
     let Some(n) = argument("crash_at_write").and_then(|n| n.parse::<u64>().ok()) else {
         return;

@@ -438,10 +438,11 @@ impl FolderTable {
             .opened_footers
             .iter()
             .zip(&self.files)
-            .map(|(metadata, f)| match metadata {
+            .zip(&self.file_schemas)
+            .map(|((metadata, f), own)| match metadata {
                 Some(m) => {
                     let location = f.object_meta.location.to_string();
-                    fully_matched(m, &self.schema, &predicate, &location)
+                    fully_matched(m, &self.schema, own, &predicate, &location)
                 }
                 None => Vec::new(),
             })
@@ -488,15 +489,35 @@ pub async fn read_footer(
 
 /// The row groups of `metadata` that `predicate` (over `schema`) does not rule out by their
 /// statistics, as DataFusion's scan prunes them (`RowGroupAccessPlanFilter`); all of them
-/// without a predicate.
+/// without a predicate. The file's own schema is read from the footer (see [`pruned`]).
 pub fn kept_row_groups(
     metadata: &ParquetMetaData,
     schema: &Schema,
     predicate: Option<&PruningPredicate>,
     location: &str,
 ) -> Vec<usize> {
+    let file = metadata.file_metadata();
+    let own = predicate.and_then(|_| {
+        datafusion::parquet::arrow::parquet_to_arrow_schema(
+            file.schema_descr(),
+            file.key_value_metadata(),
+        )
+        .ok()
+    });
+    kept_row_groups_of(metadata, schema, own.as_ref(), predicate, location)
+}
+
+/// [`kept_row_groups`] of a file whose own schema is `own` (as the table read it when it was
+/// opened), when known.
+fn kept_row_groups_of(
+    metadata: &ParquetMetaData,
+    schema: &Schema,
+    own: Option<&Schema>,
+    predicate: Option<&PruningPredicate>,
+    location: &str,
+) -> Vec<usize> {
     match predicate {
-        Some(p) => pruned(metadata, schema, p, location)
+        Some(p) => pruned(metadata, schema, own, p, location)
             .row_group_indexes()
             .collect(),
         None => (0..metadata.row_groups().len()).collect(),
@@ -508,10 +529,11 @@ pub fn kept_row_groups(
 fn fully_matched(
     metadata: &ParquetMetaData,
     schema: &Schema,
+    own: &Schema,
     predicate: &PruningPredicate,
     location: &str,
 ) -> Vec<bool> {
-    pruned(metadata, schema, predicate, location)
+    pruned(metadata, schema, Some(own), predicate, location)
         .is_fully_matched()
         .clone()
 }
@@ -521,16 +543,18 @@ fn fully_matched(
 /// a timestamp in ms where the table reads µs, an int64 where it reads a double) keeps every
 /// row group here: its statistics are in its own type, which the pruning would read as the
 /// table's (1 000 times too small, for ms read as µs, and the row groups wrongly left out).
-/// The scan prunes that file itself, through DataFusion's schema adapter.
+/// The scan prunes that file itself, through DataFusion's schema adapter. `own` is the file's
+/// own schema; a file whose schema is not known keeps every row group too.
 fn pruned(
     metadata: &ParquetMetaData,
     schema: &Schema,
+    own: Option<&Schema>,
     predicate: &PruningPredicate,
     location: &str,
 ) -> RowGroupAccessPlanFilter {
     let groups = metadata.row_groups();
     let mut access = RowGroupAccessPlanFilter::new(ParquetAccessPlan::new_all(groups.len()));
-    if !statistics_read_as_table(metadata, schema, predicate) {
+    if !own.is_some_and(|own| statistics_read_as_table(own, schema, predicate)) {
         return access;
     }
     let metrics = ParquetFileMetrics::new(0, location, &ExecutionPlanMetricsSet::new());
@@ -544,22 +568,12 @@ fn pruned(
     access
 }
 
-/// Whether the statistics of `metadata`'s file can be read in the table's types (`schema`)
-/// for every column `predicate` reads: the file has the column in the same type, or not at
-/// all (then its statistics are absent, and DataFusion keeps the row groups).
-fn statistics_read_as_table(
-    metadata: &ParquetMetaData,
-    schema: &Schema,
-    predicate: &PruningPredicate,
-) -> bool {
-    let file = metadata.file_metadata();
-    let Ok(own) = datafusion::parquet::arrow::parquet_to_arrow_schema(
-        file.schema_descr(),
-        file.key_value_metadata(),
-    ) else {
-        return false;
-    };
-    let own = nested_strings_as_views(&own);
+/// Whether the statistics of a file whose own schema is `own` can be read in the table's
+/// types (`schema`) for every column `predicate` reads: the file has the column in the same
+/// type, or not at all (then its statistics are absent, and DataFusion keeps the row groups).
+/// A nested column (a struct, list or map: `properties`, whose fields drift from file to
+/// file) has no statistics the pruning reads, so its type does not matter.
+fn statistics_read_as_table(own: &Schema, schema: &Schema, predicate: &PruningPredicate) -> bool {
     datafusion::physical_expr::utils::collect_columns(predicate.orig_expr())
         .iter()
         .all(|c| {
@@ -567,6 +581,7 @@ fn statistics_read_as_table(
                 own.field_with_name(c.name()),
                 schema.field_with_name(c.name()),
             ) {
+                (_, Ok(t)) if t.data_type().is_nested() => true,
                 (Ok(f), Ok(t)) => same_statistics(f.data_type(), t.data_type()),
                 (Err(_), _) => true,
                 (Ok(_), Err(_)) => false,
@@ -580,7 +595,7 @@ fn statistics_read_as_table(
 /// zone (the values are the same integers, and a zone-less one is read as UTC).
 fn same_statistics(file: &DataType, table: &DataType) -> bool {
     use DataType::*;
-    let text = |t: &DataType| matches!(t, Utf8 | LargeUtf8 | Utf8View);
+    let text = signalql_udfs::strings::is_string;
     let bytes = |t: &DataType| matches!(t, Binary | LargeBinary | BinaryView);
     match (file, table) {
         (Dictionary(_, f), t) | (t, Dictionary(_, f)) if !matches!(t, Dictionary(..)) => {
@@ -615,6 +630,7 @@ struct Kept {
 fn kept_ranges(
     metadata: &ParquetMetaData,
     schema: &Schema,
+    own: &Schema,
     predicate: Option<&PruningPredicate>,
     exact: &[&[bool]],
     file_size: u64,
@@ -626,7 +642,7 @@ fn kept_ranges(
     if groups.is_empty() || offsets.windows(2).any(|w| w[0] >= w[1]) {
         return None;
     }
-    let kept = kept_row_groups(metadata, schema, predicate, location);
+    let kept = kept_row_groups_of(metadata, schema, Some(own), predicate, location);
     let pruned = groups.len() - kept.len();
     let mut ranges: Vec<(Vec<bool>, i64, i64)> = Vec::new();
     let end_of = |i: usize| offsets.get(i + 1).copied().unwrap_or(file_size as i64);
@@ -727,6 +743,7 @@ impl TableProvider for FolderTable {
             match kept_ranges(
                 &footer.metadata,
                 &self.schema,
+                &self.file_schemas[index],
                 predicate.as_deref(),
                 &exact
                     .iter()

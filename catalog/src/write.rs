@@ -126,7 +126,7 @@ impl AtomicParquetWriter {
     pub fn finish(self) -> Result<PathBuf> {
         let file = self.writer.into_inner()?;
         let target = file.target().to_path_buf();
-        crate::failpoint::write_step(&format!("data file {}", target.display()));
+        crate::failpoint::write_step(format_args!("data file {}", target.display()));
         if !file.publish().map_err(file_error)? {
             return Err(exists_error(&target.display().to_string()));
         }
@@ -249,7 +249,7 @@ pub fn upload_new(root: &Root, table: &str, file: &Path) -> Result<PathBuf> {
 
 fn put_new_or_fail(root: &Root, rel: &str, bytes: Vec<u8>) -> Result<PathBuf> {
     let location = root.display_of(rel);
-    crate::failpoint::write_step(&format!("data file {location}"));
+    crate::failpoint::write_step(format_args!("data file {location}"));
     if root.put_new(rel, bytes)? {
         Ok(PathBuf::from(location))
     } else {

@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, ArrayRef, AsArray, RecordBatch, new_null_array};
+use datafusion::arrow::array::{Array, AsArray, RecordBatch, new_null_array};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{
     DataType, Field, Int64Type, Schema, SchemaRef, TimeUnit, TimestampMicrosecondType,
@@ -173,17 +173,18 @@ pub(crate) fn scan_file(
 
 /// Where a column asked of a file is read from.
 enum Source<'a> {
-    /// A file column: the column itself, or the one a column the file lacks is read from.
-    File(&'a str),
+    /// A file column (the column itself, or the one a column the file lacks is read from),
+    /// read as this type ([`read_type`]: the file's own, or the one it is cast to).
+    File(&'a str, DataType),
     /// NULL of this type: a column the file lacks that the table gives a default.
     Null(DataType),
 }
 
-fn read_batches<R: ChunkReader + 'static>(
+fn read_batches<'a, R: ChunkReader + 'static>(
     reader: R,
     table: &str,
     location: &str,
-    columns: &[&str],
+    columns: &[&'a str],
     mut f: impl FnMut(&RecordBatch) -> Result<()>,
 ) -> Result<()> {
     let in_file = |e: &dyn std::fmt::Display| CatalogError::Invalid(format!("{location}: {e}"));
@@ -191,7 +192,7 @@ fn read_batches<R: ChunkReader + 'static>(
     let fields = builder.schema().fields().clone();
     let position = |name: &str| fields.iter().position(|fd| fd.name() == name);
     let mut roots = Vec::new();
-    let mut wanted: Vec<(&str, Source<'_>)> = Vec::new();
+    let mut wanted: Vec<(&str, Source<'a>)> = Vec::new();
     for c in columns {
         let (name, optional) = match c.strip_prefix('?') {
             Some(name) => (name, true),
@@ -199,14 +200,19 @@ fn read_batches<R: ChunkReader + 'static>(
         };
         let fallback = crate::mapping::fallback_column(table, name)
             .and_then(|from| Some((position(from)?, from)));
+        let file_column = |i: usize, from: &'a str| -> Result<Source<'a>> {
+            let dt =
+                read_type(table, name, from, fields[i].data_type()).map_err(|e| in_file(&e))?;
+            Ok(Source::File(from, dt))
+        };
         let source = match (position(name), fallback) {
             (Some(i), _) => {
                 roots.push(i);
-                Source::File(name)
+                file_column(i, name)?
             }
             (None, Some((i, from))) => {
                 roots.push(i);
-                Source::File(from)
+                file_column(i, from)?
             }
             (None, None) => match crate::mapping::null_default(table, name) {
                 Some(dt) => Source::Null(canonical_type(table, name).unwrap_or(dt)),
@@ -218,6 +224,15 @@ fn read_batches<R: ChunkReader + 'static>(
     }
     roots.sort_unstable();
     roots.dedup();
+    // The batches' schema: each column asked, in the type it is read as.
+    let schema = Arc::new(Schema::new(
+        wanted
+            .iter()
+            .map(|(name, Source::File(_, dt) | Source::Null(dt))| {
+                Field::new(*name, dt.clone(), true)
+            })
+            .collect::<Vec<_>>(),
+    ));
     let mask = ProjectionMask::roots(builder.parquet_schema(), roots);
     let reader = builder
         .with_projection(mask)
@@ -228,24 +243,21 @@ fn read_batches<R: ChunkReader + 'static>(
         // The projection keeps file order; put the columns in the order asked, in their types.
         let cols = wanted
             .iter()
-            .map(|(name, source)| match source {
-                Source::File(from) => {
+            .map(|(_, source)| match source {
+                Source::File(from, dt) => {
                     let a = batch
                         .column_by_name(from)
                         .ok_or_else(|| in_file(&format!("no column `{from}`")))?;
-                    canonical(a, table, name, from).map_err(|e| in_file(&e))
+                    if a.data_type() == dt {
+                        Ok(Arc::clone(a))
+                    } else {
+                        cast(a, dt).map_err(|e| in_file(&format!("column `{from}`: {e}")))
+                    }
                 }
                 Source::Null(dt) => Ok(new_null_array(dt, batch.num_rows())),
             })
             .collect::<Result<Vec<_>>>()?;
-        let schema = Arc::new(Schema::new(
-            wanted
-                .iter()
-                .zip(&cols)
-                .map(|((name, _), a)| Field::new(*name, a.data_type().clone(), true))
-                .collect::<Vec<_>>(),
-        ));
-        f(&RecordBatch::try_new(schema, cols)?)?;
+        f(&RecordBatch::try_new(Arc::clone(&schema), cols)?)?;
     }
     Ok(())
 }
@@ -267,41 +279,37 @@ fn canonical_type(table: &str, name: &str) -> Option<DataType> {
         .map(|f| f.data_type().clone())
 }
 
-/// File column `from`, read as column `name` of `table`, in [`canonical_type`]. Other tools
-/// write Utf8View, LargeUtf8, dictionaries, Int32, timestamps of other units and zones: each
-/// is cast as the table's view casts it (crate::mapping, `TimeEncoding::Cast`). Any other type
-/// (an epoch or a text time, which only signalql.toml says how to read) is the error, before
-/// anything is written that would leave the table unreadable.
-fn canonical(
-    a: &ArrayRef,
+/// The type file column `from` (of type `dt`) is read as, as column `name` of `table`:
+/// [`canonical_type`], or `dt` itself for a column without one. Other tools write Utf8View, LargeUtf8, dictionaries, Int32, timestamps of other units
+/// and zones: each is cast as the table's view casts it (crate::mapping, `TimeEncoding::Cast`).
+/// Any other type (an epoch or a text time, which only signalql.toml says how to read) is the
+/// error, decided once per file before any row is read, and before anything is written that
+/// would leave the table unreadable.
+fn read_type(
     table: &str,
     name: &str,
     from: &str,
-) -> std::result::Result<ArrayRef, String> {
+    dt: &DataType,
+) -> std::result::Result<DataType, String> {
     let Some(to) = canonical_type(table, name) else {
-        return Ok(Arc::clone(a));
+        return Ok(dt.clone());
     };
-    if a.data_type() == &to {
-        return Ok(Arc::clone(a));
-    }
-    if !read_as(a.data_type(), &to) {
+    if !read_as(dt, &to) {
         return Err(format!(
-            "column `{from}` is {}, where signalql reads `{name}` as {to}",
-            a.data_type()
+            "column `{from}` is {dt}, where signalql reads `{name}` as {to}"
         ));
     }
-    cast(a, &to).map_err(|e| format!("column `{from}`: {e}"))
+    Ok(to)
 }
 
-/// Whether a column of type `from` is read as `to` by a cast ([`canonical`]).
+/// Whether a column of type `from` is read as `to` by a cast ([`read_type`]).
 fn read_as(from: &DataType, to: &DataType) -> bool {
     use DataType::*;
-    let text = |t: &DataType| matches!(t, Utf8 | LargeUtf8 | Utf8View);
     match (from, to) {
         _ if from == to => true,
         (Null, _) => true,
         (Dictionary(_, values), _) => read_as(values, to),
-        (_, Utf8 | LargeUtf8 | Utf8View) => text(from),
+        (_, Utf8 | LargeUtf8 | Utf8View) => signalql_udfs::strings::is_string(from),
         (_, Int64 | Int32) => from.is_integer(),
         (Timestamp(..) | Date32 | Date64, Timestamp(..)) => true,
         (List(f) | LargeList(f) | ListView(f), List(t)) => read_as(f.data_type(), t.data_type()),

@@ -376,7 +376,6 @@ impl Binder<'_> {
         Err(unknown_entity_type(wanted, &types).at(span))
     }
 
-    /// The span `[min, max]` of the rows a bucketed query without DURING reads.
     /// Of the properties `bound` orders by value, the JSON-text keys whose every non-null value
     /// in the source table is a number (docs/mapping.md). A struct or map child is of its
     /// declared type and is never probed. Decided once per table as opened (its file set) and
@@ -462,6 +461,7 @@ impl Binder<'_> {
         Ok(numeric)
     }
 
+    /// The span `[min, max]` of the rows a bucketed query without DURING reads.
     async fn data_span(&self, bound: &Bound) -> Result<Option<Interval>> {
         let plan = data_span_plan(&bound.view, &bound.input(self.exec.limits()))?;
         let batches = self.exec.run(&plan).await?.batches;
