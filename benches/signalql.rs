@@ -3,11 +3,12 @@
 //! a 3-step funnel, ungrouped and grouped) and CONTEXT FOR over a generated 100k-object corpus
 //! next to the same lexical scoring as plain DataFusion SQL (group `context`), and the extended
 //! tier (entities, TRAVERSE, TREND, a governed metric, DESCRIBE; group `extended`), and issue
-//! 7's W9: parse + format + lower of each of the workloads W1–W8 (group `w9`). The workload
+//! 7's W9: parse + format + lower of each of the workloads W1–W8 (group `w9`), and the fixed
+//! cost of a statement by stage on the bundled sample (group `stages`). The workload
 //! texts and the funnel's DataFusion SQL are `benches/workloads.toml`'s, shared with `compare.py`.
 //!
 //! `cargo bench --bench signalql` (add `-- GROUP` to run one of `syntax`, `lowering`, `udf`,
-//! `end_to_end`, `context`, `extended`, `w9`). The end-to-end dataset has `SIGNALQL_BENCH_ROWS` rows (default 1 000 000),
+//! `end_to_end`, `context`, `extended`, `w9`, `stages`). The end-to-end dataset has `SIGNALQL_BENCH_ROWS` rows (default 1 000 000),
 //! generated once per run into a temporary directory; each SignalQL query is paired with the
 //! same query written as DataFusion SQL and run through the engine's own `SessionContext`, so
 //! the two lines of a pair differ only by what SignalQL adds (parse, open the table, lower,
@@ -757,6 +758,121 @@ fn bench_extended(c: &mut Criterion) {
     group.finish();
 }
 
+/// The fixed cost of a statement by stage, on the bundled sample (`data/sample`, 150 000 events
+/// in one 1.4 MB file), warm in one process (issue 45, point 6). Each stage is timed alone:
+/// `open_table` (the events table opened as a statement opens it), `parse`, `bind_lower` (the
+/// tables bound, the logical plan built), `sql` (the plan unparsed to SQL and digested for the
+/// envelope), `optimize` (DataFusion's analyzer and logical optimizer), `physical` (the physical
+/// planner and physical optimizer), `execute` (the physical plan run to its last batch), and
+/// `whole` (`Engine::query`: all of them, plus the envelope). CONTEXT FOR over the sample's 12
+/// documents is timed whole.
+fn bench_stages(c: &mut Criterion) {
+    use datafusion::execution::session_state::SessionState;
+    let rt = runtime();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/sample");
+    let engine = Engine::open(&root).expect("open the sample");
+    let statements = [
+        ("count", workload("W1")),
+        (
+            "daily_series",
+            "FROM events DURING LAST 30 d BUCKET BY d RETURN timestamp, count ORDER BY timestamp ASC",
+        ),
+        ("funnel", workload("W6")),
+    ];
+    let mut group = c.benchmark_group("stages");
+    group
+        .sample_size(50)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2));
+    group.bench_function("open_table", |b| {
+        b.to_async(&rt).iter(|| async {
+            engine
+                .dataset()
+                .events(engine.session())
+                .await
+                .expect("events")
+        })
+    });
+    let state = || -> SessionState { engine.session().state() };
+    for (name, text) in statements {
+        let statement = signalql::parse(text).expect("parse");
+        let lowered = rt
+            .block_on(engine.lower_statement(&statement))
+            .expect("lower");
+        let optimized = state().optimize(&lowered.plan).expect("optimize");
+        group.bench_function(format!("{name}/parse"), |b| {
+            b.iter(|| signalql::parse(black_box(text)).expect("parse"))
+        });
+        group.bench_function(format!("{name}/bind_lower"), |b| {
+            b.to_async(&rt)
+                .iter(|| async { engine.lower_statement(&statement).await.expect("lower") })
+        });
+        group.bench_function(format!("{name}/sql"), |b| {
+            b.iter(|| {
+                // A funnel's plan has no SQL text (the unparser cannot write it back).
+                signalql::plan_sql(black_box(&lowered.plan))
+                    .map(|sql| signalql::envelope::sql_digest(&sql))
+                    .ok()
+            })
+        });
+        group.bench_function(format!("{name}/optimize"), |b| {
+            b.iter(|| {
+                state()
+                    .optimize(black_box(&lowered.plan))
+                    .expect("optimize")
+            })
+        });
+        group.bench_function(format!("{name}/physical"), |b| {
+            b.to_async(&rt).iter(|| async {
+                let s = state();
+                s.query_planner()
+                    .create_physical_plan(black_box(&optimized), &s)
+                    .await
+                    .expect("physical plan")
+            })
+        });
+        // A fresh physical plan per run (planned untimed): a plan's operators keep state.
+        group.bench_function(format!("{name}/execute"), |b| {
+            b.to_async(&rt).iter_custom(|iters| {
+                let optimized = &optimized;
+                async move {
+                    let mut total = Duration::ZERO;
+                    for _ in 0..iters {
+                        let s = state();
+                        let plan = s
+                            .query_planner()
+                            .create_physical_plan(optimized, &s)
+                            .await
+                            .expect("physical plan");
+                        let started = Instant::now();
+                        black_box(
+                            datafusion::physical_plan::collect(plan, s.task_ctx())
+                                .await
+                                .expect("run"),
+                        );
+                        total += started.elapsed();
+                    }
+                    total
+                }
+            })
+        });
+        group.bench_function(format!("{name}/whole"), |b| {
+            b.to_async(&rt)
+                .iter(|| async { engine.query(black_box(text)).await.expect("query") })
+        });
+    }
+    let context = "CONTEXT FOR \"parquet storage engine budget\" BUDGET 2000 TOKENS";
+    group.bench_function("context_for/whole", |b| {
+        b.to_async(&rt).iter(|| async {
+            engine
+                .answer(black_box(context))
+                .await
+                .expect("context for")
+        })
+    });
+    group.finish();
+}
+
 criterion_group!(
     benches,
     bench_syntax,
@@ -765,6 +881,7 @@ criterion_group!(
     bench_end_to_end,
     bench_context,
     bench_extended,
-    bench_w9
+    bench_w9,
+    bench_stages
 );
 criterion_main!(benches);

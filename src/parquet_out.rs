@@ -15,7 +15,7 @@ pub fn write_parquet(path: &Path, batches: &[RecordBatch]) -> Result<()> {
         return Err(Error::type_error("the query returned no rows to write"));
     };
     signalql_catalog::file::replace(path, |file| {
-        let props = signalql_catalog::write::writer_properties();
+        let props = signalql_catalog::write::writer_properties(&first.schema());
         let mut w = ArrowWriter::try_new(file, first.schema(), Some(props))
             .map_err(std::io::Error::other)?;
         for b in batches {

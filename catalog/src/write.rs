@@ -8,11 +8,12 @@
 
 use std::path::{Path, PathBuf};
 
-use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::datatypes::{DataType, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::parquet::arrow::ArrowWriter;
-use datafusion::parquet::basic::{Compression, ZstdLevel};
+use datafusion::parquet::basic::{Compression, Encoding, ZstdLevel};
 use datafusion::parquet::file::properties::{EnabledStatistics, WriterProperties};
+use datafusion::parquet::schema::types::ColumnPath;
 
 use crate::error::{CatalogError, Result};
 use crate::file::{FileError, NewFile};
@@ -27,16 +28,31 @@ pub const ROW_GROUP_ROWS: usize = 1024 * 1024;
 /// 1 Mi rows is about 10 MB written, under the cap.
 pub const ROW_GROUP_BYTES: usize = 16 * 1024 * 1024;
 
-/// The writer properties every catalog Parquet file uses: ZSTD(3), row groups of at most
-/// 1 Mi rows and 16 MiB, page-level statistics.
-pub fn writer_properties() -> WriterProperties {
+/// The writer properties every catalog Parquet file of `schema` uses: ZSTD(3), row groups of at
+/// most 1 Mi rows and 16 MiB, page-level statistics, and each top-level timestamp column
+/// delta-encoded without a dictionary.
+///
+/// Timestamps are nearly all distinct, so a dictionary only fills up (1 MiB, about 131 072
+/// values) and falls back to plain pages, and a reader of any page decodes that dictionary
+/// page first. In time order the deltas are small: the sample's timestamp column is 533 KB as
+/// DELTA_BINARY_PACKED against 861 KB as dictionary + ZSTD, and a 30-day count over it took
+/// 3.1 ms instead of 7.0 (issue 45; benches `stages`).
+pub fn writer_properties(schema: &Schema) -> WriterProperties {
     let level = ZstdLevel::try_new(3).unwrap_or_default();
-    WriterProperties::builder()
+    let mut builder = WriterProperties::builder()
         .set_compression(Compression::ZSTD(level))
         .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
         .set_max_row_group_bytes(Some(ROW_GROUP_BYTES))
-        .set_statistics_enabled(EnabledStatistics::Page)
-        .build()
+        .set_statistics_enabled(EnabledStatistics::Page);
+    for field in schema.fields() {
+        if matches!(field.data_type(), DataType::Timestamp(..)) {
+            let path = ColumnPath::from(field.name().as_str());
+            builder = builder
+                .set_column_dictionary_enabled(path.clone(), false)
+                .set_column_encoding(path, Encoding::DELTA_BINARY_PACKED);
+        }
+    }
+    builder.build()
 }
 
 /// Writes `batches` to `dir/{file_stem}.parquet` atomically and returns that path.
@@ -83,7 +99,8 @@ impl AtomicParquetWriter {
     /// Opens a temporary file in `dir` (created if needed) for `dir/{stem}.parquet`.
     /// Fails if the target already exists.
     pub fn new(dir: &Path, stem: &str, schema: SchemaRef) -> Result<Self> {
-        Self::with_properties(dir, stem, schema, writer_properties())
+        let properties = writer_properties(&schema);
+        Self::with_properties(dir, stem, schema, properties)
     }
 
     /// [`AtomicParquetWriter::new`] with other writer properties.
@@ -173,7 +190,8 @@ pub fn put_parquet_new(
     schema: SchemaRef,
     batches: &[RecordBatch],
 ) -> Result<PathBuf> {
-    let mut file = NewParquet::new(root, table, stem, schema, writer_properties())?;
+    let properties = writer_properties(&schema);
+    let mut file = NewParquet::new(root, table, stem, schema, properties)?;
     for batch in batches {
         file.write(batch)?;
     }

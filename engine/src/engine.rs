@@ -10,7 +10,6 @@ use chrono::{DateTime, Utc};
 use datafusion::arrow::array::RecordBatch;
 use datafusion::logical_expr::{LogicalPlan, LogicalPlanBuilder};
 use datafusion::prelude::SessionContext;
-use datafusion::sql::unparser::plan_to_sql;
 use signalql_catalog::Dataset;
 
 use crate::bind::Binder;
@@ -194,7 +193,7 @@ impl Engine {
         // Boxed, as the statements of answer_statement are.
         let (lowered, noted) = noting(Box::pin(self.lower_statement(&statement))).await;
         let lowered = lowered?;
-        let sql = plan_sql(&lowered.plan);
+        let sql = crate::unparse::plan_sql(&lowered.plan);
         Ok(Compiled {
             statement,
             lowered,
@@ -1089,13 +1088,6 @@ fn policed(
         Some(a) => Box::new(crate::policed::PolicedCatalog::new(catalog, a)),
         None => catalog,
     }
-}
-
-/// The SQL text DataFusion's unparser gives for a plan.
-pub fn plan_sql(plan: &LogicalPlan) -> Result<String> {
-    plan_to_sql(&crate::group_cap::strip(plan))
-        .map(|s| s.to_string())
-        .map_err(Error::from)
 }
 
 /// WATCH asked for as a one-shot query.

@@ -29,13 +29,15 @@ pub mod record;
 pub(crate) mod session;
 pub mod syntax;
 pub mod trace;
+mod unparse;
 pub(crate) mod view_eq;
 pub mod watch;
 
 pub use bind::{Needs, Table, needs};
 pub use context::{Bundle, Explanation};
-pub use engine::{Answer, Answered, Compiled, Engine, EngineOptions, PlanCache, plan_sql};
+pub use engine::{Answer, Answered, Compiled, Engine, EngineOptions, PlanCache};
 pub use envelope::Envelope;
 pub use error::{Error, ErrorKind, Result};
 pub use limits::Limits;
 pub use lower::{Interval, Lowered, OutColumn, Stage, UnitSource};
+pub use unparse::plan_sql;
