@@ -725,7 +725,8 @@ GROUP BY 1 ORDER BY 1 NULLS LAST""",
           chdb=lambda: chdb_funnels(True, files), polars=polars_funnels(True))
     # The peers' figure is the scan floor: reading the representation text column once.
     scan = "SELECT sum(length(content)) AS chars FROM representations"
-    entry("W8", scan, scan, context=True)
+    entry("W8", scan, scan, context=True, vocabulary="topical")
+    entry("W8s", scan, scan, context=True, vocabulary="zipf")
     add("X1",
         lambda d: f"""
 SELECT event_name, count(*) AS "count", {count_distinct_sql(d, 'user_id')} AS "count_distinct(user_id)"
@@ -735,6 +736,23 @@ FROM {ev(d)} WHERE {window(d, DAY30)} GROUP BY 1 ORDER BY 1 NULLS LAST""",
                         .agg(pl.len().alias("count"), pl_count_distinct(pl, "user_id").alias("count_distinct(user_id)"))
                         .sort("event_name", nulls_last=True)))
     return wl
+
+
+def print_term_shares(con, workloads):
+    """Each CONTEXT FOR task term's share of the objects whose `text` holds it (DuckDB, runs of
+    letters lower-cased), so a run shows how selective its task is."""
+    for w in workloads:
+        if not w.get("context"):
+            continue
+        task = w["signalql"].split('"')[1]
+        rows = con.execute(
+            "WITH t AS (SELECT object_id, unnest(string_split_regex(lower(content), '[^[:alpha:]]+')) AS w "
+            "FROM representations WHERE name = 'text'), "
+            "n AS (SELECT count(DISTINCT object_id) AS n FROM representations) "
+            "SELECT w, count(DISTINCT object_id) / any_value(n.n) FROM t, n WHERE list_contains(?, w) GROUP BY w",
+            [task.lower().split()]).fetchall()
+        shares = ", ".join(f"{term} {share:.1%}" for term, share in sorted(rows))
+        print(f"{w['name']}: task terms in {shares or 'no object'}", file=sys.stderr)
 
 
 def selected(workloads, only):
@@ -777,6 +795,9 @@ def parse_args():
     ap.add_argument("--bin", default=DEFAULT_BIN, help=f"signalql binary (default {DEFAULT_BIN})")
     ap.add_argument("--data", help="dataset root to use and keep (default: a temporary directory, removed)")
     ap.add_argument("--objects-data", help="object store root for W8 (default: the --data root)")
+    ap.add_argument("--vocabulary", choices=["topical", "zipf"], default="topical",
+                    help="`gen objects --vocabulary`: topical runs W8 (its task matches nearly every "
+                         "object), zipf runs W8s (a selective task)")
     ap.add_argument("--only", action="append",
                     help="run only this workload: W3, W3_top_paths_having or top_paths_having (repeatable)")
     ap.add_argument("--json", help="also write every measurement to this JSON file")
@@ -882,9 +903,9 @@ def laid_out(root, layout):
     return out
 
 
-def generate_objects(binary, con, n, seed, root):
+def generate_objects(binary, con, n, seed, vocabulary, root):
     """`signalql gen objects` unless ROOT already has an objects table (of N objects: the generator
-    records no seed, so a store made with another seed is not detected)."""
+    records neither seed nor vocabulary, so a store made with others is not detected)."""
     if os.path.isdir(os.path.join(root, "objects")):
         have = con.execute(
             f"SELECT count(*) FROM read_parquet('{os.path.join(root, 'objects', '*.parquet')}')").fetchone()[0]
@@ -893,7 +914,8 @@ def generate_objects(binary, con, n, seed, root):
         print(f"reusing {have} objects under {root}", file=sys.stderr)
         return
     t0 = time.perf_counter()
-    subprocess.run([binary, "gen", "objects", "--objects", str(n), "--seed", str(seed), "--out", root],
+    subprocess.run([binary, "gen", "objects", "--objects", str(n), "--seed", str(seed),
+                    "--vocabulary", vocabulary, "--out", root],
                    check=True, stdout=subprocess.DEVNULL)
     print(f"generated {n} objects in {time.perf_counter() - t0:.1f} s under {root}", file=sys.stderr)
 
@@ -1072,7 +1094,9 @@ def main():
         root = generated.rstrip("/") + "-" + args.layout
     try:
         files = os.path.join(root, "events", "*.parquet")
-        workloads = selected(make_workloads(files), args.only)
+        # A CONTEXT FOR workload runs over the corpus of its vocabulary only.
+        workloads = [w for w in selected(make_workloads(files), args.only)
+                     if w.get("vocabulary", args.vocabulary) == args.vocabulary]
         need_events = any(not w.get("context") for w in workloads)
         need_objects = any(w.get("context") for w in workloads)
 
@@ -1088,9 +1112,10 @@ def main():
             ctx.register_parquet("events", os.path.join(root, "events") + "/")
         if need_objects:
             os.makedirs(objroot, exist_ok=True)
-            generate_objects(args.bin, con, args.objects, args.seed, objroot)
+            generate_objects(args.bin, con, args.objects, args.seed, args.vocabulary, objroot)
             reps = os.path.join(objroot, "representations")
             con.execute(f"CREATE VIEW representations AS SELECT * FROM read_parquet('{os.path.join(reps, '*.parquet')}')")
+            print_term_shares(con, workloads)
             ctx.register_parquet("representations", reps + "/")
 
         def engines(w):

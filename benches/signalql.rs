@@ -48,6 +48,7 @@ struct WorkloadFile {
 #[derive(Deserialize)]
 struct ContextTask {
     task: String,
+    selective_task: String,
     budget: u64,
 }
 
@@ -75,11 +76,16 @@ static WORKLOADS: LazyLock<WorkloadFile> = LazyLock::new(|| {
     let mut file: WorkloadFile =
         toml::from_str(include_str!("workloads.toml")).expect("benches/workloads.toml");
     let task = file.context.task.clone();
+    let selective = file.context.selective_task.clone();
     let budget = file.context.budget.to_string();
     for w in &mut file.workload {
         w.signalql = fill(
             &w.signalql,
-            [("task", task.as_str()), ("budget", budget.as_str())],
+            [
+                ("task", task.as_str()),
+                ("selective_task", selective.as_str()),
+                ("budget", budget.as_str()),
+            ],
         );
     }
     file

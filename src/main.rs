@@ -346,6 +346,12 @@ enum GenWhat {
         objects: u64,
         #[arg(long, default_value_t = 1)]
         seed: u64,
+        /// topical (1 024 words plus 16 topical ones drawn one word in ten, ~400-word bodies:
+        /// a task of topical words matches nearly every object) or zipf (20 000 words with
+        /// Zipf(1) frequencies, titles of 4-12 words, bodies of 100-1 500: a task of mid-rank
+        /// words is selective).
+        #[arg(long, default_value = "topical", value_parser = ["topical", "zipf"])]
+        vocabulary: String,
         #[arg(long)]
         out: PathBuf,
     },
@@ -855,11 +861,18 @@ fn run(cli: Cli) -> Result<(), Error> {
             ))
         }
         Command::Gen {
-            what: GenWhat::Objects { objects, seed, out },
+            what:
+                GenWhat::Objects {
+                    objects,
+                    seed,
+                    vocabulary,
+                    out,
+                },
         } => {
             use signalql::catalog::objects::generator::{ObjectGenOptions, generate_objects};
             let opts = ObjectGenOptions {
                 seed,
+                vocabulary: vocabulary.parse().map_err(Error::type_error)?,
                 ..ObjectGenOptions::new(&out, objects)
             };
             let s = generate_objects(&opts).map_err(Error::from)?;

@@ -477,6 +477,86 @@ fn gen_objects_is_deterministic() {
     assert!(generate_objects(&ObjectGenOptions::new(a.path(), 300)).is_err());
 }
 
+/// `--vocabulary zipf`: the same seed gives the same bytes, and the words follow Zipf(1),
+/// counted here from the written bodies with a tokenizer of the test's own (runs of ASCII
+/// letters, lower-cased): thousands of distinct words, the most frequent about ten times as
+/// frequent as the tenth, and mid-rank words in under 5 % of the objects while the most
+/// frequent is in most of them.
+#[test]
+fn gen_objects_zipf_vocabulary_is_zipfian_and_deterministic() {
+    use signalql_catalog::objects::generator::{ObjectGenOptions, Vocabulary, generate_objects};
+    let gen_into = |dir: &Path| {
+        generate_objects(&ObjectGenOptions {
+            vocabulary: Vocabulary::Zipf,
+            ..ObjectGenOptions::new(dir, 2_000)
+        })
+        .unwrap()
+    };
+    let a = tempfile::tempdir().unwrap();
+    let b = tempfile::tempdir().unwrap();
+    assert_eq!(gen_into(a.path()), gen_into(b.path()));
+    let file =
+        |root: &Path| std::fs::read(root.join("representations/part-00000.parquet")).unwrap();
+    assert_eq!(file(a.path()), file(b.path()));
+
+    let batches = read_all(&[a.path().join("representations/part-00000.parquet")]);
+    let mut counts: BTreeMap<String, u64> = BTreeMap::new();
+    let mut objects_with: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut body_words = Vec::new();
+    for batch in &batches {
+        let ids = batch
+            .column_by_name("object_id")
+            .unwrap()
+            .as_string::<i32>();
+        let names = batch.column_by_name("name").unwrap().as_string::<i32>();
+        let content = batch.column_by_name("content").unwrap().as_string::<i64>();
+        for row in 0..batch.num_rows() {
+            if names.value(row) != "text" {
+                continue;
+            }
+            let words: Vec<String> = content
+                .value(row)
+                .split(|c: char| !c.is_ascii_alphabetic())
+                .filter(|w| !w.is_empty())
+                .map(str::to_ascii_lowercase)
+                .collect();
+            body_words.push(words.len());
+            for w in words {
+                *counts.entry(w.clone()).or_default() += 1;
+                objects_with
+                    .entry(w)
+                    .or_default()
+                    .insert(ids.value(row).to_string());
+            }
+        }
+    }
+    assert_eq!(body_words.len(), 2_000);
+    assert!(
+        body_words.iter().all(|n| (100..=1_530).contains(n)),
+        "body lengths"
+    );
+    let mean = body_words.iter().sum::<usize>() as f64 / body_words.len() as f64;
+    assert!((400.0..700.0).contains(&mean), "mean body {mean}");
+    let mut by_count: Vec<(u64, &String)> = counts.iter().map(|(w, c)| (*c, w)).collect();
+    by_count.sort_by(|x, y| y.cmp(x));
+    assert!(by_count.len() > 15_000, "{} distinct words", by_count.len());
+    let ratio = by_count[0].0 as f64 / by_count[9].0 as f64;
+    assert!((7.0..14.0).contains(&ratio), "rank 1 / rank 10 = {ratio}");
+    let share = |w: &String| objects_with[w].len() as f64 / 2_000.0;
+    assert!(
+        share(by_count[0].1) > 0.9,
+        "the most frequent word is in most objects"
+    );
+    for rank in [2_000, 5_000, 10_000] {
+        let w = by_count[rank].1;
+        assert!(
+            share(w) < 0.05,
+            "rank {rank} ({w}) in {} of the objects",
+            share(w)
+        );
+    }
+}
+
 /// The generated entity graph agrees with the events: one `analytics.user` per user seen (its
 /// first row carrying the events' plan and variant), one `member_of` edge per user to an
 /// existing account, referrals only from earlier users, and each user's `churn_risk` twice.

@@ -1,7 +1,13 @@
 //! `signalql gen objects --objects N`: a deterministic synthetic object store for tests and
 //! benches (docs/objects.md): N objects in 5 projects, each with a title, a `summary` and a
-//! ~400-word `text`, trust and state varied, 1 % secret, object↔object and object↔topic links
-//! and some derivations. The same N and seed always give the same tables.
+//! `text`, trust and state varied, 1 % secret, object↔object and object↔topic links and some
+//! derivations. The same N, seed and vocabulary always give the same tables.
+//!
+//! Two vocabularies ([`Vocabulary`]): `topical` (the default; 1 024 words skewed to the start
+//! and 16 topical words drawn one word in ten, ~400-word bodies, so that W8's task matches
+//! nearly every object), and `zipf` ([`ZIPF_WORDS`] words drawn with Zipf(1) frequencies,
+//! titles of 4–12 words, summaries of 1–3 sentences, bodies of 100–1 500 words), where most
+//! words are rare and a task of mid-rank words is selective.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -33,6 +39,31 @@ pub const TOPIC_WORDS: [&str; 16] = [
     "trust", "schema", "index", "token", "graph", "cache", "stream",
 ];
 
+/// Words of the `zipf` vocabulary.
+pub const ZIPF_WORDS: usize = 20_000;
+
+/// How the generator draws the words of titles, summaries and bodies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Vocabulary {
+    /// 1 024 words skewed to the start, and [`TOPIC_WORDS`] one word in ten.
+    #[default]
+    Topical,
+    /// [`ZIPF_WORDS`] words, the word of rank r drawn with probability proportional to 1/r.
+    Zipf,
+}
+
+impl std::str::FromStr for Vocabulary {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "topical" => Ok(Vocabulary::Topical),
+            "zipf" => Ok(Vocabulary::Zipf),
+            other => Err(format!("unknown vocabulary {other:?}: topical or zipf")),
+        }
+    }
+}
+
 /// Options of [`generate_objects`].
 #[derive(Debug, Clone)]
 pub struct ObjectGenOptions {
@@ -41,6 +72,7 @@ pub struct ObjectGenOptions {
     pub seed: u64,
     /// `created_at` of every object and revision.
     pub created_at: DateTime<Utc>,
+    pub vocabulary: Vocabulary,
 }
 
 impl ObjectGenOptions {
@@ -52,6 +84,7 @@ impl ObjectGenOptions {
             created_at: DateTime::parse_from_rfc3339("2026-06-01T00:00:00Z")
                 .map(|t| t.with_timezone(&Utc))
                 .unwrap_or_default(),
+            vocabulary: Vocabulary::Topical,
         }
     }
 }
@@ -103,6 +136,130 @@ fn sentence(rng: &mut ChaCha8Rng, vocab: &[String], words: usize) -> String {
     s
 }
 
+/// The `zipf` vocabulary, most frequent first: [`ZIPF_WORDS`] distinct pronounceable words of
+/// two syllables and an optional final consonant, in an order shuffled by a fixed seed (so rank
+/// and spelling are unrelated), none of them a [`TOPIC_WORDS`] word.
+pub fn zipf_vocabulary() -> Vec<String> {
+    let cons = [
+        "b", "c", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "ch",
+    ];
+    let vowels = ["a", "e", "i", "o", "u", "ai", "ou", "ea"];
+    let ends = ["", "n", "r", "l", "s", "t", "m", "x"];
+    let mut seen = std::collections::HashSet::new();
+    let mut words = Vec::new();
+    'all: for end in ends {
+        for c1 in cons {
+            for v1 in vowels {
+                for c2 in cons {
+                    for v2 in vowels {
+                        let w = format!("{c1}{v1}{c2}{v2}{end}");
+                        if !TOPIC_WORDS.contains(&w.as_str()) && seen.insert(w.clone()) {
+                            words.push(w);
+                            if words.len() == ZIPF_WORDS {
+                                break 'all;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let mut rng = ChaCha8Rng::seed_from_u64(0x5A1F);
+    for i in (1..words.len()).rev() {
+        words.swap(i, rng.random_range(0..=i));
+    }
+    words
+}
+
+/// Draws ranks 0..n with Zipf(1) probabilities (rank r, counted from 1, has weight 1/r).
+struct Zipf {
+    cumulative: Vec<f64>,
+}
+
+impl Zipf {
+    fn new(n: usize) -> Zipf {
+        let mut total = 0.0;
+        let cumulative = (1..=n)
+            .map(|r| {
+                total += 1.0 / r as f64;
+                total
+            })
+            .collect();
+        Zipf { cumulative }
+    }
+
+    fn draw(&self, rng: &mut ChaCha8Rng) -> usize {
+        let total = self.cumulative.last().copied().unwrap_or(0.0);
+        let u = rng.random::<f64>() * total;
+        self.cumulative
+            .partition_point(|c| *c <= u)
+            .min(self.cumulative.len() - 1)
+    }
+}
+
+/// The `zipf` vocabulary's words and sampler.
+struct ZipfText {
+    words: Vec<String>,
+    zipf: Zipf,
+}
+
+impl ZipfText {
+    fn new() -> ZipfText {
+        let words = zipf_vocabulary();
+        let zipf = Zipf::new(words.len());
+        ZipfText { words, zipf }
+    }
+
+    fn sentence(&self, rng: &mut ChaCha8Rng, words: usize) -> String {
+        let mut s = String::new();
+        for i in 0..words {
+            let w = &self.words[self.zipf.draw(rng)];
+            if i == 0 {
+                let mut c = w.chars();
+                if let Some(f) = c.next() {
+                    s.extend(f.to_uppercase());
+                    s.push_str(c.as_str());
+                }
+            } else {
+                s.push(' ');
+                s.push_str(w);
+            }
+        }
+        s.push('.');
+        s
+    }
+
+    /// A title (4–12 words), a summary (1–3 sentences of 10–25 words) and a body that starts
+    /// with the summary (100–1 500 words in all, most of them short).
+    fn texts(&self, rng: &mut ChaCha8Rng) -> (String, String, String) {
+        let title_words = rng.random_range(4..=12);
+        let title = self
+            .sentence(rng, title_words)
+            .trim_end_matches('.')
+            .to_string();
+        let mut summary = String::new();
+        let mut words = 0;
+        for k in 0..rng.random_range(1..=3) {
+            let len = rng.random_range(10..=25);
+            if k > 0 {
+                summary.push(' ');
+            }
+            summary.push_str(&self.sentence(rng, len));
+            words += len;
+        }
+        let u: f64 = rng.random();
+        let target = 100 + (u * u * 1400.0) as usize;
+        let mut body = summary.clone();
+        while words < target {
+            let len = rng.random_range(8..=20);
+            body.push(' ');
+            body.push_str(&self.sentence(rng, len));
+            words += len;
+        }
+        (title, summary, body)
+    }
+}
+
 /// What [`generate_objects`] wrote.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObjectGenSummary {
@@ -123,6 +280,7 @@ pub fn generate_objects(opts: &ObjectGenOptions) -> Result<ObjectGenSummary> {
         }
     }
     let vocab = vocabulary();
+    let zipf = (opts.vocabulary == Vocabulary::Zipf).then(ZipfText::new);
     let mut rng = ChaCha8Rng::seed_from_u64(opts.seed);
     let created = opts.created_at.timestamp_micros();
     let projects = ["alpha", "bravo", "charlie", "delta", "echo"];
@@ -173,12 +331,19 @@ pub fn generate_objects(opts: &ObjectGenOptions) -> Result<ObjectGenSummary> {
         let (mut d_ids, mut d_src) = (vec![], vec![]);
         for (k, id) in ids.iter().enumerate() {
             let i = start + k;
-            let tw = rng.random_range(3..7);
-            titles.push(
-                sentence(&mut rng, &vocab, tw)
-                    .trim_end_matches('.')
-                    .to_string(),
-            );
+            // The topical texts draw their title first (the tables of a seed stay as they were).
+            let mut texts = zipf.as_ref().map(|z| z.texts(&mut rng));
+            match &mut texts {
+                Some((title, _, _)) => titles.push(std::mem::take(title)),
+                None => {
+                    let tw = rng.random_range(3..7);
+                    titles.push(
+                        sentence(&mut rng, &vocab, tw)
+                            .trim_end_matches('.')
+                            .to_string(),
+                    );
+                }
+            }
             proj.push(projects[rng.random_range(0..projects.len())]);
             trust.push(trusts[rng.random_range(0..trusts.len())]);
             state.push(if rng.random_range(0..20) == 0 {
@@ -191,15 +356,21 @@ pub fn generate_objects(opts: &ObjectGenOptions) -> Result<ObjectGenSummary> {
                 roles.values().append_value("secret");
             }
             roles.append(true);
-            let first = sentence(&mut rng, &vocab, 20);
-            let mut body = first.clone();
-            let mut words = 20;
-            while words < BODY_WORDS {
-                let len = rng.random_range(8..20);
-                body.push(' ');
-                body.push_str(&sentence(&mut rng, &vocab, len));
-                words += len;
-            }
+            let (first, body) = match texts {
+                Some((_, summary, body)) => (summary, body),
+                None => {
+                    let first = sentence(&mut rng, &vocab, 20);
+                    let mut body = first.clone();
+                    let mut words = 20;
+                    while words < BODY_WORDS {
+                        let len = rng.random_range(8..20);
+                        body.push(' ');
+                        body.push_str(&sentence(&mut rng, &vocab, len));
+                        words += len;
+                    }
+                    (first, body)
+                }
+            };
             rep_ids.push(id.clone());
             rep_names.push("summary");
             rep_content.push(first);
