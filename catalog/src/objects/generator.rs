@@ -118,9 +118,14 @@ fn word<'a>(rng: &mut ChaCha8Rng, vocab: &'a [String]) -> &'a str {
 }
 
 fn sentence(rng: &mut ChaCha8Rng, vocab: &[String], words: usize) -> String {
+    sentence_of(words, || word(rng, vocab))
+}
+
+/// `words` words from `next`, the first capitalised, ending with a full stop.
+fn sentence_of<'a>(words: usize, mut next: impl FnMut() -> &'a str) -> String {
     let mut s = String::new();
     for i in 0..words {
-        let w = word(rng, vocab);
+        let w = next();
         if i == 0 {
             let mut c = w.chars();
             if let Some(f) = c.next() {
@@ -211,22 +216,7 @@ impl ZipfText {
     }
 
     fn sentence(&self, rng: &mut ChaCha8Rng, words: usize) -> String {
-        let mut s = String::new();
-        for i in 0..words {
-            let w = &self.words[self.zipf.draw(rng)];
-            if i == 0 {
-                let mut c = w.chars();
-                if let Some(f) = c.next() {
-                    s.extend(f.to_uppercase());
-                    s.push_str(c.as_str());
-                }
-            } else {
-                s.push(' ');
-                s.push_str(w);
-            }
-        }
-        s.push('.');
-        s
+        sentence_of(words, || &self.words[self.zipf.draw(rng)])
     }
 
     /// A title (4–12 words), a summary (1–3 sentences of 10–25 words) and a body that starts
