@@ -38,6 +38,7 @@ use signalql::{Engine, EngineOptions};
 use signalql_engine::record::{Run, recording};
 
 mod common;
+use common::json_close as close;
 use common::s3::S3Server;
 
 /// The bucket the S3 trials read the datasets from (`s3://golden/<dataset>`).
@@ -78,22 +79,6 @@ fn case_files(dir: &Path, out: &mut Vec<PathBuf>) {
         } else if p.extension().is_some_and(|e| e == "case") {
             out.push(p);
         }
-    }
-}
-
-fn close(a: &Value, b: &Value) -> bool {
-    match (a, b) {
-        (Value::Number(x), Value::Number(y)) => {
-            let (x, y) = (x.as_f64().unwrap(), y.as_f64().unwrap());
-            x == y || (x - y).abs() <= 1e-9 * x.abs().max(y.abs()).max(1e-300)
-        }
-        (Value::Array(x), Value::Array(y)) => {
-            x.len() == y.len() && x.iter().zip(y).all(|(a, b)| close(a, b))
-        }
-        (Value::Object(x), Value::Object(y)) => {
-            x.len() == y.len() && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| close(v, w)))
-        }
-        _ => a == b,
     }
 }
 

@@ -20,8 +20,8 @@ use datafusion::datasource::listing::PartitionedFile;
 use datafusion::datasource::listing::helpers::{expr_applicable_for_cols, filter_partitioned_file};
 use datafusion::datasource::physical_plan::parquet::metadata::DFParquetMetadata;
 use datafusion::datasource::physical_plan::parquet::{
-    ParquetAccessPlan, ParquetFileMetrics, RowGroupAccessPlanFilter,
-    can_expr_be_pushed_down_with_schemas,
+    PagePruningAccessPlanFilter, ParquetAccessPlan, ParquetFileMetrics, RowGroupAccess,
+    RowGroupAccessPlanFilter, can_expr_be_pushed_down_with_schemas,
 };
 use datafusion::datasource::physical_plan::{
     FileGroup, FileScanConfigBuilder, FileSource, ParquetSource,
@@ -35,6 +35,7 @@ use datafusion::logical_expr::utils::conjunction;
 use datafusion::logical_expr::{
     BinaryExpr, Expr, Operator, TableProviderFilterPushDown, TableType,
 };
+use datafusion::parquet::arrow::arrow_reader::{RowSelection, RowSelector};
 use datafusion::parquet::file::metadata::{ParquetMetaData, RowGroupMetaData};
 use datafusion::physical_optimizer::pruning::{PruningPredicate, PruningPredicateBuilder};
 use datafusion::physical_plan::ExecutionPlan;
@@ -340,6 +341,101 @@ impl FolderTable {
 
     /// The pruning predicate of `filters` (those not on partition columns only) over the
     /// table's columns, when they make one.
+    /// `files` with each row group cut into row slices when the scan has fewer row groups
+    /// than `target` partitions, so that every core decodes (docs/scan.md, "A row group cut
+    /// into slices"). Each kept row group becomes its own range of its file; one of at least
+    /// 2 × [`SLICE_ROWS`] rows that the page index keeps (all its rows without a page index)
+    /// becomes up to `target / row groups` slices, each a [`ParquetAccessPlan`] selecting
+    /// consecutive rows. The slices partition the row group's rows, so the answer does not
+    /// depend on where they are cut; they are cut where the rows the predicate's page
+    /// statistics keep are evenly shared. A file read by position (an extension already set)
+    /// is left whole, and so is every file of a session that runs on workers
+    /// ([`WholeRowGroups`]).
+    async fn sliced(
+        &self,
+        state: &dyn Session,
+        files: Vec<PartitionedFile>,
+        predicate: Option<&PruningPredicate>,
+        target: usize,
+    ) -> Result<Vec<PartitionedFile>> {
+        if target < 2
+            || state.config().get_extension::<WholeRowGroups>().is_some()
+            || files.iter().any(|f| !f.extensions.is_empty())
+        {
+            return Ok(files);
+        }
+        let index_of: HashMap<&object_store::path::Path, usize> = self
+            .files
+            .iter()
+            .enumerate()
+            .map(|(i, f)| (&f.object_meta.location, i))
+            .collect();
+        // (position in `files`, row group, the file's footer)
+        let mut groups = Vec::new();
+        for (pos, f) in files.iter().enumerate() {
+            let Some(&index) = index_of.get(&f.object_meta.location) else {
+                return Ok(files);
+            };
+            let footer = self.footer(state, index).await?;
+            for (g, rg) in footer.metadata.row_groups().iter().enumerate() {
+                let offset = first_page_offset(rg);
+                if f.range.as_ref().is_none_or(|r| r.contains(offset)) {
+                    groups.push((pos, g, footer.clone()));
+                }
+                if groups.len() >= target {
+                    return Ok(files);
+                }
+            }
+        }
+        let per_group = target / groups.len().max(1);
+        let mut out = Vec::with_capacity(target);
+        for (pos, g, footer) in groups {
+            let metadata = &footer.metadata;
+            let rgs = metadata.row_groups();
+            let start = first_page_offset(&rgs[g]);
+            let end = rgs
+                .get(g + 1)
+                .map(first_page_offset)
+                .unwrap_or(files[pos].object_meta.size as i64);
+            // A range of its file now: the file's statistics describe a superset of its rows.
+            let piece = files[pos]
+                .clone()
+                .with_range(start, end)
+                .with_statistics(Arc::new(footer.statistics.as_ref().clone().to_inexact()));
+            let rows = rgs[g].num_rows().max(0) as usize;
+            let kept = page_kept_rows(metadata, g, rows, predicate, &self.schema);
+            let total: usize = kept.iter().map(|(_, n)| n).sum();
+            let k = per_group.min(total / SLICE_ROWS);
+            if k < 2 {
+                out.push(piece);
+                continue;
+            }
+            let cuts = slice_cuts(&kept, total, k, rows);
+            for w in cuts.windows(2) {
+                let (from, to) = (w[0], w[1]);
+                let mut selectors = Vec::with_capacity(3);
+                if from > 0 {
+                    selectors.push(RowSelector::skip(from));
+                }
+                selectors.push(RowSelector::select(to - from));
+                if to < rows {
+                    selectors.push(RowSelector::skip(rows - to));
+                }
+                let mut plan = ParquetAccessPlan::new_all(rgs.len());
+                for other in (0..rgs.len()).filter(|o| *o != g) {
+                    plan.skip(other);
+                }
+                plan.set(g, RowGroupAccess::Selection(RowSelection::from(selectors)));
+                // The range only has to hold the row group's first page (the reader keeps the
+                // row groups whose first page lies in it); one byte keeps DataFusion from
+                // cutting a slice again into byte ranges, which would leave slices sharing a
+                // partition.
+                out.push(piece.clone().with_range(start, start + 1).with_extension(plan));
+            }
+        }
+        Ok(out)
+    }
+
     fn pruning(&self, state: &dyn Session, filters: &[Expr]) -> Option<Arc<PruningPredicate>> {
         let expr = conjunction(filters.iter().cloned())?;
         let df_schema = DFSchema::try_from(Arc::clone(&self.schema)).ok()?;
@@ -614,6 +710,85 @@ pub fn first_page_offset(g: &RowGroupMetaData) -> i64 {
         .unwrap_or_else(|| c.data_page_offset())
 }
 
+/// A session config extension (`SessionConfig::with_extension`): folder tables read whole
+/// row groups, never slices of one ([`FolderTable::sliced`]). The engine sets it for a
+/// session that sends plans to workers: a slice is a file extension, which does not travel.
+#[derive(Debug, Default)]
+pub struct WholeRowGroups;
+
+/// The fewest rows of a row-group slice ([`FolderTable::sliced`]).
+pub const SLICE_ROWS: usize = 32 * 1024;
+
+/// The rows of row group `g` (of `rows` rows) that `predicate`'s page statistics keep, as
+/// (first row, count) runs: every row when the file has no page index or there is no
+/// predicate. Only where to cut depends on it.
+fn page_kept_rows(
+    metadata: &ParquetMetaData,
+    g: usize,
+    rows: usize,
+    predicate: Option<&PruningPredicate>,
+    schema: &SchemaRef,
+) -> Vec<(usize, usize)> {
+    let all = vec![(0, rows)];
+    let (Some(predicate), Some(_), Some(_)) =
+        (predicate, metadata.column_index(), metadata.offset_index())
+    else {
+        return all;
+    };
+    let groups = metadata.num_row_groups();
+    let mut plan = ParquetAccessPlan::new_all(groups);
+    for other in (0..groups).filter(|o| *o != g) {
+        plan.skip(other);
+    }
+    let metrics = ExecutionPlanMetricsSet::new();
+    let file_metrics = ParquetFileMetrics::new(0, "slices", &metrics);
+    let filter = PagePruningAccessPlanFilter::new(predicate.orig_expr(), Arc::clone(schema));
+    let plan = filter.prune_plan_with_page_index(
+        plan,
+        schema,
+        metadata.file_metadata().schema_descr(),
+        metadata,
+        &file_metrics,
+    );
+    match plan.inner().get(g) {
+        Some(RowGroupAccess::Selection(selection)) => {
+            let mut at = 0;
+            let mut runs = Vec::new();
+            for s in selection.iter() {
+                if !s.skip && s.row_count > 0 {
+                    runs.push((at, s.row_count));
+                }
+                at += s.row_count;
+            }
+            runs
+        }
+        Some(RowGroupAccess::Skip) => Vec::new(),
+        _ => all,
+    }
+}
+
+/// `k + 1` cut points from 0 to `rows`: cut j where `total * j / k` of the kept runs' rows
+/// lie before it, so each slice holds an even share of them.
+fn slice_cuts(kept: &[(usize, usize)], total: usize, k: usize, rows: usize) -> Vec<usize> {
+    let mut cuts = vec![0];
+    for j in 1..k {
+        let mut want = total * j / k;
+        let mut cut = rows;
+        for (start, n) in kept {
+            if want < *n {
+                cut = start + want;
+                break;
+            }
+            want -= n;
+        }
+        if cut > *cuts.last().unwrap_or(&0) && cut < rows {
+            cuts.push(cut);
+        }
+    }
+    cuts.push(rows);
+    cuts
+}
+
 /// What planning keeps of a file: byte ranges, each with the filters its row groups still
 /// need (one flag per filter the table applies itself: `true` where the row group's
 /// statistics do not prove it), and how many of its row groups it left out.
@@ -785,6 +960,9 @@ impl TableProvider for FolderTable {
         if exact.is_empty() {
             // One scan; DataFusion pushes the filters above it into the reader.
             let files = parts.into_values().flatten().collect::<Vec<_>>();
+            let files = self
+                .sliced(state, files, predicate.as_deref(), target)
+                .await?;
             let config = FileScanConfigBuilder::new(self.store.clone(), Arc::new(source))
                 .with_file_groups(FileGroup::new(files).split_files(target))
                 .with_projection_indices(projection.cloned())?
@@ -825,6 +1003,9 @@ impl TableProvider for FolderTable {
                 options.global.pushdown_filters = true;
             }
             let part_format = ParquetFormat::default().with_options(options);
+            let files = self
+                .sliced(state, files, predicate.as_deref(), target)
+                .await?;
             let config = FileScanConfigBuilder::new(self.store.clone(), Arc::new(part))
                 .with_file_groups(FileGroup::new(files).split_files(target))
                 .with_projection_indices(projection.cloned())?

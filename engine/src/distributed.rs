@@ -295,7 +295,10 @@ pub fn with_bytes_per_task(
 
 /// Whether `plan` (the node itself, not its inputs) cannot be sent to a worker.
 pub fn stays_on_coordinator(plan: &dyn ExecutionPlan) -> bool {
-    if WITHOUT_CODEC.contains(&plan.name()) || window_needs_known_constants(plan) {
+    if WITHOUT_CODEC.contains(&plan.name())
+        || window_needs_known_constants(plan)
+        || reads_row_group_slices(plan)
+    {
         return true;
     }
     let mut found = false;
@@ -383,6 +386,26 @@ fn unsorted_partition_keys(window: &BoundedWindowAggExec) -> Vec<Arc<dyn Physica
 fn file_scan(plan: &dyn ExecutionPlan) -> Option<&FileScanConfig> {
     plan.downcast_ref::<DataSourceExec>()
         .and_then(|scan| scan.data_source().downcast_ref::<FileScanConfig>())
+}
+
+/// Whether `plan` is a file scan of row-group slices (a file carrying a `ParquetAccessPlan`,
+/// catalog/src/folder.rs `sliced`): datafusion-proto 55 drops a file's extensions, so on a
+/// worker every slice would read its whole row group.
+fn reads_row_group_slices(plan: &dyn ExecutionPlan) -> bool {
+    row_group_slices(plan) > 0
+}
+
+/// How many files of `plan`, a file scan, read a slice of a row group (carry an extension;
+/// 0 for any other node).
+pub(crate) fn row_group_slices(plan: &dyn ExecutionPlan) -> usize {
+    file_scan(plan).map_or(0, |files| {
+        files
+            .file_groups
+            .iter()
+            .flat_map(|g| g.files())
+            .filter(|f| !f.extensions.is_empty())
+            .count()
+    })
 }
 
 /// Whether `plan` is a file scan with virtual columns (`file_row_index()`, the tie-break of

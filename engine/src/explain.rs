@@ -121,8 +121,17 @@ pub struct Pruning {
     /// Rows a pushed-down filter removed while decoding.
     pub pushdown_rows_pruned: u64,
     pub bytes_scanned: u64,
+    /// File ranges that read a slice of a row group's rows (docs/scan.md, "A row group cut
+    /// into slices"). Each slice is a file range of its own, and the counts above count its
+    /// row group, and the pages the page index pruned in it, once per slice.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub row_group_slices: u64,
     #[serde(flatten, default, skip_serializing_if = "serde_json::Map::is_empty")]
     pub unknown: crate::forms::Unknown,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// What the run did, beside each estimate.
@@ -342,6 +351,7 @@ pub(crate) fn pruning(runs: &[Run]) -> Pruning {
             p.page_rows_pruned += pruned_matched(&m, "page_index_rows_pruned").0;
             p.pushdown_rows_pruned += count(&m, "pushdown_rows_pruned");
             p.bytes_scanned += count(&m, "bytes_scanned");
+            p.row_group_slices += crate::distributed::row_group_slices(plan) as u64;
         }
         for c in plan.children() {
             walk(c.as_ref(), p);
@@ -403,6 +413,13 @@ pub fn render(x: &Explained) -> String {
             p.page_rows_pruned,
             p.bytes_scanned,
         ));
+        if p.row_group_slices > 0 {
+            out.push_str(&format!(
+                "--   {} of those file ranges read slices of a row group (each counts its row \
+                 group and pruned pages once)\n",
+                p.row_group_slices
+            ));
+        }
     }
     out.push_str(&format!(
         "\n-- logical plan\n{}\n\n-- physical plan\n{}\n-- SQL\n{}\n",

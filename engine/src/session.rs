@@ -118,6 +118,10 @@ pub fn for_dataset(
         workers
     };
     let distributed = !workers.is_empty();
+    if distributed {
+        // A row-group slice is a file extension, which datafusion-proto does not carry.
+        config = config.with_extension(Arc::new(signalql_catalog::folder::WholeRowGroups));
+    }
     let defaults = datafusion::physical_optimizer::optimizer::PhysicalOptimizer::new().rules;
     let mut builder = SessionStateBuilder::new()
         .with_config(config)

@@ -261,3 +261,27 @@ pub fn announced(child: &mut std::process::Child, prefix: &str) -> String {
         .unwrap_or_else(|| panic!("no {prefix:?} in its first line {line:?}"))
         .to_string()
 }
+
+/// Two JSON answers alike: the same structure, strings and booleans, and numbers equal within
+/// a relative 1e-9 (a float sum or mean taken in another order, as a query split over other
+/// partitions or workers takes it).
+pub fn json_close(a: &serde_json::Value, b: &serde_json::Value) -> bool {
+    use serde_json::Value;
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => match (x.as_f64(), y.as_f64()) {
+            (Some(x), Some(y)) => {
+                x == y || (x - y).abs() <= 1e-9 * x.abs().max(y.abs()).max(1e-300)
+            }
+            _ => x == y,
+        },
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(a, b)| json_close(a, b))
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len()
+                && x.iter()
+                    .all(|(k, v)| y.get(k).is_some_and(|w| json_close(v, w)))
+        }
+        _ => a == b,
+    }
+}
