@@ -430,7 +430,12 @@ impl FolderTable {
                 // row groups whose first page lies in it); one byte keeps DataFusion from
                 // cutting a slice again into byte ranges, which would leave slices sharing a
                 // partition.
-                out.push(piece.clone().with_range(start, start + 1).with_extension(plan));
+                out.push(
+                    piece
+                        .clone()
+                        .with_range(start, start + 1)
+                        .with_extension(plan),
+                );
             }
         }
         Ok(out)
