@@ -339,16 +339,15 @@ impl FolderTable {
         Ok(footer)
     }
 
-    /// The pruning predicate of `filters` (those not on partition columns only) over the
-    /// table's columns, when they make one.
     /// `files` with each row group cut into row slices when the scan has fewer row groups
     /// than `target` partitions, so that every core decodes (docs/scan.md, "A row group cut
-    /// into slices"). Each kept row group becomes its own range of its file; one of at least
-    /// 2 × [`SLICE_ROWS`] rows that the page index keeps (all its rows without a page index)
-    /// becomes up to `target / row groups` slices, each a [`ParquetAccessPlan`] selecting
+    /// into slices"). A kept row group of at least 2 × [`SLICE_ROWS`] rows that the page
+    /// index keeps (all its rows without a page index) becomes up to `target / row groups`
+    /// slices, each a [`ParquetAccessPlan`] selecting
     /// consecutive rows. The slices partition the row group's rows, so the answer does not
     /// depend on where they are cut; they are cut where the rows the predicate's page
-    /// statistics keep are evenly shared. A file read by position (an extension already set)
+    /// statistics keep are evenly shared. When one is cut, every kept row group is read as the
+    /// one-byte range of its first page. A file read by position (an extension already set)
     /// is left whole, and so is every file of a session that runs on workers
     /// ([`WholeRowGroups`]).
     async fn sliced(
@@ -389,18 +388,18 @@ impl FolderTable {
         }
         let per_group = target / groups.len().max(1);
         let mut out = Vec::with_capacity(target);
+        let mut cut_any = false;
         for (pos, g, footer) in groups {
             let metadata = &footer.metadata;
             let rgs = metadata.row_groups();
             let start = first_page_offset(&rgs[g]);
-            let end = rgs
-                .get(g + 1)
-                .map(first_page_offset)
-                .unwrap_or(files[pos].object_meta.size as i64);
-            // A range of its file now: the file's statistics describe a superset of its rows.
+            // The row group alone: the reader keeps the row groups whose first page lies in a
+            // file's range, whatever their order in the file, and DataFusion does not cut a
+            // one-byte range again into byte ranges (which would leave slices sharing a
+            // partition). The file's statistics describe a superset of its rows.
             let piece = files[pos]
                 .clone()
-                .with_range(start, end)
+                .with_range(start, start + 1)
                 .with_statistics(Arc::new(footer.statistics.as_ref().clone().to_inexact()));
             let rows = rgs[g].num_rows().max(0) as usize;
             let kept = page_kept_rows(metadata, g, rows, predicate, &self.schema);
@@ -410,8 +409,8 @@ impl FolderTable {
                 out.push(piece);
                 continue;
             }
-            let cuts = slice_cuts(&kept, total, k, rows);
-            for w in cuts.windows(2) {
+            cut_any = true;
+            for w in slice_cuts(&kept, total, k, rows).windows(2) {
                 let (from, to) = (w[0], w[1]);
                 let mut selectors = Vec::with_capacity(3);
                 if from > 0 {
@@ -421,26 +420,17 @@ impl FolderTable {
                 if to < rows {
                     selectors.push(RowSelector::skip(rows - to));
                 }
-                let mut plan = ParquetAccessPlan::new_all(rgs.len());
-                for other in (0..rgs.len()).filter(|o| *o != g) {
-                    plan.skip(other);
-                }
+                let mut plan = only_row_group(rgs.len(), g);
                 plan.set(g, RowGroupAccess::Selection(RowSelection::from(selectors)));
-                // The range only has to hold the row group's first page (the reader keeps the
-                // row groups whose first page lies in it); one byte keeps DataFusion from
-                // cutting a slice again into byte ranges, which would leave slices sharing a
-                // partition.
-                out.push(
-                    piece
-                        .clone()
-                        .with_range(start, start + 1)
-                        .with_extension(plan),
-                );
+                out.push(piece.clone().with_extension(plan));
             }
         }
-        Ok(out)
+        // No row group is cut: the files as they were.
+        Ok(if cut_any { out } else { files })
     }
 
+    /// The pruning predicate of `filters` (those not on partition columns only) over the
+    /// table's columns, when they make one.
     fn pruning(&self, state: &dyn Session, filters: &[Expr]) -> Option<Arc<PruningPredicate>> {
         let expr = conjunction(filters.iter().cloned())?;
         let df_schema = DFSchema::try_from(Arc::clone(&self.schema)).ok()?;
@@ -740,11 +730,7 @@ fn page_kept_rows(
     else {
         return all;
     };
-    let groups = metadata.num_row_groups();
-    let mut plan = ParquetAccessPlan::new_all(groups);
-    for other in (0..groups).filter(|o| *o != g) {
-        plan.skip(other);
-    }
+    let plan = only_row_group(metadata.num_row_groups(), g);
     let metrics = ExecutionPlanMetricsSet::new();
     let file_metrics = ParquetFileMetrics::new(0, "slices", &metrics);
     let filter = PagePruningAccessPlanFilter::new(predicate.orig_expr(), Arc::clone(schema));
@@ -770,6 +756,15 @@ fn page_kept_rows(
         Some(RowGroupAccess::Skip) => Vec::new(),
         _ => all,
     }
+}
+
+/// An access plan of a file of `count` row groups that reads row group `g` only.
+fn only_row_group(count: usize, g: usize) -> ParquetAccessPlan {
+    let mut plan = ParquetAccessPlan::new_all(count);
+    for other in (0..count).filter(|o| *o != g) {
+        plan.skip(other);
+    }
+    plan
 }
 
 /// `k + 1` cut points from 0 to `rows`: cut j where `total * j / k` of the kept runs' rows
