@@ -26,7 +26,7 @@ pub use signalql_engine::envelope::{self, ColumnInfo, Envelope, Metadata};
 pub use signalql_engine::syntax::{ast, parse};
 pub use signalql_engine::{
     Answer, Bundle, Compiled, Engine, EngineOptions, Error, ErrorKind, Explanation, Limits,
-    PlanCache, Result, plan_sql,
+    PlanCache, Resident, Result, plan_sql,
 };
 pub use signalql_engine::{describe, distributed, metrics, watch};
 pub use signalql_udfs as udfs;

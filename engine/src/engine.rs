@@ -44,7 +44,8 @@ pub struct EngineOptions {
     pub plan_cache: Option<Arc<PlanCache>>,
     /// Write a trace of every run (`--trace`; also `[trace] enabled` in signalql.toml).
     pub trace: bool,
-    /// Where the engine answers, for its traces: `cli`, `mcp`, `serve`; empty: `api`.
+    /// Where the engine answers, for its traces: `cli`, `shell`, `bench`, `mcp`, `serve`;
+    /// empty: `api`.
     pub surface: &'static str,
     /// The workers statements run on (`--workers`; docs/cluster.md). Empty: `[cluster]
     /// workers` of signalql.toml, and without them this process.
@@ -52,6 +53,10 @@ pub struct EngineOptions {
     /// Bytes of files per task of a distributed scan stage; `None`: `[cluster] bytes_per_task`,
     /// else 16 MiB.
     pub bytes_per_task: Option<u64>,
+    /// The resident context index of a long-running process, shared by its engines
+    /// (engine/src/context/resident.rs); `None`: statements read the object tables each time
+    /// (the one-shot CLI, which would build it for one answer).
+    pub resident: Option<Arc<Resident>>,
 }
 
 /// What a statement returns.
@@ -70,8 +75,11 @@ pub struct Engine {
     exec: Executor,
     now: Option<DateTime<Utc>>,
     plan_cache: Option<Arc<PlanCache>>,
+    resident: Option<Arc<Resident>>,
     runtime: Runtime,
 }
+
+pub use crate::context::resident::Resident;
 
 /// The plan cache of a server's engines (engine/src/plan_cache.rs).
 pub type PlanCache = crate::plan_cache::PlanCache<Compiled>;
@@ -95,7 +103,13 @@ pub struct Compiled {
 impl Engine {
     /// Open the dataset at `root` with default options.
     pub fn open(root: impl AsRef<std::path::Path>) -> Result<Engine> {
-        Engine::open_with(root, EngineOptions::default())
+        Engine::open_with(
+            root,
+            EngineOptions {
+                resident: Some(Default::default()),
+                ..Default::default()
+            },
+        )
     }
 
     /// Run SignalQL on a context the application built: its configuration, object stores and
@@ -118,6 +132,7 @@ impl Engine {
             exec: Executor::new(session, limits).with_root(root),
             now: options.now,
             plan_cache: options.plan_cache,
+            resident: options.resident,
             runtime,
         })
     }
@@ -138,6 +153,7 @@ impl Engine {
             exec: Executor::new(session, limits).with_root(root),
             now: options.now,
             plan_cache: options.plan_cache,
+            resident: options.resident,
             runtime,
         })
     }
@@ -228,8 +244,15 @@ impl Engine {
                     Some(ts) => parse_timestamp(ts)?,
                     None => self.now()?,
                 };
-                let find =
-                    crate::context::find::plan(self.session(), self.catalog.as_ref(), q, t, limits);
+                let resident = self.resident.as_deref().map(|r| (r, &self.exec));
+                let find = crate::context::find::plan(
+                    self.session(),
+                    self.catalog.as_ref(),
+                    resident,
+                    q,
+                    t,
+                    limits,
+                );
                 let mut l = staged("bind", find).await.map_err(|e| e.at(q.span))?;
                 l.as_of = t;
                 l

@@ -92,10 +92,7 @@ impl Executor {
     /// timeout of 0 seconds leaves no time at all: every plan fails with the timeout error.
     pub async fn run_in(&self, state: &SessionState, plan: &LogicalPlan) -> Result<Executed> {
         let secs = self.limits.timeout_seconds;
-        let timed_out = || {
-            Error::limit("timeout_seconds", secs, secs + 1)
-                .with_help("the query ran longer than the timeout; narrow the window or filter")
-        };
+        let timed_out = || self.timed_out();
         if secs == 0 {
             return Err(timed_out());
         }
@@ -159,6 +156,48 @@ impl Executor {
             scanned,
             on_workers,
         })
+    }
+
+    /// The error of a plan that ran past `timeout_seconds`.
+    fn timed_out(&self) -> Error {
+        let secs = self.limits.timeout_seconds;
+        Error::limit("timeout_seconds", secs, secs + 1)
+            .with_help("the query ran longer than the timeout; narrow the window or filter")
+    }
+
+    /// Run `plan` in the engine's session and hand `f` each batch as it comes, under the
+    /// timeout and with [`run_in`](Self::run_in)'s errors, for a reader that keeps less than
+    /// the plan's rows (the resident context index's build). Not recorded as a run.
+    pub async fn for_each_batch(
+        &self,
+        plan: &LogicalPlan,
+        mut f: impl FnMut(&RecordBatch) -> Result<()>,
+    ) -> Result<()> {
+        use futures::StreamExt;
+        let secs = self.limits.timeout_seconds;
+        if secs == 0 {
+            return Err(self.timed_out());
+        }
+        let state = self.ctx.state();
+        let physical = physical_plan(&state, plan).await?;
+        let run = async {
+            let mut stream =
+                datafusion::physical_plan::execute_stream(Arc::clone(&physical), state.task_ctx())?;
+            while let Some(batch) = stream.next().await {
+                match batch {
+                    Ok(b) => f(&b)?,
+                    Err(e) if is_file_data_error(&e) => {
+                        return Err(self.name_bad_file(&state, physical.as_ref(), e).await);
+                    }
+                    Err(e) => return Err(self.fill_limits(Error::from(e))),
+                }
+            }
+            Ok(())
+        };
+        match tokio::time::timeout(Duration::from_secs(secs), run).await {
+            Ok(r) => r,
+            Err(_) => Err(self.timed_out()),
+        }
     }
 
     /// Run a lowered query (staged when it says so) and cut it to its row cap.

@@ -35,7 +35,7 @@ pub mod watch;
 
 pub use bind::{Needs, Table, needs};
 pub use context::{Bundle, Explanation};
-pub use engine::{Answer, Answered, Compiled, Engine, EngineOptions, PlanCache};
+pub use engine::{Answer, Answered, Compiled, Engine, EngineOptions, PlanCache, Resident};
 pub use envelope::Envelope;
 pub use error::{Error, ErrorKind, Result};
 pub use limits::Limits;

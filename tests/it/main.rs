@@ -27,6 +27,7 @@ mod module_cycles;
 mod plan_cache;
 mod policy;
 mod query_fuzz;
+mod resident;
 mod s3;
 mod scan;
 mod serve;

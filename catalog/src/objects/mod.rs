@@ -10,6 +10,7 @@
 pub mod generator;
 pub mod index;
 pub mod ingest;
+pub mod resident;
 pub mod text;
 
 use std::collections::HashMap;

@@ -25,8 +25,10 @@ use datafusion::prelude::SessionContext;
 use signalql_udfs::scalar::lexical::{self, lexical_weights};
 
 use super::load::candidates_df;
+use super::resident::{Resident, find_frame};
 use crate::catalog::Catalog;
 use crate::error::{Error, Result};
+use crate::execute::Executor;
 use crate::lower::fields::Resolved;
 use crate::lower::predicate::lower_bool;
 use crate::lower::time::micros;
@@ -119,10 +121,14 @@ async fn about_scores(
     ])?)
 }
 
-/// The lowered query (plan, columns, limit and row cap).
+/// The lowered query (plan, columns, limit and row cap). With `resident` (the engine's
+/// resident context index and its executor), the candidates and their scores come from its
+/// generation where it stands for the tables (engine/src/context/resident.rs), else from the
+/// Parquet plan.
 pub async fn plan(
     ctx: &SessionContext,
     catalog: &dyn Catalog,
+    resident: Option<(&Resident, &Executor)>,
     q: &FindObjectQuery,
     t: DateTime<Utc>,
     limits: &Limits,
@@ -133,22 +139,50 @@ pub async fn plan(
     {
         access.check_projects_named(w)?;
     }
-    let mut df = candidates_df(ctx, catalog, micros(t)).await?.select(vec![
-        col("object_id"),
-        col("revision"),
-        col("project"),
-        col("kind"),
-        col("title"),
-        col("rev_created_at").alias("created_at"),
-        col("state"),
-        col("trust"),
-        col("origin"),
-        col("validation"),
-        col("rev_roles"),
-    ])?;
-    if let Some(kind) = &q.name {
-        df = df.filter(col("kind").eq(lit(kind.as_str())))?;
-    }
+    let cap = limits.max_result_rows;
+    let (limit_applied, fetch, row_cap) = match q.limit {
+        Some(n) if n <= cap => (n, n as usize, None),
+        _ => (cap, cap as usize + 1, Some(cap)),
+    };
+    let generation = match resident {
+        // USING REPRESENTATION scores one representation's content: the Parquet plan's.
+        Some((r, exec)) if q.representation.is_none() => r
+            .generation(ctx, catalog, exec)
+            .await?
+            .filter(|g| g.covers(micros(t))),
+        _ => None,
+    };
+    let from_resident = generation.is_some();
+    let mut df = match generation {
+        Some(g) => find_frame(
+            ctx,
+            g,
+            q.about.as_deref().map(lexical::terms),
+            q.name.as_deref(),
+            micros(t),
+            // The first rows are the answer's only when WHERE keeps every row.
+            q.filter.is_none().then_some(fetch),
+        )?,
+        None => {
+            let mut df = candidates_df(ctx, catalog, micros(t)).await?.select(vec![
+                col("object_id"),
+                col("revision"),
+                col("project"),
+                col("kind"),
+                col("title"),
+                col("rev_created_at").alias("created_at"),
+                col("state"),
+                col("trust"),
+                col("origin"),
+                col("validation"),
+                col("rev_roles"),
+            ])?;
+            if let Some(kind) = &q.name {
+                df = df.filter(col("kind").eq(lit(kind.as_str())))?;
+            }
+            df
+        }
+    };
     if let Some(w) = &q.filter {
         let schema = df.schema().clone();
         let pred = lower_bool(w, &|op: &Operand, span: Span| match op {
@@ -181,25 +215,22 @@ pub async fn plan(
     let mut out: Vec<Expr> = COLUMNS.iter().map(|c| col(*c)).collect();
     let mut ordered = false;
     if let Some(about) = &q.about {
-        let scores =
-            about_scores(ctx, catalog, df.clone(), about, q.representation.as_deref()).await?;
-        df = df
-            .join(
-                scores,
-                JoinType::Inner,
-                &["object_id"],
-                &["s_object_id"],
-                None,
-            )?
-            .filter(col("score").gt(lit(0i64)))?;
+        if !from_resident {
+            let scores =
+                about_scores(ctx, catalog, df.clone(), about, q.representation.as_deref()).await?;
+            df = df
+                .join(
+                    scores,
+                    JoinType::Inner,
+                    &["object_id"],
+                    &["s_object_id"],
+                    None,
+                )?
+                .filter(col("score").gt(lit(0i64)))?;
+        }
         out.push(col("score"));
         ordered = true;
     }
-    let cap = limits.max_result_rows;
-    let (limit_applied, fetch, row_cap) = match q.limit {
-        Some(n) if n <= cap => (n, n as usize, None),
-        _ => (cap, cap as usize + 1, Some(cap)),
-    };
     let mut sort = Vec::new();
     if ordered {
         sort.push(col("score").sort(false, true));

@@ -23,6 +23,7 @@ pub(crate) mod pack;
 pub(crate) mod packing;
 pub(crate) mod reads;
 pub mod render;
+pub mod resident;
 pub(crate) mod select;
 pub(crate) mod store;
 pub(crate) mod subject;

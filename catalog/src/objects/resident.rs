@@ -1,0 +1,640 @@
+//! The resident context index (DESIGN.md §5 "Scale"; docs/index.md, "The resident context
+//! index"): one immutable [`Generation`] of the object tables as a query at a time at or after
+//! their horizon reads them, held in memory by a long-running engine, so that FIND OBJECT
+//! ABOUT scores only the objects holding a task term instead of re-deriving the live set and
+//! reading every representation at each answer.
+//!
+//! A generation is built from the rows of `objects`, `revisions` and `representations` (the
+//! engine reads them through the catalog, so it holds what the Parquet plan would read):
+//!
+//! - Objects are numbered by *ordinal*: their ids in byte order (FIND's tie order). Per
+//!   ordinal it keeps the object's latest record (by `recorded_at`) and latest revision (by
+//!   `revision`), FIND's columns as Arrow arrays, `tombstoned_at`, and the kind as a
+//!   dictionary code.
+//! - Postings per term, in three disjoint tiers over ordinals: the objects whose heaviest
+//!   field holding the term is the title (weight 3), the `summary` representation (2), or any
+//!   other representation (1), as lexical-v1 weighs them. Only *readable* representations of
+//!   the selected revision count (packable media, neither they nor their revision secret),
+//!   and a title counts only for an object with one: the Parquet plan joins the title to the
+//!   readable representations.
+//!
+//! It stands for the tables only at a time `T` at or after its [`horizon`](Generation::horizon)
+//! (the latest `recorded_at` or `created_at`): every row is then visible, and only
+//! `tombstoned_at` depends on `T`. A store where two records of an object share the latest
+//! `recorded_at`, or two revisions of it share the latest number, is not built (the Parquet
+//! plan keeps both rows); nor is one whose columns have other types than the object tables'.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{
+    Array, ArrayRef, AsArray, GenericListArray, Int64Array, OffsetSizeTrait, RecordBatch,
+    UInt32Array,
+};
+use datafusion::arrow::compute::{cast, take};
+use datafusion::arrow::datatypes::{
+    DataType, Field, Int64Type, Schema, SchemaRef, TimeUnit, TimestampMicrosecondType,
+};
+use datafusion::common::HashMap;
+use roaring::RoaringBitmap;
+use signalql_udfs::scalar::lexical::{SUMMARY_WEIGHT, TEXT_WEIGHT, TITLE_WEIGHT};
+use signalql_udfs::strings::StringColumn;
+
+use super::index::{for_each_index_token, packable};
+use crate::error::Result;
+
+/// FIND OBJECT's columns, in order, as the generation keeps them per ordinal: from the
+/// object's record (`object_id`, `project`, `kind`, `title`) and its revision (the rest).
+pub const FIND_COLUMNS: [&str; 10] = [
+    "object_id",
+    "revision",
+    "project",
+    "kind",
+    "title",
+    "created_at",
+    "state",
+    "trust",
+    "origin",
+    "validation",
+];
+
+/// The columns the build reads of each table.
+pub const OBJECT_COLUMNS: [&str; 6] = [
+    "object_id",
+    "project",
+    "kind",
+    "title",
+    "recorded_at",
+    "tombstoned_at",
+];
+pub const REVISION_COLUMNS: [&str; 8] = [
+    "object_id",
+    "revision",
+    "created_at",
+    "origin",
+    "trust",
+    "validation",
+    "roles",
+    "state",
+];
+pub const REPRESENTATION_COLUMNS: [&str; 6] = [
+    "object_id",
+    "revision",
+    "name",
+    "media_type",
+    "content",
+    "roles",
+];
+
+/// The tiers of a term's postings: title, summary, other; their lexical-v1 weights.
+const TIER_WEIGHTS: [u32; 3] = [
+    TITLE_WEIGHT as u32,
+    SUMMARY_WEIGHT as u32,
+    TEXT_WEIGHT as u32,
+];
+
+/// No kind (a NULL `kind`): matches no `(kind)` filter.
+const NO_KIND: u32 = u32::MAX;
+
+/// An immutable image of the object tables (see the module's documentation).
+#[derive(Debug)]
+pub struct Generation {
+    /// Per ordinal, FIND's columns ([`FIND_COLUMNS`]).
+    columns: RecordBatch,
+    /// Per ordinal, `tombstoned_at` in microseconds (`i64::MAX`: none).
+    tombstoned: Vec<i64>,
+    /// Per ordinal, its kind's code in `kinds` ([`NO_KIND`]: NULL).
+    kind: Vec<u32>,
+    kinds: Vec<String>,
+    /// Term → its index in `postings`.
+    terms: HashMap<Box<str>, u32>,
+    /// Per term, its disjoint tiers (title, summary, other).
+    postings: Vec<[RoaringBitmap; 3]>,
+    /// The latest `recorded_at` or `created_at` (microseconds); `None`: no rows.
+    horizon: Option<i64>,
+}
+
+/// What a FIND OBJECT asks of a generation.
+#[derive(Debug, Clone, Default)]
+pub struct Find<'a> {
+    /// ABOUT's terms (lexical-v1's, de-duplicated); `None`: no ABOUT.
+    pub terms: Option<&'a [String]>,
+    /// `(kind)`.
+    pub kind: Option<&'a str>,
+    /// `T`, microseconds.
+    pub t: i64,
+    /// At most this many rows, the first in the answer's order; `None`: all.
+    pub fetch: Option<usize>,
+}
+
+impl Generation {
+    /// The latest time a row of the tables was recorded or created (microseconds); a query at
+    /// an earlier `T` is not answered from the generation.
+    pub fn horizon(&self) -> Option<i64> {
+        self.horizon
+    }
+
+    /// Whether the generation stands for the tables read at `t` (microseconds).
+    pub fn covers(&self, t: i64) -> bool {
+        self.horizon.is_none_or(|h| t >= h)
+    }
+
+    /// The objects it holds.
+    pub fn objects(&self) -> usize {
+        self.tombstoned.len()
+    }
+
+    /// The terms it holds postings for.
+    pub fn term_count(&self) -> usize {
+        self.postings.len()
+    }
+
+    /// Its memory: the columns' buffers, the per-object vectors, the terms and the postings.
+    pub fn memory_bytes(&self) -> usize {
+        let postings: usize = self
+            .postings
+            .iter()
+            .flat_map(|tiers| tiers.iter())
+            .map(|b| b.serialized_size() + std::mem::size_of::<RoaringBitmap>())
+            .sum();
+        let terms: usize = self
+            .terms
+            .keys()
+            .map(|k| k.len() + std::mem::size_of::<(Box<str>, u32)>())
+            .sum();
+        self.columns.get_array_memory_size()
+            + self.tombstoned.len() * 8
+            + self.kind.len() * 4
+            + self.kinds.iter().map(String::len).sum::<usize>()
+            + postings
+            + terms
+    }
+
+    /// The schema of [`find`](Self::find)'s answer (`score`, Int64, last when `about`).
+    pub fn find_schema(&self, about: bool) -> SchemaRef {
+        let mut fields: Vec<Field> = self
+            .columns
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone())
+            .collect();
+        if about {
+            fields.push(Field::new("score", DataType::Int64, true));
+        }
+        Arc::new(Schema::new(fields))
+    }
+
+    /// FIND OBJECT's rows: the objects live at `t` (of the kind), with ABOUT those holding a
+    /// term with their lexical-v1 score, ordered by score descending then object id (byte
+    /// order), the first `fetch` of them.
+    pub fn find(&self, q: &Find<'_>) -> Result<RecordBatch> {
+        let keep = |o: u32| {
+            let o = o as usize;
+            self.tombstoned[o] > q.t
+                && q.kind.is_none_or(|k| {
+                    self.kind[o] != NO_KIND && self.kinds[self.kind[o] as usize] == k
+                })
+        };
+        let (ordinals, scores) = match q.terms {
+            None => {
+                let n = q.fetch.unwrap_or(usize::MAX);
+                let ords: Vec<u32> = (0..self.objects() as u32)
+                    .filter(|&o| keep(o))
+                    .take(n)
+                    .collect();
+                (ords, None)
+            }
+            Some(terms) => {
+                let (ords, scores) = self.top(terms, q.fetch, keep);
+                (ords, Some(scores))
+            }
+        };
+        let indices = UInt32Array::from(ordinals);
+        let mut arrays: Vec<ArrayRef> = Vec::with_capacity(FIND_COLUMNS.len() + 1);
+        for c in self.columns.columns() {
+            arrays.push(take(c.as_ref(), &indices, None)?);
+        }
+        if let Some(s) = scores {
+            arrays.push(Arc::new(Int64Array::from(s)));
+        }
+        Ok(RecordBatch::try_new(
+            self.find_schema(q.terms.is_some()),
+            arrays,
+        )?)
+    }
+
+    /// The objects holding a term of `terms` that `keep` keeps, scored: per term the weight of
+    /// its tier, summed, as lexical-v1's `floor(sum × 1 000 000 / (3 × terms))`; the first
+    /// `fetch` by score descending then ordinal. The cut is a threshold over a histogram of
+    /// the sums (they are small integers), so only the objects at or above it are sorted.
+    fn top(
+        &self,
+        terms: &[String],
+        fetch: Option<usize>,
+        keep: impl Fn(u32) -> bool,
+    ) -> (Vec<u32>, Vec<i64>) {
+        if terms.is_empty() {
+            return (Vec::new(), Vec::new());
+        }
+        let mut sums = vec![0u32; self.objects()];
+        let mut touched: Vec<u32> = Vec::new();
+        for term in terms {
+            let Some(&i) = self.terms.get(term.as_str()) else {
+                continue;
+            };
+            for (tier, weight) in self.postings[i as usize].iter().zip(TIER_WEIGHTS) {
+                for o in tier {
+                    let s = &mut sums[o as usize];
+                    if *s == 0 {
+                        touched.push(o);
+                    }
+                    *s += weight;
+                }
+            }
+        }
+        touched.retain(|&o| keep(o));
+        let most = TITLE_WEIGHT as usize * terms.len();
+        // The lowest sum that is in the answer: the highest whose objects at or above it
+        // reach `fetch`.
+        let threshold = match fetch {
+            Some(n) if n < touched.len() => {
+                let mut histogram = vec![0usize; most + 1];
+                for &o in &touched {
+                    histogram[sums[o as usize] as usize] += 1;
+                }
+                let mut seen = 0;
+                let mut at = 1;
+                for s in (1..=most).rev() {
+                    seen += histogram[s];
+                    if seen >= n {
+                        at = s;
+                        break;
+                    }
+                }
+                at as u32
+            }
+            _ => 1,
+        };
+        let mut chosen: Vec<(u32, u32)> = touched
+            .iter()
+            .map(|&o| (sums[o as usize], o))
+            .filter(|&(s, _)| s >= threshold)
+            .collect();
+        chosen.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        if let Some(n) = fetch {
+            chosen.truncate(n);
+        }
+        let denominator = 3 * terms.len() as i64;
+        let scores = chosen
+            .iter()
+            .map(|&(s, _)| s as i64 * 1_000_000 / denominator)
+            .collect();
+        (chosen.into_iter().map(|(_, o)| o).collect(), scores)
+    }
+}
+
+/// Builds a [`Generation`]: [`Builder::new`] with the objects and revisions, then
+/// [`Builder::add_representations`] per batch of representations, then
+/// [`Builder::finish`].
+pub struct Builder {
+    /// Object id → ordinal.
+    ordinal: HashMap<String, u32>,
+    /// Per ordinal, the selected revision and whether its roles include `secret`.
+    revision: Vec<i64>,
+    revision_secret: Vec<bool>,
+    /// Per ordinal, its title (tokenised at the end, for the readable objects).
+    titles: Vec<Option<String>>,
+    columns: RecordBatch,
+    tombstoned: Vec<i64>,
+    kind: Vec<u32>,
+    kinds: Vec<String>,
+    horizon: Option<i64>,
+    /// Objects with a readable representation.
+    readable: RoaringBitmap,
+    terms: HashMap<Box<str>, u32>,
+    /// Per term, the objects with it in a summary, and in another representation (tiers not
+    /// yet disjoint).
+    content: Vec<[Vec<u32>; 2]>,
+}
+
+/// Adds `o` to a term's ordinals unless it was the last added (a representation holding a
+/// term twice); the rest of the order is [`set`]'s business.
+fn add(ordinals: &mut Vec<u32>, o: u32) {
+    if ordinals.last() != Some(&o) {
+        ordinals.push(o);
+    }
+}
+
+/// `ordinals` as a set. (The batches of a scan's partitions interleave, so the ordinals of a
+/// term come in runs; sorting them once is cheaper than inserting each into a bitmap.)
+fn set(mut ordinals: Vec<u32>) -> RoaringBitmap {
+    if !ordinals.is_sorted() {
+        ordinals.sort_unstable();
+        ordinals.dedup();
+    }
+    // Sorted and without repeats, so `from_sorted_iter` cannot fail.
+    RoaringBitmap::from_sorted_iter(ordinals).unwrap_or_default()
+}
+
+/// `array` as timestamps in microseconds (UTC), `None` when it holds no timestamps.
+fn micros(array: &dyn Array) -> Option<Vec<Option<i64>>> {
+    let DataType::Timestamp(_, tz) = array.data_type() else {
+        return None;
+    };
+    let as_micros = cast(
+        array,
+        &DataType::Timestamp(TimeUnit::Microsecond, tz.clone()),
+    )
+    .ok()?;
+    let p = as_micros.as_primitive::<TimestampMicrosecondType>();
+    Some(p.iter().collect())
+}
+
+/// `array` as Int64, `None` when it is not an integer column.
+fn integers(array: &dyn Array) -> Option<Vec<Option<i64>>> {
+    if !array.data_type().is_integer() {
+        return None;
+    }
+    let as_i64 = cast(array, &DataType::Int64).ok()?;
+    Some(as_i64.as_primitive::<Int64Type>().iter().collect())
+}
+
+/// Per row of a list-of-strings column, whether it holds `secret`; `None` when the column is
+/// not one.
+fn holds_secret(array: &dyn Array) -> Option<Vec<bool>> {
+    fn each<O: OffsetSizeTrait>(list: &GenericListArray<O>) -> Option<Vec<bool>> {
+        let values = StringColumn::try_new(list.values().as_ref()).ok()?;
+        let offsets = list.value_offsets();
+        Some(
+            (0..list.len())
+                .map(|i| {
+                    !list.is_null(i)
+                        && (offsets[i].as_usize()..offsets[i + 1].as_usize())
+                            .any(|j| values.get(j) == Some("secret"))
+                })
+                .collect(),
+        )
+    }
+    match array.data_type() {
+        DataType::List(_) => each(array.as_list::<i32>()),
+        DataType::LargeList(_) => each(array.as_list::<i64>()),
+        DataType::Null => Some(vec![false; array.len()]),
+        _ => None,
+    }
+}
+
+/// A column of `batch` by name, as strings.
+fn strings(batch: &RecordBatch, name: &str) -> Option<StringColumn> {
+    StringColumn::try_new(batch.column_by_name(name)?.as_ref()).ok()
+}
+
+/// A column of `batch` by name, through `read`.
+fn read<T>(batch: &RecordBatch, name: &str, read: impl Fn(&dyn Array) -> Option<T>) -> Option<T> {
+    read(batch.column_by_name(name)?.as_ref())
+}
+
+/// The row of each id whose `by` is the largest (rows with a NULL id or `by` left out);
+/// `None` when two rows of an id share its largest `by`.
+fn latest(ids: &StringColumn, by: &[Option<i64>]) -> Option<HashMap<String, usize>> {
+    let mut best: HashMap<&str, (i64, usize, bool)> = HashMap::new();
+    for (row, b) in by.iter().enumerate() {
+        let (Some(id), Some(b)) = (ids.get(row), *b) else {
+            continue;
+        };
+        match best.get_mut(id) {
+            None => {
+                best.insert(id, (b, row, false));
+            }
+            Some(e) if b > e.0 => *e = (b, row, false),
+            Some(e) if b == e.0 => e.2 = true,
+            Some(_) => {}
+        }
+    }
+    if best.values().any(|e| e.2) {
+        return None;
+    }
+    Some(
+        best.into_iter()
+            .map(|(k, e)| (k.to_string(), e.1))
+            .collect(),
+    )
+}
+
+impl Builder {
+    /// A builder over `objects` ([`OBJECT_COLUMNS`]) and `revisions` ([`REVISION_COLUMNS`]);
+    /// `None` when the generation cannot stand for them (ties, other types).
+    pub fn new(objects: &RecordBatch, revisions: &RecordBatch) -> Result<Option<Builder>> {
+        let read_all = || {
+            Some((
+                strings(objects, "object_id")?,
+                strings(revisions, "object_id")?,
+                read(objects, "recorded_at", micros)?,
+                read(objects, "tombstoned_at", micros)?,
+                read(revisions, "created_at", micros)?,
+                read(revisions, "revision", integers)?,
+                read(revisions, "roles", holds_secret)?,
+                strings(objects, "kind")?,
+                strings(objects, "title")?,
+            ))
+        };
+        let Some((
+            object_ids,
+            revision_ids,
+            recorded,
+            tombstoned,
+            created,
+            numbers,
+            secret,
+            kinds,
+            titles,
+        )) = read_all()
+        else {
+            return Ok(None);
+        };
+        let horizon = recorded
+            .iter()
+            .chain(created.iter())
+            .flatten()
+            .max()
+            .copied();
+        // The Parquet plan keeps revisions created by T (every one, at or after the horizon)
+        // and, of those, the largest number.
+        let numbered: Vec<Option<i64>> = numbers
+            .iter()
+            .zip(&created)
+            .map(|(n, c)| c.and(*n))
+            .collect();
+        let (Some(record), Some(revision)) = (
+            latest(&object_ids, &recorded),
+            latest(&revision_ids, &numbered),
+        ) else {
+            return Ok(None);
+        };
+        let mut ids: Vec<&String> = record
+            .keys()
+            .filter(|k| revision.contains_key(*k))
+            .collect();
+        ids.sort_unstable();
+        let object_rows: Vec<u32> = ids.iter().map(|k| record[*k] as u32).collect();
+        let revision_rows: Vec<u32> = ids.iter().map(|k| revision[*k] as u32).collect();
+        let (object_take, revision_take) = (
+            UInt32Array::from(object_rows.clone()),
+            UInt32Array::from(revision_rows.clone()),
+        );
+        let mut fields = Vec::with_capacity(FIND_COLUMNS.len());
+        let mut arrays = Vec::with_capacity(FIND_COLUMNS.len());
+        for name in FIND_COLUMNS {
+            let (batch, rows) = match name {
+                "object_id" | "project" | "kind" | "title" => (objects, &object_take),
+                _ => (revisions, &revision_take),
+            };
+            let Some(a) = batch.column_by_name(name) else {
+                return Ok(None);
+            };
+            let a = take(a.as_ref(), rows, None)?;
+            fields.push(Field::new(name, a.data_type().clone(), true));
+            arrays.push(a);
+        }
+        let columns = RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)?;
+        let mut kind_codes: HashMap<&str, u32> = HashMap::new();
+        let mut kind_names = Vec::new();
+        let kind = object_rows
+            .iter()
+            .map(|&r| match kinds.get(r as usize) {
+                None => NO_KIND,
+                Some(k) => *kind_codes.entry(k).or_insert_with(|| {
+                    kind_names.push(k.to_string());
+                    kind_names.len() as u32 - 1
+                }),
+            })
+            .collect();
+        Ok(Some(Builder {
+            ordinal: ids
+                .iter()
+                .enumerate()
+                .map(|(o, k)| ((*k).clone(), o as u32))
+                .collect(),
+            revision: revision_rows
+                .iter()
+                .map(|&r| numbers[r as usize].unwrap_or_default())
+                .collect(),
+            revision_secret: revision_rows.iter().map(|&r| secret[r as usize]).collect(),
+            titles: object_rows
+                .iter()
+                .map(|&r| titles.get(r as usize).map(str::to_string))
+                .collect(),
+            columns,
+            tombstoned: object_rows
+                .iter()
+                .map(|&r| tombstoned[r as usize].unwrap_or(i64::MAX))
+                .collect(),
+            kind,
+            kinds: kind_names,
+            horizon,
+            readable: RoaringBitmap::new(),
+            terms: HashMap::new(),
+            content: Vec::new(),
+        }))
+    }
+
+    /// The index of `term`, added when new.
+    fn term(&mut self, term: &str) -> usize {
+        if let Some(&i) = self.terms.get(term) {
+            return i as usize;
+        }
+        let i = self.content.len();
+        self.terms.insert(term.into(), i as u32);
+        self.content.push(Default::default());
+        i
+    }
+
+    /// Adds a batch of representations ([`REPRESENTATION_COLUMNS`]); `Ok(false)` when the
+    /// generation cannot stand for them (other types).
+    pub fn add_representations(&mut self, batch: &RecordBatch) -> Result<bool> {
+        let read_all = || {
+            Some((
+                strings(batch, "object_id")?,
+                strings(batch, "name")?,
+                strings(batch, "media_type")?,
+                strings(batch, "content")?,
+                read(batch, "revision", integers)?,
+                read(batch, "roles", holds_secret)?,
+            ))
+        };
+        let Some((ids, names, media, content, numbers, secret)) = read_all() else {
+            return Ok(false);
+        };
+        for row in 0..batch.num_rows() {
+            let (Some(id), Some(number), Some(media)) =
+                (ids.get(row), numbers[row], media.get(row))
+            else {
+                continue;
+            };
+            let Some(&o) = self.ordinal.get(id) else {
+                continue;
+            };
+            let ou = o as usize;
+            if self.revision[ou] != number
+                || !packable(media)
+                || self.revision_secret[ou]
+                || secret[row]
+            {
+                continue;
+            }
+            self.readable.insert(o);
+            // A representation without a name weighs in no field (lexical-v1's summary is
+            // the one named `summary`; any other is "other text").
+            let tier = match names.get(row) {
+                None => continue,
+                Some("summary") => 0,
+                Some(_) => 1,
+            };
+            if let Some(text) = content.get(row) {
+                let mut terms = Vec::new();
+                for_each_index_token(text, |t| terms.push(self.term(t)));
+                for t in terms {
+                    add(&mut self.content[t][tier], o);
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    /// The generation: titles tokenised for the readable objects, each term's tiers made
+    /// disjoint (an object is in the tier of its heaviest field holding the term).
+    pub fn finish(mut self) -> Generation {
+        let mut title: Vec<Vec<u32>> = vec![Vec::new(); self.content.len()];
+        let titles = std::mem::take(&mut self.titles);
+        let readable = std::mem::take(&mut self.readable);
+        for o in readable.iter() {
+            if let Some(t) = &titles[o as usize] {
+                let mut terms = Vec::new();
+                for_each_index_token(t, |w| terms.push(self.term(w)));
+                title.resize(self.content.len(), Vec::new());
+                for t in terms {
+                    add(&mut title[t], o);
+                }
+            }
+        }
+        let postings = self
+            .content
+            .into_iter()
+            .zip(title)
+            .map(|([summary, other], title)| {
+                let (summary, other, title) = (set(summary), set(other), set(title));
+                let summary = summary - &title;
+                let other = other - &title - &summary;
+                [title, summary, other]
+            })
+            .collect();
+        Generation {
+            columns: self.columns,
+            tombstoned: self.tombstoned,
+            kind: self.kind,
+            kinds: self.kinds,
+            terms: self.terms,
+            postings,
+            horizon: self.horizon,
+        }
+    }
+}
