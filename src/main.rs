@@ -7,6 +7,7 @@
 use std::io::Read;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -524,8 +525,11 @@ impl Reach {
             workers: self.workers.clone(),
             bytes_per_task: self.bytes_per_task,
             // A long-running surface keeps the resident context index; a one-shot command
-            // would build it for one answer.
-            resident: (surface != "cli").then(Default::default),
+            // would build it for one answer, so it uses a snapshot file or none.
+            resident: Some(Arc::new(match surface {
+                "cli" => signalql::Resident::snapshots_only(),
+                _ => signalql::Resident::default(),
+            })),
             ..Default::default()
         })
     }
@@ -854,7 +858,7 @@ fn run(cli: Cli) -> Result<(), Error> {
         Command::Index { data } => {
             let s = signalql::catalog::objects::index::index_root(&ingest_root(&data, &storage)?)
                 .map_err(Error::from)?;
-            write_out(&format!(
+            let mut out = format!(
                 "indexed {} representations file(s) ({} representations, {} with indexable text, {} postings); {} already covered, {} waiting for their revisions; under {}\n",
                 s.files,
                 s.representations,
@@ -863,7 +867,23 @@ fn run(cli: Cli) -> Result<(), Error> {
                 s.already,
                 s.waiting,
                 data.display()
-            ))
+            );
+            // The resident context index's snapshot, for the one-shot commands' FIND OBJECT.
+            let engine = open(Some(data.clone()), None, &reach)?;
+            match runtime()?.block_on(engine.write_resident_snapshot())? {
+                Some(snap) => out.push_str(&format!(
+                    "resident index snapshot: {} objects, {} terms, {:.1} MB ({})\n",
+                    snap.objects,
+                    snap.terms,
+                    snap.bytes as f64 / 1e6,
+                    snap.name
+                )),
+                None => out.push_str(
+                    "no resident index snapshot: the object tables are mapped, restricted or \
+                     hold tied records (docs/index.md)\n",
+                ),
+            }
+            write_out(&out)
         }
         Command::Gen {
             what:

@@ -54,8 +54,8 @@ pub struct EngineOptions {
     /// else 16 MiB.
     pub bytes_per_task: Option<u64>,
     /// The resident context index of a long-running process, shared by its engines
-    /// (engine/src/context/resident.rs); `None`: statements read the object tables each time
-    /// (the one-shot CLI, which would build it for one answer).
+    /// (engine/src/context/resident.rs; the one-shot CLI's reads snapshot files only);
+    /// `None`: statements read the object tables each time.
     pub resident: Option<Arc<Resident>>,
 }
 
@@ -156,6 +156,20 @@ impl Engine {
             resident: options.resident,
             runtime,
         })
+    }
+
+    /// Writes the resident context index's snapshot file of the object tables as they are
+    /// now (docs/index.md), so a new process answers FIND OBJECT from it without reading the
+    /// tables; `None` when no generation can stand for them (a mapped table, tied records, a
+    /// restricted principal).
+    pub async fn write_resident_snapshot(
+        &self,
+    ) -> Result<Option<crate::context::resident::Snapshot>> {
+        let own = Resident::default();
+        let resident = self.resident.as_deref().unwrap_or(&own);
+        resident
+            .write_snapshot(self.session(), self.catalog.as_ref(), &self.exec)
+            .await
     }
 
     /// The principal statements run as, when a policy governs the dataset.

@@ -4,7 +4,8 @@
 //! representations, media that cannot be packed, ids whose byte order is not their UTF-16
 //! order, ties the generation refuses, rows after T) and random FIND statements, each run by
 //! an engine without the index (the Parquet plan) and one with it, with the path each took
-//! asserted from the plan.
+//! asserted from the plan; in some stores under a policy, as an unrestricted and a restricted
+//! principal whose engines share one resident index.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -259,27 +260,47 @@ fn write(root: &Path, objects: &[Object], split: bool) {
 /// object at its latest time, no two revisions of it with its latest number, no row after
 /// `t`.
 fn holdable(objects: &[Object], t: i64) -> bool {
+    !tied(objects)
+        && objects.iter().all(|o| {
+            o.records.iter().all(|r| day(r.0) <= t) && o.revisions.iter().all(|r| day(r.1) <= t)
+        })
+}
+
+/// Whether an object has two records at its latest time or two revisions with its latest
+/// number (every row counted, as at a T after all of them).
+fn tied(objects: &[Object]) -> bool {
     let tied = |v: Vec<i64>| {
         let Some(&m) = v.iter().max() else {
             return false;
         };
         v.iter().filter(|&&x| x == m).count() > 1
     };
-    objects.iter().all(|o| {
-        !tied(o.records.iter().map(|r| r.0).collect())
-            && !tied(o.revisions.iter().map(|r| r.0).collect())
-            && o.records.iter().all(|r| day(r.0) <= t)
-            && o.revisions.iter().all(|r| day(r.1) <= t)
+    objects.iter().any(|o| {
+        tied(o.records.iter().map(|r| r.0).collect())
+            || tied(o.revisions.iter().map(|r| r.0).collect())
     })
 }
 
-fn engine(root: &Path, resident: Option<Arc<Resident>>) -> Engine {
+/// A policy with an unrestricted `default` principal and a `narrow` one: the `main` project,
+/// trust `unknown` or above, no secret revision or representation, titles masked.
+const POLICY: &str = r#"
+[principals.default]
+[principals.narrow.columns]
+mask = ["objects.title"]
+[principals.narrow.context]
+projects = ["main"]
+min_trust = "unknown"
+exclude_roles = ["secret"]
+"#;
+
+fn engine(root: &Path, resident: Option<Arc<Resident>>, principal: Option<&str>) -> Engine {
     let now = DateTime::parse_from_rfc3339(T).unwrap().with_timezone(&Utc);
     Engine::open_with(
         root,
         EngineOptions {
             now: Some(now),
             resident,
+            principal: principal.map(str::to_string),
             ..Default::default()
         },
     )
@@ -314,6 +335,7 @@ proptest! {
     fn the_resident_index_changes_no_find_answer(
         objects in prop::collection::vec(object(), 1..9),
         split in any::<bool>(),
+        governed in prop::bool::weighted(0.4),
         queries in prop::collection::vec(
             (
                 prop::option::weighted(0.7, prop::collection::vec(0usize..9, 0..4)),
@@ -328,10 +350,28 @@ proptest! {
     ) {
         let dir = tempfile::tempdir().unwrap();
         write(dir.path(), &objects, split);
+        if governed {
+            std::fs::write(dir.path().join("policy.toml"), POLICY).unwrap();
+        }
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        let scan = engine(dir.path(), None);
-        let resident = engine(dir.path(), Some(Default::default()));
-        for (about, kind, filter, as_of, limit, using) in queries {
+        // One resident index for the engines of both principals, as a server has.
+        let held: Arc<Resident> = Default::default();
+        // The snapshot file `signalql index` writes, and a one-shot engine that reads it.
+        let unrestricted = if governed { Some("default") } else { None };
+        let written = rt
+            .block_on(engine(dir.path(), None, unrestricted).write_resident_snapshot())
+            .unwrap();
+        prop_assert_eq!(written.is_some(), !tied(&objects));
+        let principals: &[Option<&str>] = match governed {
+            true => &[Some("default"), Some("narrow")],
+            false => &[None],
+        };
+        for (k, (about, kind, filter, as_of, limit, using)) in queries.into_iter().enumerate() {
+            let principal = principals[k % principals.len()];
+            let restricted = principal == Some("narrow");
+            let scan = engine(dir.path(), None, principal);
+            let resident = engine(dir.path(), Some(Arc::clone(&held)), principal);
+            let snapshot = engine(dir.path(), Some(Arc::new(Resident::snapshots_only())), principal);
             let mut q = String::from("FIND OBJECT");
             q.push_str(["", " (document)", " (note)"][kind]);
             if let Some(words) = &about {
@@ -354,16 +394,18 @@ proptest! {
             }
             let mut a = rt.block_on(answer(&scan, &q));
             let mut b = rt.block_on(answer(&resident, &q));
+            let mut c = rt.block_on(answer(&snapshot, &q));
             let expected = holdable(&objects, t) && !(using && about.is_some());
             if !holdable(&objects, t) {
                 // Tied records or revisions give an object twice, in either order.
-                for v in [&mut a, &mut b] {
+                for v in [&mut a, &mut b, &mut c] {
                     if let Some(rows) = v.get_mut("rows").and_then(|r| r.as_array_mut()) {
                         rows.sort_by_key(|r| r.to_string());
                     }
                 }
             }
             prop_assert_eq!(&a, &b, "{}", q);
+            prop_assert_eq!(&a, &c, "{} (from the snapshot file)", q);
             // The path each took: the Parquet plan always without the index; with it, the
             // generation wherever it can stand for the store at T (and WHERE names columns).
             let shown = |e: &Engine| match rt.block_on(e.compile(&q)) {
@@ -372,8 +414,133 @@ proptest! {
             };
             if a.get("error").is_none() {
                 prop_assert_eq!(shown(&scan), Some(false), "{}", q);
-                prop_assert_eq!(shown(&resident), Some(expected), "{}", q);
+                // What the narrow principal sees may be held where the whole store is not.
+                if !restricted || expected {
+                    prop_assert_eq!(shown(&resident), Some(expected), "{} ({:?})", q, principal);
+                }
+                // A snapshot stands for the unrestricted view only.
+                prop_assert_eq!(shown(&snapshot), Some(expected && !restricted), "{} (snapshot)", q);
             }
         }
     }
+}
+
+/// A store of three objects with one readable representation each.
+fn small_store(root: &Path) -> Vec<Object> {
+    let objects: Vec<Object> = (0..3)
+        .map(|i| Object {
+            records: vec![(i, 0, 0, vec![i as usize], None)],
+            revisions: vec![(1, i, false, 0, 0)],
+            reps: vec![(1, 1, 0, Some(vec![0, 1, i as usize + 2]), false)],
+        })
+        .collect();
+    write(root, &objects, false);
+    objects
+}
+
+/// The snapshot files under `root`.
+fn snapshot_files(root: &Path) -> Vec<std::path::PathBuf> {
+    match std::fs::read_dir(root.join("_signalql/resident")) {
+        Ok(d) => d.map(|e| e.unwrap().path()).collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+#[test]
+fn a_snapshot_file_answers_a_new_process_until_the_tables_change_and_a_bad_one_never_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let objects = small_store(dir.path());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let q = r#"FIND OBJECT ABOUT "parquet funnel" LIMIT 2"#;
+    let scan = engine(dir.path(), None, None);
+    let expected = rt.block_on(answer(&scan, q));
+    // Titles "Parquet", "storage", "ENGINE"; texts "Parquet storage" and "ENGINE", "funnel",
+    // "Straße". Object a holds "parquet" in its title (3): 3 × 1 000 000 / 6; B both terms
+    // in its text (1 + 1): 333 333; b "parquet" in its text: 166 666.
+    let rows = expected["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{expected}");
+    assert_eq!(
+        (rows[0][0].as_str(), rows[0][10].as_i64()),
+        (Some("a"), Some(500_000))
+    );
+    assert_eq!(
+        (rows[1][0].as_str(), rows[1][10].as_i64()),
+        (Some("B"), Some(333_333))
+    );
+    let one_shot = || engine(dir.path(), Some(Arc::new(Resident::snapshots_only())), None);
+    let from_snapshot = |e: &Engine| {
+        rt.block_on(e.compile(q))
+            .unwrap()
+            .lowered
+            .plan
+            .display_indent()
+            .to_string()
+            .contains("resident_objects")
+    };
+    // No snapshot file yet: the one-shot engine reads the tables.
+    assert!(!from_snapshot(&one_shot()));
+    let written = rt
+        .block_on(scan.write_resident_snapshot())
+        .unwrap()
+        .expect("a snapshot of a store without ties");
+    assert_eq!((written.objects, written.terms > 0), (3, true));
+    let files = snapshot_files(dir.path());
+    assert_eq!(files.len(), 1);
+    let e = one_shot();
+    assert!(from_snapshot(&e));
+    assert_eq!(rt.block_on(answer(&e, q)), expected);
+
+    // Every cut of the file: never used. A flipped byte anywhere: the same answer (the
+    // snapshot is not used when the byte is in its header, columns, terms or a bitmap the
+    // statement decodes; a bitmap it does not decode is not checked).
+    let good = std::fs::read(&files[0]).unwrap();
+    let step = (good.len() / 60).max(1);
+    for n in (0..good.len()).step_by(step) {
+        std::fs::write(&files[0], &good[..n]).unwrap();
+        let e = one_shot();
+        assert!(!from_snapshot(&e), "a snapshot cut to {n} bytes was used");
+        assert_eq!(rt.block_on(answer(&e, q)), expected);
+    }
+    for at in (0..good.len()).step_by(step).chain([good.len() - 1]) {
+        let mut b = good.clone();
+        b[at] ^= 0x5a;
+        std::fs::write(&files[0], &b).unwrap();
+        assert_eq!(
+            rt.block_on(answer(&one_shot(), q)),
+            expected,
+            "byte {at} flipped"
+        );
+    }
+    std::fs::write(&files[0], &good).unwrap();
+    assert!(from_snapshot(&one_shot()));
+
+    // New rows: the snapshot is of an older version of the tables, and is not used; a new
+    // one replaces it.
+    let mut more = objects.clone();
+    more.push(Object {
+        records: vec![(5, 1, 0, vec![3], None)],
+        revisions: vec![(1, 5, false, 0, 0)],
+        reps: vec![(1, 0, 0, Some(vec![0, 3]), false)],
+    });
+    for t in ["objects", "revisions", "representations"] {
+        std::fs::remove_dir_all(dir.path().join(t)).unwrap();
+    }
+    write(dir.path(), &more, true);
+    let scan = engine(dir.path(), None, None);
+    let changed = rt.block_on(answer(&scan, q));
+    assert_ne!(changed, expected);
+    let e = one_shot();
+    assert!(!from_snapshot(&e));
+    assert_eq!(rt.block_on(answer(&e, q)), changed);
+    rt.block_on(scan.write_resident_snapshot())
+        .unwrap()
+        .unwrap();
+    let files = snapshot_files(dir.path());
+    assert_eq!(files.len(), 1, "the old snapshot is removed");
+    let e = one_shot();
+    assert!(from_snapshot(&e));
+    assert_eq!(rt.block_on(answer(&e, q)), changed);
 }

@@ -32,15 +32,17 @@ use datafusion::arrow::array::{
 };
 use datafusion::arrow::compute::{cast, take};
 use datafusion::arrow::datatypes::{
-    DataType, Field, Int64Type, Schema, SchemaRef, TimeUnit, TimestampMicrosecondType,
+    DataType, Field, Int64Type, Schema, SchemaRef, TimeUnit, TimestampMicrosecondType, UInt32Type,
 };
+use datafusion::arrow::ipc::reader::StreamReader;
+use datafusion::arrow::ipc::writer::StreamWriter;
 use datafusion::common::HashMap;
 use roaring::RoaringBitmap;
 use signalql_udfs::scalar::lexical::{SUMMARY_WEIGHT, TEXT_WEIGHT, TITLE_WEIGHT};
 use signalql_udfs::strings::StringColumn;
 
 use super::index::{for_each_index_token, packable};
-use crate::error::Result;
+use crate::error::{CatalogError, Result};
 
 /// FIND OBJECT's columns, in order, as the generation keeps them per ordinal: from the
 /// object's record (`object_id`, `project`, `kind`, `title`) and its revision (the rest).
@@ -92,6 +94,11 @@ const TIER_WEIGHTS: [u32; 3] = [
     TEXT_WEIGHT as u32,
 ];
 
+/// The snapshot's columns of `tombstoned_at` (microseconds, `i64::MAX`: none) and the kind
+/// code, after FIND's.
+const TOMBSTONED: &str = "__tombstoned";
+const KIND: &str = "__kind";
+
 /// No kind (a NULL `kind`): matches no `(kind)` filter.
 const NO_KIND: u32 = u32::MAX;
 
@@ -105,12 +112,156 @@ pub struct Generation {
     /// Per ordinal, its kind's code in `kinds` ([`NO_KIND`]: NULL).
     kind: Vec<u32>,
     kinds: Vec<String>,
-    /// Term → its index in `postings`.
-    terms: HashMap<Box<str>, u32>,
     /// Per term, its disjoint tiers (title, summary, other).
-    postings: Vec<[RoaringBitmap; 3]>,
+    postings: Postings,
     /// The latest `recorded_at` or `created_at` (microseconds); `None`: no rows.
     horizon: Option<i64>,
+}
+
+/// The bytes a snapshot file starts with.
+pub const SNAPSHOT_MAGIC: &[u8; 20] = b"signalql-resident-1\n";
+
+/// A directory entry of [`Postings`]: the term's offset and length in the pool (little-endian
+/// u64, u32), then per tier [`TIER`] bytes: its bitmap's offset and length in the blob and
+/// the bitmap's CRC-32 (u64, u32, u32), checked when the bitmap is decoded.
+const ENTRY: usize = 12 + 3 * TIER;
+const TIER: usize = 16;
+
+/// The postings of every term, serialised as one buffer: a directory of [`ENTRY`]-byte
+/// entries sorted by term, the terms' bytes (the pool), and each tier's roaring bitmap in its
+/// portable form (the blob). A term is found by binary search and only its bitmaps are
+/// decoded, so a generation opened from a snapshot file uses the file's bytes as they are.
+#[derive(Debug, Clone)]
+struct Postings {
+    bytes: bytes::Bytes,
+    count: usize,
+    /// Where the pool and the blob start.
+    pool: usize,
+    blob: usize,
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(a)
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    let mut a = [0u8; 4];
+    a.copy_from_slice(&b[at..at + 4]);
+    u32::from_le_bytes(a)
+}
+
+fn corrupt(what: &str) -> CatalogError {
+    CatalogError::Invalid(format!("a resident index snapshot is corrupt: {what}"))
+}
+
+impl Postings {
+    /// The postings of `terms` (any order).
+    fn build(mut terms: Vec<(Box<str>, [RoaringBitmap; 3])>) -> Result<Postings> {
+        terms.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let pool_len: usize = terms.iter().map(|t| t.0.len()).sum();
+        let mut entries = Vec::with_capacity(terms.len() * ENTRY);
+        let mut pool = Vec::with_capacity(pool_len);
+        let mut blob = Vec::new();
+        for (term, tiers) in &terms {
+            entries.extend_from_slice(&(pool.len() as u64).to_le_bytes());
+            entries.extend_from_slice(&(term.len() as u32).to_le_bytes());
+            pool.extend_from_slice(term.as_bytes());
+            for tier in tiers {
+                let start = blob.len();
+                tier.serialize_into(&mut blob)
+                    .map_err(|e| CatalogError::Invalid(e.to_string()))?;
+                entries.extend_from_slice(&(start as u64).to_le_bytes());
+                entries.extend_from_slice(&((blob.len() - start) as u32).to_le_bytes());
+                entries.extend_from_slice(&crc32fast::hash(&blob[start..]).to_le_bytes());
+            }
+        }
+        let (pool_at, blob_at) = (entries.len(), entries.len() + pool.len());
+        entries.extend_from_slice(&pool);
+        entries.extend_from_slice(&blob);
+        Ok(Postings {
+            bytes: entries.into(),
+            count: terms.len(),
+            pool: pool_at,
+            blob: blob_at,
+        })
+    }
+
+    /// Postings read from `bytes` holding `count` terms: every entry's ranges are checked, so
+    /// lookups cannot read outside the buffer.
+    fn open(bytes: bytes::Bytes, count: usize) -> Result<Postings> {
+        let pool = count
+            .checked_mul(ENTRY)
+            .filter(|&n| n <= bytes.len())
+            .ok_or_else(|| corrupt("its directory is cut short"))?;
+        let mut pool_len = 0usize;
+        for i in 0..count {
+            let e = i * ENTRY;
+            let end = (u64_at(&bytes, e) as usize).checked_add(u32_at(&bytes, e + 8) as usize);
+            pool_len = pool_len.max(end.ok_or_else(|| corrupt("a term's range"))?);
+        }
+        let blob = pool
+            .checked_add(pool_len)
+            .filter(|&n| n <= bytes.len())
+            .ok_or_else(|| corrupt("its terms are cut short"))?;
+        let blob_len = bytes.len() - blob;
+        for i in 0..count {
+            for t in 0..3 {
+                let e = i * ENTRY + 12 + t * TIER;
+                let end = (u64_at(&bytes, e) as usize).checked_add(u32_at(&bytes, e + 8) as usize);
+                if end.is_none_or(|end| end > blob_len) {
+                    return Err(corrupt("a posting list's range"));
+                }
+            }
+        }
+        let p = Postings {
+            bytes,
+            count,
+            pool,
+            blob,
+        };
+        if (1..count).any(|i| p.term(i - 1) >= p.term(i)) {
+            return Err(corrupt("its terms are not sorted"));
+        }
+        Ok(p)
+    }
+
+    /// The bytes of the `i`th term.
+    fn term(&self, i: usize) -> &[u8] {
+        let e = i * ENTRY;
+        let at = self.pool + u64_at(&self.bytes, e) as usize;
+        &self.bytes[at..at + u32_at(&self.bytes, e + 8) as usize]
+    }
+
+    /// The tiers of `term`, `None` when no object holds it.
+    fn tiers(&self, term: &str) -> Result<Option<[RoaringBitmap; 3]>> {
+        let mut lo = 0usize;
+        let mut hi = self.count;
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            match self.term(mid).cmp(term.as_bytes()) {
+                std::cmp::Ordering::Less => lo = mid + 1,
+                std::cmp::Ordering::Greater => hi = mid,
+                std::cmp::Ordering::Equal => {
+                    let mut tiers: [RoaringBitmap; 3] = Default::default();
+                    for (t, tier) in tiers.iter_mut().enumerate() {
+                        let e = mid * ENTRY + 12 + t * TIER;
+                        let at = self.blob + u64_at(&self.bytes, e) as usize;
+                        let end = at + u32_at(&self.bytes, e + 8) as usize;
+                        let stored = &self.bytes[at..end];
+                        if crc32fast::hash(stored) != u32_at(&self.bytes, e + 12) {
+                            return Err(corrupt("a posting list's checksum does not match"));
+                        }
+                        *tier = RoaringBitmap::deserialize_from(stored)
+                            .map_err(|_| corrupt("a posting list"))?;
+                    }
+                    return Ok(Some(tiers));
+                }
+            }
+        }
+        Ok(None)
+    }
 }
 
 /// What a FIND OBJECT asks of a generation.
@@ -138,6 +289,13 @@ impl Generation {
         self.horizon.is_none_or(|h| t >= h)
     }
 
+    /// Whether the postings of `terms` decode whole (a snapshot's bitmaps are checked when
+    /// decoded): a statement asks before it takes the generation's path, and takes the
+    /// Parquet plan's when not.
+    pub fn reads(&self, terms: &[String]) -> bool {
+        terms.iter().all(|t| self.postings.tiers(t).is_ok())
+    }
+
     /// The objects it holds.
     pub fn objects(&self) -> usize {
         self.tombstoned.len()
@@ -145,28 +303,135 @@ impl Generation {
 
     /// The terms it holds postings for.
     pub fn term_count(&self) -> usize {
-        self.postings.len()
+        self.postings.count
     }
 
-    /// Its memory: the columns' buffers, the per-object vectors, the terms and the postings.
+    /// Its memory: the columns' buffers, the per-object vectors and the postings.
     pub fn memory_bytes(&self) -> usize {
-        let postings: usize = self
-            .postings
-            .iter()
-            .flat_map(|tiers| tiers.iter())
-            .map(|b| b.serialized_size() + std::mem::size_of::<RoaringBitmap>())
-            .sum();
-        let terms: usize = self
-            .terms
-            .keys()
-            .map(|k| k.len() + std::mem::size_of::<(Box<str>, u32)>())
-            .sum();
         self.columns.get_array_memory_size()
             + self.tombstoned.len() * 8
             + self.kind.len() * 4
             + self.kinds.iter().map(String::len).sum::<usize>()
-            + postings
-            + terms
+            + self.postings.bytes.len()
+    }
+
+    /// The generation as a snapshot file's bytes, for the tables `key` names (the engine's
+    /// fingerprints of them): [`SNAPSHOT_MAGIC`], a little-endian u64 length and a JSON
+    /// header (with the CRC-32 of the columns and of the postings' directory and terms; each
+    /// bitmap's is in the directory), the per-object columns as an Arrow IPC stream, then the
+    /// postings.
+    pub fn to_snapshot(&self, key: &[String]) -> Result<Vec<u8>> {
+        let mut fields: Vec<Field> = self
+            .columns
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone())
+            .collect();
+        fields.push(Field::new(TOMBSTONED, DataType::Int64, false));
+        fields.push(Field::new(KIND, DataType::UInt32, false));
+        let mut arrays = self.columns.columns().to_vec();
+        arrays.push(Arc::new(Int64Array::from(self.tombstoned.clone())));
+        arrays.push(Arc::new(UInt32Array::from(self.kind.clone())));
+        let batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)?;
+        let mut columns = Vec::new();
+        {
+            let mut w = StreamWriter::try_new(&mut columns, &batch.schema())?;
+            w.write(&batch)?;
+            w.finish()?;
+        }
+        let header = serde_json::json!({
+            "columns_crc32": crc32fast::hash(&columns),
+            "directory_crc32": crc32fast::hash(&self.postings.bytes[..self.postings.blob]),
+            "key": key,
+            "horizon": self.horizon,
+            "kinds": self.kinds,
+            "terms": self.postings.count,
+            "columns": columns.len(),
+        })
+        .to_string();
+        let mut out = Vec::with_capacity(
+            SNAPSHOT_MAGIC.len() + 8 + header.len() + columns.len() + self.postings.bytes.len(),
+        );
+        out.extend_from_slice(SNAPSHOT_MAGIC);
+        out.extend_from_slice(&(header.len() as u64).to_le_bytes());
+        out.extend_from_slice(header.as_bytes());
+        out.extend_from_slice(&columns);
+        out.extend_from_slice(&self.postings.bytes);
+        Ok(out)
+    }
+
+    /// A generation read from a snapshot file's bytes, with the key it was written for; an
+    /// error when the bytes are not a whole snapshot.
+    pub fn from_snapshot(bytes: bytes::Bytes) -> Result<(Vec<String>, Generation)> {
+        let magic = SNAPSHOT_MAGIC.len();
+        if bytes.len() < magic + 8 || &bytes[..magic] != SNAPSHOT_MAGIC {
+            return Err(corrupt("it does not start as one"));
+        }
+        let header_len = u64_at(&bytes, magic) as usize;
+        let header_end = (magic + 8)
+            .checked_add(header_len)
+            .filter(|&n| n <= bytes.len())
+            .ok_or_else(|| corrupt("its header is cut short"))?;
+        #[derive(serde::Deserialize)]
+        struct Header {
+            /// Of the columns, and of the postings' directory and terms (each bitmap has its
+            /// own, checked when it is decoded).
+            columns_crc32: u32,
+            directory_crc32: u32,
+            key: Vec<String>,
+            horizon: Option<i64>,
+            kinds: Vec<String>,
+            terms: usize,
+            columns: usize,
+        }
+        let h: Header = serde_json::from_slice(&bytes[magic + 8..header_end])
+            .map_err(|e| corrupt(&format!("its header: {e}")))?;
+        let columns_end = header_end
+            .checked_add(h.columns)
+            .filter(|&n| n <= bytes.len())
+            .ok_or_else(|| corrupt("its columns are cut short"))?;
+        if crc32fast::hash(&bytes[header_end..columns_end]) != h.columns_crc32 {
+            return Err(corrupt("its columns' checksum does not match"));
+        }
+        let mut reader =
+            StreamReader::try_new(std::io::Cursor::new(&bytes[header_end..columns_end]), None)?;
+        let batch = reader
+            .next()
+            .ok_or_else(|| corrupt("it has no columns"))??;
+        let n = batch.num_columns();
+        if n != FIND_COLUMNS.len() + 2 {
+            return Err(corrupt("its columns"));
+        }
+        let tombstoned = batch.column(n - 2).as_primitive_opt::<Int64Type>();
+        let kind = batch.column(n - 1).as_primitive_opt::<UInt32Type>();
+        let (Some(tombstoned), Some(kind)) = (tombstoned, kind) else {
+            return Err(corrupt("its columns"));
+        };
+        if kind
+            .values()
+            .iter()
+            .any(|&k| k != NO_KIND && k as usize >= h.kinds.len())
+        {
+            return Err(corrupt("a kind"));
+        }
+        let (tombstoned, kind) = (tombstoned.values().to_vec(), kind.values().to_vec());
+        let columns = batch.project(&(0..n - 2).collect::<Vec<_>>())?;
+        let postings = Postings::open(bytes.slice(columns_end..), h.terms)?;
+        if crc32fast::hash(&postings.bytes[..postings.blob]) != h.directory_crc32 {
+            return Err(corrupt("its terms' checksum does not match"));
+        }
+        Ok((
+            h.key,
+            Generation {
+                columns,
+                tombstoned,
+                kind,
+                kinds: h.kinds,
+                postings,
+                horizon: h.horizon,
+            },
+        ))
     }
 
     /// The schema of [`find`](Self::find)'s answer (`score`, Int64, last when `about`).
@@ -205,7 +470,7 @@ impl Generation {
                 (ords, None)
             }
             Some(terms) => {
-                let (ords, scores) = self.top(terms, q.fetch, keep);
+                let (ords, scores) = self.top(terms, q.fetch, keep)?;
                 (ords, Some(scores))
             }
         };
@@ -232,19 +497,21 @@ impl Generation {
         terms: &[String],
         fetch: Option<usize>,
         keep: impl Fn(u32) -> bool,
-    ) -> (Vec<u32>, Vec<i64>) {
+    ) -> Result<(Vec<u32>, Vec<i64>)> {
         if terms.is_empty() {
-            return (Vec::new(), Vec::new());
+            return Ok((Vec::new(), Vec::new()));
         }
         let mut sums = vec![0u32; self.objects()];
         let mut touched: Vec<u32> = Vec::new();
         for term in terms {
-            let Some(&i) = self.terms.get(term.as_str()) else {
+            let Some(tiers) = self.postings.tiers(term)? else {
                 continue;
             };
-            for (tier, weight) in self.postings[i as usize].iter().zip(TIER_WEIGHTS) {
+            for (tier, weight) in tiers.iter().zip(TIER_WEIGHTS) {
                 for o in tier {
-                    let s = &mut sums[o as usize];
+                    let Some(s) = sums.get_mut(o as usize) else {
+                        return Err(corrupt("an ordinal past the objects"));
+                    };
                     if *s == 0 {
                         touched.push(o);
                     }
@@ -289,7 +556,7 @@ impl Generation {
             .iter()
             .map(|&(s, _)| s as i64 * 1_000_000 / denominator)
             .collect();
-        (chosen.into_iter().map(|(_, o)| o).collect(), scores)
+        Ok((chosen.into_iter().map(|(_, o)| o).collect(), scores))
     }
 }
 
@@ -334,6 +601,16 @@ fn set(mut ordinals: Vec<u32>) -> RoaringBitmap {
     }
     // Sorted and without repeats, so `from_sorted_iter` cannot fail.
     RoaringBitmap::from_sorted_iter(ordinals).unwrap_or_default()
+}
+
+/// `a` holding only its own values: a view array taken from a larger one still shares that
+/// one's buffers, which the generation would keep alive and a snapshot would write whole.
+fn compact(a: ArrayRef) -> ArrayRef {
+    match a.data_type() {
+        DataType::Utf8View => Arc::new(a.as_string_view().gc()),
+        DataType::BinaryView => Arc::new(a.as_binary_view().gc()),
+        _ => a,
+    }
 }
 
 /// `array` as timestamps in microseconds (UTC), `None` when it holds no timestamps.
@@ -491,7 +768,7 @@ impl Builder {
             let Some(a) = batch.column_by_name(name) else {
                 return Ok(None);
             };
-            let a = take(a.as_ref(), rows, None)?;
+            let a = compact(take(a.as_ref(), rows, None)?);
             fields.push(Field::new(name, a.data_type().clone(), true));
             arrays.push(a);
         }
@@ -602,7 +879,7 @@ impl Builder {
 
     /// The generation: titles tokenised for the readable objects, each term's tiers made
     /// disjoint (an object is in the tier of its heaviest field holding the term).
-    pub fn finish(mut self) -> Generation {
+    pub fn finish(mut self) -> Result<Generation> {
         let mut title: Vec<Vec<u32>> = vec![Vec::new(); self.content.len()];
         let titles = std::mem::take(&mut self.titles);
         let readable = std::mem::take(&mut self.readable);
@@ -616,25 +893,28 @@ impl Builder {
                 }
             }
         }
-        let postings = self
-            .content
+        let mut names: Vec<Box<str>> = vec![Box::from(""); self.content.len()];
+        for (term, i) in self.terms {
+            names[i as usize] = term;
+        }
+        let postings = names
             .into_iter()
+            .zip(self.content)
             .zip(title)
-            .map(|([summary, other], title)| {
+            .map(|((term, [summary, other]), title)| {
                 let (summary, other, title) = (set(summary), set(other), set(title));
                 let summary = summary - &title;
                 let other = other - &title - &summary;
-                [title, summary, other]
+                (term, [title, summary, other])
             })
             .collect();
-        Generation {
+        Ok(Generation {
             columns: self.columns,
             tombstoned: self.tombstoned,
             kind: self.kind,
             kinds: self.kinds,
-            terms: self.terms,
-            postings,
+            postings: Postings::build(postings)?,
             horizon: self.horizon,
-        }
+        })
     }
 }

@@ -144,12 +144,13 @@ pub async fn plan(
         Some(n) if n <= cap => (n, n as usize, None),
         _ => (cap, cap as usize + 1, Some(cap)),
     };
+    let terms = q.about.as_deref().map(lexical::terms);
     let generation = match resident {
         // USING REPRESENTATION scores one representation's content: the Parquet plan's.
         Some((r, exec)) if q.representation.is_none() => r
             .generation(ctx, catalog, exec)
             .await?
-            .filter(|g| g.covers(micros(t))),
+            .filter(|g| g.covers(micros(t)) && g.reads(terms.as_deref().unwrap_or_default())),
         _ => None,
     };
     let from_resident = generation.is_some();
@@ -157,7 +158,7 @@ pub async fn plan(
         Some(g) => find_frame(
             ctx,
             g,
-            q.about.as_deref().map(lexical::terms),
+            terms,
             q.name.as_deref(),
             micros(t),
             // The first rows are the answer's only when WHERE keeps every row.

@@ -6,8 +6,10 @@
 //!
 //! A generation stands for the tables only when the Parquet plan would read them as they are:
 //! each of `objects`, `revisions` and `representations` a folder of Parquet files with a
-//! fingerprint, no mapping and no caller restriction, and `T` at or after the generation's
-//! horizon. Otherwise the statement keeps the Parquet plan.
+//! fingerprint and no mapping, and `T` at or after the generation's horizon. Otherwise the
+//! statement keeps the Parquet plan. A caller restricted by the policy gets a generation of
+//! its own, built from the tables as it may read them (the restriction's filter and masks
+//! applied by the scan), so nothing it may not see is held for it, scored or counted.
 
 use std::sync::Arc;
 
@@ -34,6 +36,16 @@ use crate::error::Result;
 use crate::execute::Executor;
 use crate::lower::project;
 
+/// A snapshot file written ([`Resident::write_snapshot`]).
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    /// Its name under the dataset root.
+    pub name: String,
+    pub bytes: u64,
+    pub objects: usize,
+    pub terms: usize,
+}
+
 /// The name FIND's plan gives the generation's rows (EXPLAIN shows it).
 pub const RESIDENT_OBJECTS: &str = "resident_objects";
 
@@ -41,12 +53,44 @@ pub const RESIDENT_OBJECTS: &str = "resident_objects";
 /// built from. Shared by the engines of one server (`EngineOptions::resident`).
 #[derive(Debug, Default)]
 pub struct Resident {
-    held: Mutex<Option<Held>>,
+    /// The generations held, the most recently used first (at most [`HELD`]).
+    held: Mutex<Vec<Held>>,
+    /// Only generations read from snapshot files are held, none is built: a one-shot
+    /// command, which would build one for a single answer.
+    snapshots_only: bool,
 }
+
+/// Where snapshot files are, under the dataset root.
+pub const SNAPSHOTS: &str = "_signalql/resident";
+
+/// The snapshot file of the generation of the tables `key` names.
+fn snapshot_name(key: &[String]) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for k in key {
+        h.update(k.as_bytes());
+        h.update([0]);
+    }
+    format!("{SNAPSHOTS}/{}.snapshot", hex::encode(&h.finalize()[..16]))
+}
+
+/// The generation of the snapshot file for `key`, when there is one and it is whole and was
+/// written for `key`. A file that cannot be read or is not a snapshot is not used (the
+/// statement reads the tables instead); it never gives an answer.
+fn load_snapshot(root: &signalql_catalog::Root, key: &[String]) -> Option<Generation> {
+    let bytes = root.read(&snapshot_name(key)).ok()??;
+    let (stored, generation) = Generation::from_snapshot(bytes.into()).ok()?;
+    (stored == key).then_some(generation)
+}
+
+/// Generations a [`Resident`] holds at once: one per caller restriction in use (the
+/// principals of a server's policy), the least recently used dropped first.
+const HELD: usize = 4;
 
 #[derive(Debug)]
 struct Held {
-    /// The fingerprints of `objects`, `revisions` and `representations`.
+    /// The fingerprints of `objects`, `revisions` and `representations`, and the caller's
+    /// restriction of each (a restricted caller's generation holds only what it may see).
     key: Vec<String>,
     /// `None`: the tables cannot be held (see [`Builder::new`]); not tried again while they
     /// are unchanged.
@@ -63,6 +107,19 @@ impl Resident {
         catalog: &dyn Catalog,
         exec: &Executor,
     ) -> Result<Option<Arc<Generation>>> {
+        let keyed = Box::pin(self.keyed(ctx, catalog, exec, !self.snapshots_only)).await?;
+        Ok(keyed.map(|(_, g)| g))
+    }
+
+    /// [`generation`](Self::generation) with its key; `build`: built when neither held nor in
+    /// a snapshot file.
+    async fn keyed(
+        &self,
+        ctx: &SessionContext,
+        catalog: &dyn Catalog,
+        exec: &Executor,
+        build: bool,
+    ) -> Result<Option<(Vec<String>, Arc<Generation>)>> {
         let mut tables = Vec::with_capacity(3);
         let mut key = Vec::with_capacity(3);
         for (name, columns) in [
@@ -71,7 +128,7 @@ impl Resident {
             (REPRESENTATIONS, &REPRESENTATION_COLUMNS[..]),
         ] {
             let t = catalog.table(ctx, name).await?;
-            let plain = t.view.is_none() && t.restriction.is_none() && t.is_folder();
+            let plain = t.view.is_none() && t.is_folder();
             let has = |c: &&str| t.schema.field_with_name(c).is_ok();
             let (true, Some(fingerprint), true) =
                 (plain, t.fingerprint.clone(), columns.iter().all(has))
@@ -79,28 +136,94 @@ impl Resident {
                 return Ok(None);
             };
             key.push(fingerprint);
+            key.push(format!("{:?}", t.restriction));
             tables.push((t, columns));
         }
         let mut held = self.held.lock().await;
-        if let Some(h) = held.as_ref()
-            && h.key == key
-        {
-            return Ok(h.generation.clone());
+        if let Some(i) = held.iter().position(|h| h.key == key) {
+            let h = held.remove(i);
+            let generation = h.generation.clone();
+            held.insert(0, h);
+            if generation.is_some() || !build {
+                return Ok(generation.map(|g| (key, g)));
+            }
         }
-        let generation = build(exec, &tables).await?.map(Arc::new);
-        *held = Some(Held {
-            key,
-            generation: generation.clone(),
-        });
-        Ok(generation)
+        // A snapshot stands for the tables as every caller reads them, so only for a caller
+        // without restriction.
+        let snapshot = match tables.iter().all(|(t, _)| t.restriction.is_none()) {
+            true => load_snapshot(catalog.dataset().root(), &key),
+            false => None,
+        };
+        let generation = match snapshot {
+            Some(g) => Some(Arc::new(g)),
+            None if !build => None,
+            None => build_generation(exec, &tables).await?.map(Arc::new),
+        };
+        held.retain(|h| h.key != key);
+        held.insert(
+            0,
+            Held {
+                key: key.clone(),
+                generation: generation.clone(),
+            },
+        );
+        held.truncate(HELD);
+        Ok(generation.map(|g| (key, g)))
     }
 
-    /// The memory of the generation held (0 when none).
+    /// A holder of generations read from snapshot files only (see [`Resident::write_snapshot`]).
+    pub fn snapshots_only() -> Resident {
+        Resident {
+            snapshots_only: true,
+            ..Default::default()
+        }
+    }
+
+    /// Writes the snapshot file of the generation of the tables as an unrestricted caller
+    /// reads them (built unless held), so a new process opens it instead of building it, and
+    /// removes the snapshot files of other versions of the tables. `None` when no generation
+    /// can stand for the tables (or the caller is restricted); else the file's name under the
+    /// root, its bytes and the generation's objects and terms.
+    pub(crate) async fn write_snapshot(
+        &self,
+        ctx: &SessionContext,
+        catalog: &dyn Catalog,
+        exec: &Executor,
+    ) -> Result<Option<Snapshot>> {
+        let Some((key, generation)) = Box::pin(self.keyed(ctx, catalog, exec, true)).await? else {
+            return Ok(None);
+        };
+        let root = catalog.dataset().root();
+        let name = snapshot_name(&key);
+        let bytes = generation.to_snapshot(&key)?;
+        let size = bytes.len() as u64;
+        root.put_new(&name, bytes)
+            .map_err(|e| crate::error::Error::io(e.to_string()))?;
+        for (other, _) in root
+            .list_names(SNAPSHOTS)
+            .map_err(|e| crate::error::Error::io(e.to_string()))?
+        {
+            let rel = format!("{SNAPSHOTS}/{other}");
+            if rel != name && other.ends_with(".snapshot") {
+                root.delete(&rel)
+                    .map_err(|e| crate::error::Error::io(e.to_string()))?;
+            }
+        }
+        Ok(Some(Snapshot {
+            name,
+            bytes: size,
+            objects: generation.objects(),
+            terms: generation.term_count(),
+        }))
+    }
+
+    /// The memory of the generations held.
     pub async fn memory_bytes(&self) -> usize {
         let held = self.held.lock().await;
-        held.as_ref()
-            .and_then(|h| h.generation.as_ref())
-            .map_or(0, |g| g.memory_bytes())
+        held.iter()
+            .filter_map(|h| h.generation.as_ref())
+            .map(|g| g.memory_bytes())
+            .sum()
     }
 }
 
@@ -124,7 +247,10 @@ async fn collect_one(exec: &Executor, plan: &LogicalPlan) -> Result<RecordBatch>
 
 /// A generation of `tables` (objects, revisions, representations), `None` when it cannot
 /// stand for them. Representations are read batch by batch: only their terms are kept.
-async fn build(exec: &Executor, tables: &[(TableInfo, &[&str])]) -> Result<Option<Generation>> {
+async fn build_generation(
+    exec: &Executor,
+    tables: &[(TableInfo, &[&str])],
+) -> Result<Option<Generation>> {
     let [(objects, oc), (revisions, rc), (reps, pc)] = tables else {
         return Ok(None);
     };
@@ -139,7 +265,10 @@ async fn build(exec: &Executor, tables: &[(TableInfo, &[&str])]) -> Result<Optio
         Ok(())
     })
     .await?;
-    Ok(standing.then(|| builder.finish()))
+    match standing {
+        true => Ok(Some(builder.finish()?)),
+        false => Ok(None),
+    }
 }
 
 /// FIND OBJECT's rows from a generation, as a table: the top-k is computed when the scan is
