@@ -63,10 +63,12 @@ pub struct Resident {
 /// Where snapshot files are, under the dataset root.
 pub const SNAPSHOTS: &str = "_signalql/resident";
 
-/// The snapshot file of the generation of the tables `key` names.
+/// The snapshot file of the generation of the tables `key` names, in this build's format (a
+/// file of another format has another name, so writing never meets one).
 fn snapshot_name(key: &[String]) -> String {
     use sha2::{Digest, Sha256};
     let mut h = Sha256::new();
+    h.update(signalql_catalog::objects::resident::SNAPSHOT_MAGIC);
     for k in key {
         h.update(k.as_bytes());
         h.update([0]);
