@@ -94,9 +94,12 @@ struct Held {
     /// The fingerprints of `objects`, `revisions` and `representations`, and the caller's
     /// restriction of each (a restricted caller's generation holds only what it may see).
     key: Vec<String>,
-    /// `None`: the tables cannot be held (see [`Builder::new`]); not tried again while they
-    /// are unchanged.
+    /// `None`: the tables cannot be held (see [`Builder::new`]), or no snapshot file was
+    /// found and none was built.
     generation: Option<Arc<Generation>>,
+    /// Whether a build was tried: a key that cannot be held is not tried again while its
+    /// tables are unchanged.
+    built: bool,
 }
 
 impl Resident {
@@ -144,9 +147,9 @@ impl Resident {
         let mut held = self.held.lock().await;
         if let Some(i) = held.iter().position(|h| h.key == key) {
             let h = held.remove(i);
-            let generation = h.generation.clone();
+            let (generation, built) = (h.generation.clone(), h.built);
             held.insert(0, h);
-            if generation.is_some() || !build {
+            if generation.is_some() || built || !build {
                 return Ok(generation.map(|g| (key, g)));
             }
         }
@@ -156,10 +159,10 @@ impl Resident {
             true => load_snapshot(catalog.dataset().root(), &key),
             false => None,
         };
-        let generation = match snapshot {
-            Some(g) => Some(Arc::new(g)),
-            None if !build => None,
-            None => build_generation(exec, &tables).await?.map(Arc::new),
+        let (generation, built) = match snapshot {
+            Some(g) => (Some(Arc::new(g)), false),
+            None if !build => (None, false),
+            None => (build_generation(exec, &tables).await?.map(Arc::new), true),
         };
         held.retain(|h| h.key != key);
         held.insert(
@@ -167,6 +170,7 @@ impl Resident {
             Held {
                 key: key.clone(),
                 generation: generation.clone(),
+                built,
             },
         );
         held.truncate(HELD);
