@@ -92,9 +92,8 @@ impl Executor {
     /// timeout of 0 seconds leaves no time at all: every plan fails with the timeout error.
     pub async fn run_in(&self, state: &SessionState, plan: &LogicalPlan) -> Result<Executed> {
         let secs = self.limits.timeout_seconds;
-        let timed_out = || self.timed_out();
         if secs == 0 {
-            return Err(timed_out());
+            return Err(self.timed_out());
         }
         let planning = std::time::Instant::now();
         let physical = physical_plan(state, plan).await?;
@@ -123,11 +122,8 @@ impl Executor {
         let run = collect(Arc::clone(&physical), task);
         let batches = match tokio::time::timeout(Duration::from_secs(secs), run).await {
             Ok(Ok(b)) => b,
-            Ok(Err(e)) if is_file_data_error(&e) => {
-                return Err(self.name_bad_file(state, physical.as_ref(), e).await);
-            }
-            Ok(Err(e)) => return Err(self.fill_limits(Error::from(e))),
-            Err(_) => return Err(timed_out()),
+            Ok(Err(e)) => return Err(self.failed(state, physical.as_ref(), e).await),
+            Err(_) => return Err(self.timed_out()),
         };
         let scanned = scan_metrics(physical.as_ref());
         let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
@@ -186,10 +182,7 @@ impl Executor {
             while let Some(batch) = stream.next().await {
                 match batch {
                     Ok(b) => f(&b)?,
-                    Err(e) if is_file_data_error(&e) => {
-                        return Err(self.name_bad_file(&state, physical.as_ref(), e).await);
-                    }
-                    Err(e) => return Err(self.fill_limits(Error::from(e))),
+                    Err(e) => return Err(self.failed(&state, physical.as_ref(), e).await),
                 }
             }
             Ok(())
@@ -197,6 +190,20 @@ impl Executor {
         match tokio::time::timeout(Duration::from_secs(secs), run).await {
             Ok(r) => r,
             Err(_) => Err(self.timed_out()),
+        }
+    }
+
+    /// The error of a plan that failed while running: a file's bad data names the file, a
+    /// memory-pool error the configured limit.
+    async fn failed(
+        &self,
+        state: &SessionState,
+        physical: &dyn ExecutionPlan,
+        e: datafusion::error::DataFusionError,
+    ) -> Error {
+        match is_file_data_error(&e) {
+            true => self.name_bad_file(state, physical, e).await,
+            false => self.fill_limits(Error::from(e)),
         }
     }
 

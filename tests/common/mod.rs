@@ -285,3 +285,16 @@ pub fn json_close(a: &serde_json::Value, b: &serde_json::Value) -> bool {
         _ => a == b,
     }
 }
+
+/// A `roles` column (a list of strings per row), as the object tables have it.
+pub fn roles(v: &[Vec<&str>]) -> datafusion::arrow::array::ArrayRef {
+    use datafusion::arrow::array::{ListBuilder, StringBuilder};
+    let mut b = ListBuilder::new(StringBuilder::new());
+    for r in v {
+        for x in r {
+            b.values().append_value(x);
+        }
+        b.append(true);
+    }
+    std::sync::Arc::new(b.finish())
+}

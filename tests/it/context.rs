@@ -4,10 +4,10 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use crate::common::roles;
 use chrono::{DateTime, Utc};
 use datafusion::arrow::array::{
-    ArrayRef, Int64Array, LargeStringArray, ListBuilder, RecordBatch, StringArray, StringBuilder,
-    TimestampMicrosecondArray,
+    ArrayRef, Int64Array, LargeStringArray, RecordBatch, StringArray, TimestampMicrosecondArray,
 };
 use proptest::prelude::*;
 use signalql::catalog::objects::{
@@ -81,17 +81,6 @@ fn strings(v: Vec<String>) -> ArrayRef {
 
 fn ts(v: Vec<i64>) -> ArrayRef {
     Arc::new(TimestampMicrosecondArray::from(v).with_timezone("UTC"))
-}
-
-fn roles(v: &[Vec<&str>]) -> ArrayRef {
-    let mut b = ListBuilder::new(StringBuilder::new());
-    for r in v {
-        for x in r {
-            b.values().append_value(x);
-        }
-        b.append(true);
-    }
-    Arc::new(b.finish())
 }
 
 /// Writes the store; `split` puts every row in its own file (named in reverse order) to vary

@@ -321,13 +321,7 @@ impl Generation {
     /// bitmap's is in the directory), the per-object columns as an Arrow IPC stream, then the
     /// postings.
     pub fn to_snapshot(&self, key: &[String]) -> Result<Vec<u8>> {
-        let mut fields: Vec<Field> = self
-            .columns
-            .schema()
-            .fields()
-            .iter()
-            .map(|f| f.as_ref().clone())
-            .collect();
+        let mut fields = self.column_fields();
         fields.push(Field::new(TOMBSTONED, DataType::Int64, false));
         fields.push(Field::new(KIND, DataType::UInt32, false));
         let mut arrays = self.columns.columns().to_vec();
@@ -434,15 +428,15 @@ impl Generation {
         ))
     }
 
+    /// The fields of the per-object columns ([`FIND_COLUMNS`]).
+    fn column_fields(&self) -> Vec<Field> {
+        let schema = self.columns.schema();
+        schema.fields().iter().map(|f| f.as_ref().clone()).collect()
+    }
+
     /// The schema of [`find`](Self::find)'s answer (`score`, Int64, last when `about`).
     pub fn find_schema(&self, about: bool) -> SchemaRef {
-        let mut fields: Vec<Field> = self
-            .columns
-            .schema()
-            .fields()
-            .iter()
-            .map(|f| f.as_ref().clone())
-            .collect();
+        let mut fields = self.column_fields();
         if about {
             fields.push(Field::new("score", DataType::Int64, true));
         }

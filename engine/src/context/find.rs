@@ -6,7 +6,8 @@
 //! lexical-v1 over its title, `summary` and other packable, non-secret representations (with
 //! USING REPRESENTATION, over that representation's content only: weight 2 for `summary`, 1
 //! otherwise, no title), keeps scores above zero and orders by score descending, then
-//! object id.
+//! object id. An engine with a resident context index answers from its generation where it
+//! stands for the tables (engine/src/context/resident.rs), with the same rows.
 
 use chrono::{DateTime, Utc};
 use datafusion::common::JoinType;
@@ -35,19 +36,9 @@ use crate::lower::time::micros;
 use crate::lower::{Limits, Lowered, OutColumn, UnitSource};
 use crate::syntax::ast::{FieldRef, FindObjectQuery, Operand, Span};
 
-/// The result columns, in order (`score` last, with ABOUT).
-pub const COLUMNS: [&str; 10] = [
-    "object_id",
-    "revision",
-    "project",
-    "kind",
-    "title",
-    "created_at",
-    "state",
-    "trust",
-    "origin",
-    "validation",
-];
+/// The result columns, in order (`score` last, with ABOUT): those the resident index keeps
+/// per object.
+pub const COLUMNS: [&str; 10] = signalql_catalog::objects::resident::FIND_COLUMNS;
 
 /// Per object of `objects` with a readable representation (`s_object_id`), its lexical-v1
 /// `score` for `about`: per term, the heaviest field holding it (the title, unless `using`
