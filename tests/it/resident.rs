@@ -10,10 +10,10 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use crate::common::roles;
 use chrono::{DateTime, Utc};
 use datafusion::arrow::array::{
-    ArrayRef, Int64Array, LargeStringArray, ListBuilder, RecordBatch, StringArray, StringBuilder,
-    TimestampMicrosecondArray,
+    ArrayRef, Int64Array, LargeStringArray, RecordBatch, StringArray, TimestampMicrosecondArray,
 };
 use proptest::prelude::*;
 use signalql::catalog::objects::{objects_schema, representations_schema, revisions_schema};
@@ -44,17 +44,6 @@ fn strings(v: Vec<Option<String>>) -> ArrayRef {
 
 fn ts(v: Vec<Option<i64>>) -> ArrayRef {
     Arc::new(TimestampMicrosecondArray::from(v).with_timezone("UTC"))
-}
-
-fn roles(v: &[Vec<&str>]) -> ArrayRef {
-    let mut b = ListBuilder::new(StringBuilder::new());
-    for r in v {
-        for x in r {
-            b.values().append_value(x);
-        }
-        b.append(true);
-    }
-    Arc::new(b.finish())
 }
 
 fn text(words: &[usize]) -> String {
@@ -543,4 +532,29 @@ fn a_snapshot_file_answers_a_new_process_until_the_tables_change_and_a_bad_one_n
     let e = one_shot();
     assert!(from_snapshot(&e));
     assert_eq!(rt.block_on(answer(&e, q)), changed);
+}
+
+#[test]
+fn a_restricted_principal_writes_no_snapshot_file() {
+    let dir = tempfile::tempdir().unwrap();
+    small_store(dir.path());
+    std::fs::write(dir.path().join("policy.toml"), POLICY).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let narrow = engine(dir.path(), None, Some("narrow"));
+    assert!(
+        rt.block_on(narrow.write_resident_snapshot())
+            .unwrap()
+            .is_none()
+    );
+    assert!(snapshot_files(dir.path()).is_empty());
+    let all = engine(dir.path(), None, Some("default"));
+    assert!(
+        rt.block_on(all.write_resident_snapshot())
+            .unwrap()
+            .is_some()
+    );
+    assert_eq!(snapshot_files(dir.path()).len(), 1);
 }

@@ -199,6 +199,10 @@ impl Resident {
         let Some((key, generation)) = Box::pin(self.keyed(ctx, catalog, exec, true)).await? else {
             return Ok(None);
         };
+        // The key holds each table's fingerprint, then the caller's restriction of it.
+        if key.iter().skip(1).step_by(2).any(|r| r != "None") {
+            return Ok(None);
+        }
         let root = catalog.dataset().root();
         let name = snapshot_name(&key);
         let bytes = generation.to_snapshot(&key)?;
