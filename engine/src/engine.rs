@@ -524,8 +524,13 @@ impl Engine {
     }
 
     async fn bundle(&self, q: &ContextQuery) -> Result<Bundle> {
-        let build =
-            crate::context::build::bundle(self.catalog.as_ref(), &self.exec, q, self.now()?);
+        let build = crate::context::build::bundle(
+            self.catalog.as_ref(),
+            &self.exec,
+            self.resident.as_deref(),
+            q,
+            self.now()?,
+        );
         let (bundle, noted) = noting(build).await;
         let mut bundle = bundle?;
         bundle.metadata.skipped_files = noted.skipped;

@@ -16,7 +16,9 @@ use datafusion::arrow::array::{
     ArrayRef, Int64Array, LargeStringArray, RecordBatch, StringArray, TimestampMicrosecondArray,
 };
 use proptest::prelude::*;
-use signalql::catalog::objects::{objects_schema, representations_schema, revisions_schema};
+use signalql::catalog::objects::{
+    derivations_schema, links_schema, objects_schema, representations_schema, revisions_schema,
+};
 use signalql::catalog::write::write_parquet_atomic;
 use signalql::{Answer, Engine, EngineOptions, Resident};
 
@@ -59,14 +61,27 @@ type Record = (i64, usize, usize, Vec<usize>, Option<i64>);
 /// One revision: number, day created, secret, trust, state.
 type Revision = (i64, i64, bool, usize, usize);
 /// One representation: revision, name, media, content words (None: kept by reference),
-/// secret.
-type Rep = (i64, usize, usize, Option<Vec<usize>>, bool);
+/// secret, another role (0: none, 1: instruction, 2: untrusted_external), a stored token
+/// count.
+type Rep = (
+    i64,
+    usize,
+    usize,
+    Option<Vec<usize>>,
+    bool,
+    usize,
+    Option<i64>,
+);
+/// One edge of the object's latest revision (or the one before, `back`): to the object of
+/// `IDS[target]` as a link (an `object` entity) or a derivation, or to a topic entity.
+type Link = (i64, usize, usize);
 
 #[derive(Debug, Clone)]
 struct Object {
     records: Vec<Record>,
     revisions: Vec<Revision>,
     reps: Vec<Rep>,
+    links: Vec<Link>,
 }
 
 fn object() -> impl Strategy<Value = Object> {
@@ -81,19 +96,27 @@ fn object() -> impl Strategy<Value = Object> {
     // Which revision a representation is of: mostly the latest, else the one before, else
     // one that does not exist.
     let rep = (
-        prop::sample::select(vec![0i64, 0, 0, 1, 9]),
+        prop::sample::select(vec![0i64, 0, 0, 0, 0, 1, 9]),
         0usize..4,
         prop::sample::select(vec![0usize, 0, 0, 1, 2, 3]),
         prop::option::weighted(0.9, prop::collection::vec(0usize..9, 0..7)),
         prop::bool::weighted(0.1),
+        prop::sample::select(vec![0usize, 0, 0, 0, 1, 2]),
+        prop::option::weighted(0.15, 0i64..6),
+    );
+    let link = (
+        prop::sample::select(vec![0i64, 0, 0, 1]),
+        0usize..4,
+        0usize..4,
     );
     (
         prop::collection::vec(record, 1..3),
         prop::collection::vec(revision, 0..4),
-        prop::collection::vec(rep, 0..5),
+        prop::collection::vec(rep, 0..6),
         prop::bool::weighted(0.05),
+        prop::collection::vec(link, 0..4),
     )
-        .prop_map(|(records, revisions, reps, tie)| {
+        .prop_map(|(records, revisions, reps, tie, links)| {
             let n = revisions.len() as i64;
             let revisions: Vec<Revision> = revisions
                 .into_iter()
@@ -108,16 +131,24 @@ fn object() -> impl Strategy<Value = Object> {
                 })
                 .collect();
             let latest = revisions.iter().map(|r| r.0).max().unwrap_or(1);
-            let reps = reps
+            // A revision has one representation of a name (the object tables' key).
+            let mut reps: Vec<Rep> = reps
                 .into_iter()
-                .map(|(back, name, media, content, secret)| {
-                    (latest - back, name, media, content, secret)
+                .map(|(back, name, media, content, secret, role, tokens)| {
+                    (latest - back, name, media, content, secret, role, tokens)
                 })
+                .collect();
+            let mut seen = std::collections::HashSet::new();
+            reps.retain(|r| seen.insert((r.0, r.1 % 3)));
+            let links = links
+                .into_iter()
+                .map(|(back, target, how)| (latest - back, target, how))
                 .collect();
             Object {
                 records,
                 revisions,
                 reps,
+                links,
             }
         })
 }
@@ -131,12 +162,15 @@ fn write(root: &Path, objects: &[Object], split: bool) {
         let mut o: Vec<(String, &Record)> = Vec::new();
         let mut r: Vec<(String, &Revision)> = Vec::new();
         let mut p: Vec<(String, &Rep)> = Vec::new();
+        let mut l: Vec<(String, &Link)> = Vec::new();
         for (i, obj) in objects.iter().enumerate().filter(|(i, _)| mine(*i)) {
             let id = IDS[i].to_string();
             o.extend(obj.records.iter().map(|x| (id.clone(), x)));
             r.extend(obj.revisions.iter().map(|x| (id.clone(), x)));
             p.extend(obj.reps.iter().map(|x| (id.clone(), x)));
+            l.extend(obj.links.iter().map(|x| (id.clone(), x)));
         }
+        write_edges(root, &stem, &l);
         let b = RecordBatch::try_new(
             objects_schema(),
             vec![
@@ -223,12 +257,17 @@ fn write(root: &Path, objects: &[Object], split: bool) {
                         .collect(),
                 ),
                 strings(p.iter().map(|_| Some("0".repeat(64))).collect()),
-                Arc::new(Int64Array::from(vec![None::<i64>; p.len()])),
+                Arc::new(Int64Array::from(
+                    p.iter().map(|(_, x)| x.6).collect::<Vec<_>>(),
+                )),
                 roles(
                     &p.iter()
-                        .map(|(_, x)| match x.4 {
-                            true => vec!["secret"],
-                            false => vec![],
+                        .map(|(_, x)| {
+                            let mut r = vec![["data", "instruction", "untrusted_external"][x.5]];
+                            if x.4 {
+                                r.push("secret");
+                            }
+                            r
                         })
                         .collect::<Vec<_>>(),
                 ),
@@ -243,6 +282,56 @@ fn write(root: &Path, objects: &[Object], split: bool) {
         )
         .unwrap();
     }
+}
+
+/// Writes the edges: links to an object (`how` 0) or a topic (`how` 1), derivations (`how`
+/// 2 and 3), each in its own file of `stem`.
+fn write_edges(root: &Path, stem: &str, l: &[(String, &Link)]) {
+    let links: Vec<&(String, &Link)> = l.iter().filter(|(_, x)| x.2 < 2).collect();
+    let b = RecordBatch::try_new(
+        links_schema(),
+        vec![
+            strings(links.iter().map(|(id, _)| Some(id.clone())).collect()),
+            Arc::new(Int64Array::from(
+                links.iter().map(|(_, x)| x.0).collect::<Vec<_>>(),
+            )),
+            strings(
+                links
+                    .iter()
+                    .map(|(_, x)| Some(["object", "topic"][x.2].into()))
+                    .collect(),
+            ),
+            strings(
+                links
+                    .iter()
+                    .map(|(_, x)| Some([IDS[x.1], WORDS[x.1 % 3]][x.2].into()))
+                    .collect(),
+            ),
+            strings(links.iter().map(|_| Some("mentions".into())).collect()),
+        ],
+    )
+    .unwrap();
+    write_parquet_atomic(&root.join("links"), stem, links_schema(), &[b]).unwrap();
+    let derived: Vec<&(String, &Link)> = l.iter().filter(|(_, x)| x.2 >= 2).collect();
+    let b = RecordBatch::try_new(
+        derivations_schema(),
+        vec![
+            strings(derived.iter().map(|(id, _)| Some(id.clone())).collect()),
+            Arc::new(Int64Array::from(
+                derived.iter().map(|(_, x)| x.0).collect::<Vec<_>>(),
+            )),
+            strings(
+                derived
+                    .iter()
+                    .map(|(_, x)| Some(["derived_from", "cites"][x.2 - 2].into()))
+                    .collect(),
+            ),
+            strings(derived.iter().map(|(_, x)| Some(IDS[x.1].into())).collect()),
+            Arc::new(Int64Array::from(vec![1i64; derived.len()])),
+        ],
+    )
+    .unwrap();
+    write_parquet_atomic(&root.join("derivations"), stem, derivations_schema(), &[b]).unwrap();
 }
 
 /// Whether the generation can stand for the store at `t` (microseconds): no two records of an
@@ -420,7 +509,8 @@ fn small_store(root: &Path) -> Vec<Object> {
         .map(|i| Object {
             records: vec![(i, 0, 0, vec![i as usize], None)],
             revisions: vec![(1, i, false, 0, 0)],
-            reps: vec![(1, 1, 0, Some(vec![0, 1, i as usize + 2]), false)],
+            reps: vec![(1, 1, 0, Some(vec![0, 1, i as usize + 2]), false, 0, None)],
+            links: Vec::new(),
         })
         .collect();
     write(root, &objects, false);
@@ -512,9 +602,16 @@ fn a_snapshot_file_answers_a_new_process_until_the_tables_change_and_a_bad_one_n
     more.push(Object {
         records: vec![(5, 1, 0, vec![3], None)],
         revisions: vec![(1, 5, false, 0, 0)],
-        reps: vec![(1, 0, 0, Some(vec![0, 3]), false)],
+        reps: vec![(1, 0, 0, Some(vec![0, 3]), false, 0, None)],
+        links: Vec::new(),
     });
-    for t in ["objects", "revisions", "representations"] {
+    for t in [
+        "objects",
+        "revisions",
+        "representations",
+        "links",
+        "derivations",
+    ] {
         std::fs::remove_dir_all(dir.path().join(t)).unwrap();
     }
     write(dir.path(), &more, true);
@@ -557,4 +654,228 @@ fn a_restricted_principal_writes_no_snapshot_file() {
             .is_some()
     );
     assert_eq!(snapshot_files(dir.path()).len(), 1);
+}
+
+/// A CONTEXT FOR's bundle (without where it was stored) and its explanation (without how
+/// each item was scored: the scan path's `scan`, the index's `index`), or its error. The
+/// stored record is removed after, so the next engine's record is its own.
+async fn bundle(engine: &Engine, root: &Path, q: &str) -> serde_json::Value {
+    let b = match engine.answer(q).await {
+        Ok(Answer::Bundle(b)) => *b,
+        Ok(other) => panic!("{q}: {other:?}"),
+        Err(e) => return serde_json::json!({"error": e.to_json()}),
+    };
+    let mut x = serde_json::to_value(engine.explain_context(&b.id).await.unwrap()).unwrap();
+    x.as_object_mut().unwrap().remove("scoring");
+    for item in x["items"].as_array_mut().unwrap() {
+        item.as_object_mut().unwrap().remove("scored_by");
+    }
+    let _ = std::fs::remove_dir_all(root.join("contexts"));
+    serde_json::json!({"bundle": b, "explanation": x})
+}
+
+/// CONTEXT FOR from the resident index gives the Parquet plan's bundles and explanations
+/// (addresses, items, counts, rejections): random stores with edges, roles and stored token
+/// counts, random clauses, unrestricted and restricted principals sharing one resident index;
+/// the path each took is asserted from the index's count of answers, and the cases as a
+/// whole must pack items and answer from the index (so the comparison is never vacuous).
+#[test]
+fn the_resident_index_changes_no_context_answer() {
+    let strategy = (
+        prop::collection::vec(object(), 1..9),
+        any::<bool>(),
+        prop::bool::weighted(0.4),
+        prop::collection::vec(
+            (
+                prop::collection::vec(0usize..6, 0..4),
+                prop::option::of(prop::sample::select(vec![3u64, 10, 40, 400])),
+                prop::option::of(1u64..4),
+                prop::option::of(0u64..3),
+                (
+                    0usize..4,
+                    0usize..5,
+                    prop::bool::weighted(0.3),
+                    prop::bool::weighted(0.15),
+                ),
+                prop::option::weighted(0.2, 0i64..40),
+            ),
+            6,
+        ),
+    );
+    let totals = std::cell::Cell::new((0usize, 0usize, 0usize));
+    // A fixed seed: the counts asserted at the end are then those of these cases.
+    let mut runner = proptest::test_runner::TestRunner::new_with_rng(
+        ProptestConfig {
+            cases: 48,
+            failure_persistence: None,
+            ..Default::default()
+        },
+        proptest::test_runner::TestRng::deterministic_rng(
+            proptest::test_runner::RngAlgorithm::ChaCha,
+        ),
+    );
+    let run = runner.run(&strategy, |(objects, split, governed, queries)| {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), &objects, split);
+        if governed {
+            std::fs::write(dir.path().join("policy.toml"), POLICY).unwrap();
+        }
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let held: Arc<Resident> = Default::default();
+        let principals: &[Option<&str>] = match governed {
+            true => &[Some("default"), Some("narrow")],
+            false => &[None],
+        };
+        let mut from_index = 0;
+        let mut items = 0;
+        let mut expanded = 0;
+        for (k, (words, budget, max_objects, depth, (prefer, exclude, project, age), as_of)) in
+            queries.into_iter().enumerate()
+        {
+            let principal = principals[k % principals.len()];
+            let mut q = format!(r#"CONTEXT FOR "{}""#, text(&words));
+            if project {
+                q.push_str(r#" USING PROJECT "main""#);
+            }
+            if let Some(b) = budget {
+                q.push_str(&format!(" BUDGET {b} TOKENS"));
+            }
+            q.push_str(
+                [
+                    "",
+                    " PREFER CURRENT",
+                    " PREFER VERIFIED",
+                    " PREFER CURRENT, VERIFIED",
+                ][prefer],
+            );
+            q.push_str(
+                [
+                    "",
+                    " EXCLUDE UNTRUSTED",
+                    " EXCLUDE STALE",
+                    " EXCLUDE UNTRUSTED, STALE",
+                    " EXCLUDE ROLE INSTRUCTION",
+                ][exclude],
+            );
+            if let Some(n) = max_objects {
+                q.push_str(&format!(" MAX OBJECTS {n}"));
+            }
+            if let Some(d) = depth {
+                q.push_str(&format!(" MAX DEPTH {d}"));
+            }
+            if age {
+                q.push_str(" MAX AGE 20 d");
+            }
+            let t = match as_of {
+                Some(d) => {
+                    let at = DateTime::from_timestamp_micros(day(d)).unwrap();
+                    q.push_str(&format!(r#" AS OF "{}""#, at.to_rfc3339()));
+                    day(d)
+                }
+                None => DateTime::parse_from_rfc3339(T).unwrap().timestamp_micros(),
+            };
+            let scan = engine(dir.path(), None, principal);
+            let resident = engine(dir.path(), Some(Arc::clone(&held)), principal);
+            let a = rt.block_on(bundle(&scan, dir.path(), &q));
+            let before = held.contexts_answered();
+            let b = rt.block_on(bundle(&resident, dir.path(), &q));
+            let answered = held.contexts_answered() > before;
+            from_index += answered as usize;
+            if !holdable(&objects, t) {
+                // Tied records or revisions: the generation is not built (what the narrow
+                // principal sees may have no tie).
+                prop_assert!(!answered || principal == Some("narrow"), "{}", q);
+                continue;
+            }
+            items += a["bundle"]["items"].as_array().map_or(0, Vec::len);
+            expanded += (a["explanation"]["phases"]["expanded"].as_u64() > Some(0)) as usize;
+            prop_assert_eq!(&a, &b, "{} ({:?})", q, principal);
+            // EXCLUDE ROLE INSTRUCTION takes the Parquet plan when some representation has
+            // the role; every other query here is answered from the index.
+            if exclude != 4 && a.get("error").is_none() {
+                prop_assert!(answered, "{} ({:?}) took the Parquet plan", q, principal);
+            }
+        }
+        let (i, f, x) = totals.get();
+        totals.set((i + items, f + from_index, x + expanded));
+        Ok(())
+    });
+    if let Err(e) = run {
+        panic!("{e}");
+    }
+    let (items, answered, expanded) = totals.get();
+    let counts = format!(
+        "{items} items packed, {answered} answers from the index, {expanded} with expansion"
+    );
+    eprintln!("{counts}");
+    assert!(items >= 40 && answered >= 150 && expanded >= 5, "{counts}");
+}
+
+/// Expansion from the index, by hand: `a` holds "parquet" in a text (1 × 1 000 000 / 3),
+/// links to `B` and is derived from `b`, which hold no task term: each is reached at one hop
+/// with half of a's score, by the relation of its edge, and ranked after `a` by id.
+#[test]
+fn context_from_the_index_expands_over_links_and_derivations() {
+    let dir = tempfile::tempdir().unwrap();
+    let objects: Vec<Object> = (0..3)
+        .map(|i| Object {
+            records: vec![(i, 0, 0, vec![], None)],
+            revisions: vec![(1, i, false, 0, 0)],
+            reps: vec![(1, 1, 0, Some(vec![[0, 5, 5][i as usize]]), false, 0, None)],
+            links: match i {
+                0 => vec![(1, 1, 0), (1, 2, 2)],
+                _ => vec![],
+            },
+        })
+        .collect();
+    write(dir.path(), &objects, false);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let held: Arc<Resident> = Default::default();
+    let q = r#"CONTEXT FOR "parquet""#;
+    let scan = rt.block_on(bundle(&engine(dir.path(), None, None), dir.path(), q));
+    let resident = engine(dir.path(), Some(Arc::clone(&held)), None);
+    let got = rt.block_on(bundle(&resident, dir.path(), q));
+    assert_eq!(held.contexts_answered(), 1);
+    assert_eq!(got, scan);
+    let items: Vec<(String, i64, String)> = got["bundle"]["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            let why = &i["why"][0];
+            let how = match why.get("graph_expansion") {
+                Some(g) => format!(
+                    "{} via {}",
+                    g["from"].as_str().unwrap(),
+                    g["via"].as_str().unwrap()
+                ),
+                None => "lexical".into(),
+            };
+            (
+                i["object"].as_str().unwrap().to_string(),
+                i["score"].as_i64().unwrap(),
+                how,
+            )
+        })
+        .collect();
+    let from = "object://a@1 via ";
+    assert_eq!(
+        items,
+        [
+            ("object://a@1".to_string(), 333_333, "lexical".to_string()),
+            ("object://B@1".into(), 166_666, format!("{from}mentions")),
+            (
+                "object://b@1".into(),
+                166_666,
+                format!("{from}derived_from")
+            ),
+        ]
+    );
+    assert_eq!(got["explanation"]["phases"]["expanded"], 2);
 }

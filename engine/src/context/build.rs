@@ -9,6 +9,7 @@ use chrono::{DateTime, Utc};
 use datafusion::logical_expr::LogicalPlan;
 
 use super::pack::Decisions;
+use super::resident::Resident;
 use super::select::Reason;
 use super::subject::{self, Subject};
 use super::{
@@ -22,16 +23,22 @@ use crate::lower::time::{micros, parse_timestamp, rfc3339};
 use crate::syntax::ast::ContextQuery;
 use signalql_udfs::scalar::token_estimate::Estimator;
 
-/// The logical plan behind `CONTEXT FOR` evaluated at `now` (opening the object tables;
-/// nothing is run): one plan whose result is the packing decisions. Also returns the AS OF
-/// time and, for CONTEXT FOR entity(…), the entity's record item with whether it fits the
-/// budget (the packer then has what is left).
-pub async fn plan(
+/// What a CONTEXT FOR is evaluated with: the query (with the budget the limit caps), T,
+/// the packer's parameters and, for CONTEXT FOR entity(…), the entity's record item with
+/// whether it fits the budget (the packer then has what is left).
+struct Prepared {
+    q: ContextQuery,
+    t: DateTime<Utc>,
+    params: PackParams,
+    subject: Option<(Subject, bool)>,
+}
+
+async fn prepare(
     catalog: &dyn Catalog,
     exec: &Executor,
     q: &ContextQuery,
     now: DateTime<Utc>,
-) -> Result<(LogicalPlan, DateTime<Utc>, Option<(Subject, bool)>)> {
+) -> Result<Prepared> {
     let max_budget = exec.limits().max_budget_tokens;
     check_limits(q, max_budget)?;
     if let (Some(access), Some(project)) = (catalog.access(), &q.project) {
@@ -39,21 +46,19 @@ pub async fn plan(
     }
     // Without BUDGET, the default budget, or the limit when it is lower (then the canonical
     // query says so).
-    let capped;
     let q = if q.budget.is_none() && max_budget < super::DEFAULT_BUDGET {
-        capped = ContextQuery {
+        ContextQuery {
             budget: Some(max_budget),
             ..q.clone()
-        };
-        &capped
+        }
     } else {
-        q
+        q.clone()
     };
     let t = match &q.as_of {
         Some(ts) => parse_timestamp(ts)?,
         None => now,
     };
-    let mut params = PackParams::of(q, micros(t), dataset_estimator(catalog))?;
+    let mut params = PackParams::of(&q, micros(t), dataset_estimator(catalog))?;
     let subject = match &q.subject {
         Some(e) => subject::subject(exec, catalog, e, micros(t), params.estimator)
             .await?
@@ -67,8 +72,50 @@ pub async fn plan(
             }),
         None => None,
     };
-    let plan = load::plan(exec.session(), catalog, q, t, &params).await?;
-    Ok((plan, t, subject))
+    Ok(Prepared {
+        q,
+        t,
+        params,
+        subject,
+    })
+}
+
+/// The logical plan behind `CONTEXT FOR` evaluated at `now` (opening the object tables;
+/// nothing is run): one plan whose result is the packing decisions. Also returns the AS OF
+/// time and, for CONTEXT FOR entity(…), the entity's record item with whether it fits the
+/// budget (the packer then has what is left).
+pub async fn plan(
+    catalog: &dyn Catalog,
+    exec: &Executor,
+    q: &ContextQuery,
+    now: DateTime<Utc>,
+) -> Result<(LogicalPlan, DateTime<Utc>, Option<(Subject, bool)>)> {
+    let p = prepare(catalog, exec, q, now).await?;
+    let plan = load::plan(exec.session(), catalog, &p.q, p.t, &p.params).await?;
+    Ok((plan, p.t, p.subject))
+}
+
+/// The packing decisions: from the resident context index where its generation stands for
+/// the tables at T and can answer the query exactly (context/from_index.rs), else from the
+/// Parquet plan run through the packer operator. Also returns which answered.
+async fn decisions(
+    catalog: &dyn Catalog,
+    exec: &Executor,
+    resident: Option<&Resident>,
+    p: &Prepared,
+) -> Result<(Decisions, &'static str)> {
+    let t = micros(p.t);
+    if let Some(r) = resident
+        && let Some(g) = r.generation(exec.session(), catalog, exec).await?
+        && g.covers(t)
+        && g.reads(&p.params.terms)
+        && let Some(d) = super::from_index::decide(&g, &p.params, &p.q, t)?
+    {
+        r.answered_context();
+        return Ok((d, "resident"));
+    }
+    let plan = load::plan(exec.session(), catalog, &p.q, p.t, &p.params).await?;
+    Ok((exec::decode(&exec.run(&plan).await?.batches)?, "parquet"))
 }
 
 /// The entity record first (it is what the bundle is about: hops 0), or the last of the
@@ -89,12 +136,14 @@ fn with_subject(d: &mut Decisions, subject: Option<(Subject, bool)>) {
 pub async fn bundle(
     catalog: &dyn Catalog,
     exec: &Executor,
+    resident: Option<&Resident>,
     q: &ContextQuery,
     now: DateTime<Utc>,
 ) -> Result<Bundle> {
     let as_of = q.as_of.as_ref().map(|ts| ts.0.clone());
-    let (plan, t, subject) = crate::record::staged("bind", plan(catalog, exec, q, now)).await?;
-    let mut decisions = exec::decode(&exec.run(&plan).await?.batches)?;
+    let prepared = crate::record::staged("bind", prepare(catalog, exec, q, now)).await?;
+    let (mut decisions, path) = decisions(catalog, exec, resident, &prepared).await?;
+    let (t, subject) = (prepared.t, prepared.subject);
     with_subject(&mut decisions, subject);
     let packing = std::time::Instant::now();
     let graph = if q.with_evidence {
@@ -118,6 +167,7 @@ pub async fn bundle(
     let mut attrs = serde_json::Map::new();
     attrs.insert("items".into(), bundle.items.len().into());
     attrs.insert("tokens".into(), bundle.metadata.budget.used.into());
+    attrs.insert("decided_from".into(), path.into());
     crate::record::stage("pack", packing, attrs);
     let store = catalog.dataset().context_store();
     bundle.metadata.stored_in = Some(store.display_of("contexts/"));

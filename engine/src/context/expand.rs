@@ -2,6 +2,7 @@
 //! halves per hop over the graph edges, through entities and eligible objects, up to MAX DEPTH.
 
 use std::cmp::Ordering;
+use std::sync::Arc;
 
 use datafusion::common::HashMap;
 
@@ -20,154 +21,246 @@ pub struct Reached {
     pub path: Vec<String>,
 }
 
-/// Expansion (step 4): every seed's score halves per hop over `edges`, in either direction,
-/// up to `max_depth` hops, through entities and eligible objects (`passable`). Seeds are node
-/// names (`object:` and the id for an object, `type:id` for an entity). Multi-source
-/// propagation, one round per hop over the nodes improved in the previous round (in node name
-/// order), so the cost is O(depth × edges) however many seeds there are. The best value at a
-/// node is the highest score, then fewer hops, then the seed id, the edge relation (code-unit
-/// order) and the previous node (name order).
-///
-/// Nodes and relations are interned to integers first: node ids are their ranks in name
-/// order, so the rounds, the adjacency order and the last tie-break compare integers.
-pub fn expand<'a>(
-    seeds: &[(String, i64)],
-    edges: &[Edge<'a>],
-    max_depth: u32,
-    passable: &dyn Fn(&str) -> bool,
-) -> Expansion<'a> {
-    // Node names, deduplicated, then ordered by name.
-    let mut index: HashMap<&'a str, u32> = HashMap::with_capacity(edges.len());
-    let mut names: Vec<&'a str> = Vec::new();
-    let mut intern = |n: &'a str| -> u32 {
-        *index.entry(n).or_insert_with(|| {
-            names.push(n);
-            (names.len() - 1) as u32
-        })
-    };
-    let mut rel_index: HashMap<&'a str, u32> = HashMap::new();
-    let mut rels: Vec<&'a str> = vec![""];
-    rel_index.insert("", 0);
-    let mut raw: Vec<(u32, u32, u32)> = Vec::with_capacity(edges.len());
-    for e in edges {
-        let (a, b) = (intern(e.a), intern(e.b));
-        let r = *rel_index.entry(e.relation).or_insert_with(|| {
-            rels.push(e.relation);
-            (rels.len() - 1) as u32
-        });
-        raw.push((a, b, r));
-    }
-    drop(index);
-    let (rank, names) = rank_by(&names, str::cmp);
-    // Relations: ids are byte-order ranks (the adjacency order); `rel16` is the code-unit rank.
-    let (rel_rank, rel_names) = rank_by(&rels, str::cmp);
-    let (rel16, _) = rank_by(&rel_names, utf16_cmp);
+/// The edge of no object (a relationship between entities, and every edge the caller has
+/// already kept): always in the graph.
+pub const NO_OWNER: u32 = u32::MAX;
 
-    // Adjacency (both directions), each list by neighbour name then relation, deduplicated.
-    let mut pairs: Vec<(u32, u32, u32)> = Vec::with_capacity(raw.len() * 2);
-    for (a, b, r) in raw {
-        let (a, b, r) = (rank[a as usize], rank[b as usize], rel_rank[r as usize]);
-        pairs.push((a, b, r));
-        pairs.push((b, a, r));
-    }
-    pairs.sort_unstable();
-    pairs.dedup();
-    let mut start = vec![0usize; names.len() + 1];
-    for &(u, _, _) in &pairs {
-        start[u as usize + 1] += 1;
-    }
-    for i in 0..names.len() {
-        start[i + 1] += start[i];
-    }
-    let pass: Vec<bool> = names
-        .iter()
-        .map(|n| n.strip_prefix("object:").is_none_or(passable))
-        .collect();
-    let objects: HashMap<&'a str, u32> = names
-        .iter()
-        .enumerate()
-        .filter_map(|(i, n)| n.strip_prefix("object:").map(|id| (id, i as u32)))
-        .collect();
+/// The graph expansion runs over: nodes and relations interned to integers, node ids their
+/// ranks in name order (so the rounds, the adjacency order and the last tie-break compare
+/// integers), and the adjacency of both directions in CSR form, each list by neighbour,
+/// relation and owner. Built per query from the edges the Parquet plan reads, or once per
+/// resident generation (engine/src/context/resident.rs), whose edges carry the object they
+/// belong to (an owner), counted only while that object is live.
+#[derive(Debug, Default)]
+pub struct Graph {
+    names: Vec<Box<str>>,
+    /// Relation names by byte-order rank, and each one's code-unit rank.
+    rels: Vec<Box<str>>,
+    rel16: Vec<u32>,
+    /// Per node, where its adjacency starts in `pairs` (one more entry than nodes).
+    start: Vec<usize>,
+    /// (neighbour, relation, owner).
+    pairs: Vec<(u32, u32, u32)>,
+    /// Whether a node name has a supplementary-plane character (a 4-byte UTF-8 sequence,
+    /// lead byte 0xF0–0xF4), where byte order and code-unit order differ.
+    astral: bool,
+}
 
-    // Seeds: a seed without edges reaches nothing and is reached by nothing.
-    let mut best: Vec<Option<NodeStep>> = vec![None; names.len()];
-    let mut frontier: Vec<u32> = Vec::new();
-    let mut seed_nodes: Vec<(u32, &str)> = Vec::new();
-    for (seed, score) in seeds {
-        // An object seed through the object index; another node (an entity: the subject of
-        // CONTEXT FOR entity(…)) by its name.
-        let node = match seed.strip_prefix("object:") {
-            Some(id) => objects.get(id).copied(),
-            None => names.iter().position(|x| *x == seed).map(|i| i as u32),
+impl Graph {
+    /// The graph of `edges`: (a, b, relation, owner) each.
+    pub fn new<'a>(edges: impl Iterator<Item = (&'a str, &'a str, &'a str, u32)>) -> Graph {
+        let mut index: HashMap<&'a str, u32> = HashMap::new();
+        let mut names: Vec<&'a str> = Vec::new();
+        let mut intern = |n: &'a str| -> u32 {
+            *index.entry(n).or_insert_with(|| {
+                names.push(n);
+                (names.len() - 1) as u32
+            })
         };
-        if let Some(n) = node {
-            best[n as usize] = Some(NodeStep {
-                score: *score,
-                hops: 0,
-                from: n,
-                via: 0,
-                prev: None,
+        let mut rel_index: HashMap<&'a str, u32> = HashMap::new();
+        let mut rels: Vec<&'a str> = vec![""];
+        rel_index.insert("", 0);
+        let mut raw: Vec<(u32, u32, u32, u32)> = Vec::new();
+        for (a, b, relation, owner) in edges {
+            let (a, b) = (intern(a), intern(b));
+            let r = *rel_index.entry(relation).or_insert_with(|| {
+                rels.push(relation);
+                (rels.len() - 1) as u32
             });
-            frontier.push(n);
-            seed_nodes.push((n, names[n as usize]));
+            raw.push((a, b, r, owner));
+        }
+        drop(index);
+        let (rank, names) = rank_by(&names, str::cmp);
+        let (rel_rank, rel_names) = rank_by(&rels, str::cmp);
+        let (rel16, _) = rank_by(&rel_names, utf16_cmp);
+        let mut pairs: Vec<(u32, u32, u32, u32)> = Vec::with_capacity(raw.len() * 2);
+        for (a, b, r, owner) in raw {
+            let (a, b, r) = (rank[a as usize], rank[b as usize], rel_rank[r as usize]);
+            pairs.push((a, b, r, owner));
+            pairs.push((b, a, r, owner));
+        }
+        pairs.sort_unstable();
+        pairs.dedup();
+        let mut start = vec![0usize; names.len() + 1];
+        for &(u, ..) in &pairs {
+            start[u as usize + 1] += 1;
+        }
+        for i in 0..names.len() {
+            start[i + 1] += start[i];
+        }
+        Graph {
+            astral: names.iter().any(|n| n.bytes().any(|b| b >= 0xF0)),
+            names: names.into_iter().map(Box::from).collect(),
+            rels: rel_names.into_iter().map(Box::from).collect(),
+            rel16,
+            start,
+            pairs: pairs.into_iter().map(|(_, v, r, o)| (v, r, o)).collect(),
         }
     }
-    // A seed's code-unit rank (its node name is `object:` and its id, so the order is the ids').
-    let mut seed16 = vec![0u32; names.len()];
-    // Node ids are byte-order ranks, and byte order is code-unit order unless a name has a
-    // supplementary-plane character (a 4-byte UTF-8 sequence, lead byte 0xF0–0xF4).
-    if names.iter().any(|n| n.bytes().any(|b| b >= 0xF0)) {
-        seed_nodes.sort_unstable_by(|a, b| utf16_cmp(a.1, b.1));
-    } else {
-        seed_nodes.sort_unstable_by_key(|&(n, _)| n);
+
+    /// The nodes, by name.
+    pub fn names(&self) -> &[Box<str>] {
+        &self.names
     }
-    for (r, (n, _)) in seed_nodes.iter().enumerate() {
-        seed16[*n as usize] = r as u32;
+
+    /// The node of `name`.
+    fn node(&self, name: &str) -> Option<u32> {
+        self.names
+            .binary_search_by(|n| (**n).cmp(name))
+            .ok()
+            .map(|i| i as u32)
     }
-    frontier.sort_unstable();
-    frontier.dedup();
-    for _ in 0..max_depth {
-        let mut next: Vec<u32> = Vec::new();
-        for &u in &frontier {
-            let Some(su) = best[u as usize] else { continue };
-            let (score, hops, from) = (su.score >> 1, su.hops + 1, su.from);
-            for &(_, v, rel) in &pairs[start[u as usize]..start[u as usize + 1]] {
-                if !pass[v as usize] {
-                    continue;
-                }
-                let better = match &best[v as usize] {
-                    None => true,
-                    Some(old) => old
-                        .score
-                        .cmp(&score)
-                        .then(hops.cmp(&old.hops))
-                        .then(seed16[from as usize].cmp(&seed16[old.from as usize]))
-                        .then(rel16[rel as usize].cmp(&rel16[old.via as usize]))
-                        .then(Some(u).cmp(&old.prev))
-                        .is_lt(),
+
+    /// The node of the object `id` (`object:` and the id), without building its name.
+    pub fn object(&self, id: &str) -> Option<u32> {
+        let want = || b"object:".iter().chain(id.as_bytes());
+        self.names
+            .binary_search_by(|n| n.as_bytes().iter().cmp(want()))
+            .ok()
+            .map(|i| i as u32)
+    }
+
+    /// Expansion (step 4): every seed's score halves per hop, in either direction, up to
+    /// `max_depth` hops, through entities and eligible objects (`passable`, given the node
+    /// and the object id), over the edges whose owner is [`NO_OWNER`] or `live`. Seeds are
+    /// node names (`object:` and the id for an object, `type:id` for an entity).
+    /// Multi-source propagation, one round per hop over the nodes improved in the previous
+    /// round (in node order), so the cost is O(depth × edges reached) however many seeds
+    /// there are. The best value at a node is the highest score, then fewer hops, then the
+    /// seed id, the edge relation (code-unit order) and the previous node (name order).
+    pub fn expand(
+        self: &Arc<Self>,
+        seeds: &[(String, i64)],
+        max_depth: u32,
+        passable: &dyn Fn(u32, &str) -> bool,
+        live: &dyn Fn(u32) -> bool,
+    ) -> Expansion {
+        // Seeds without edges reach nothing and are reached by nothing.
+        let nodes: Vec<(u32, i64)> = seeds
+            .iter()
+            .filter_map(|(seed, score)| {
+                let node = match seed.strip_prefix("object:") {
+                    Some(id) => self.object(id),
+                    None => self.node(seed),
                 };
-                if better {
-                    best[v as usize] = Some(NodeStep {
+                node.map(|n| (n, *score))
+            })
+            .collect();
+        self.expand_nodes(&nodes, max_depth, passable, live)
+    }
+
+    /// [`expand`](Self::expand) from seeds given as nodes.
+    pub fn expand_nodes(
+        self: &Arc<Self>,
+        seeds: &[(u32, i64)],
+        max_depth: u32,
+        passable: &dyn Fn(u32, &str) -> bool,
+        live: &dyn Fn(u32) -> bool,
+    ) -> Expansion {
+        let mut best: HashMap<u32, NodeStep> = HashMap::new();
+        let mut frontier: Vec<u32> = Vec::new();
+        let mut seed_nodes: Vec<u32> = Vec::new();
+        for &(n, score) in seeds {
+            {
+                best.insert(
+                    n,
+                    NodeStep {
                         score,
-                        hops,
-                        from,
-                        via: rel,
-                        prev: Some(u),
-                    });
-                    next.push(v);
-                }
+                        hops: 0,
+                        from: n,
+                        via: 0,
+                        prev: None,
+                    },
+                );
+                frontier.push(n);
+                seed_nodes.push(n);
             }
         }
-        next.sort_unstable();
-        next.dedup();
-        frontier = next;
+        // A seed's code-unit rank (its node name is `object:` and its id, so the order is
+        // the ids'): node ids are byte-order ranks, the same order unless a name is astral.
+        if self.astral {
+            seed_nodes.sort_unstable_by(|a, b| {
+                utf16_cmp(&self.names[*a as usize], &self.names[*b as usize])
+            });
+        } else {
+            seed_nodes.sort_unstable();
+        }
+        let seed16: HashMap<u32, u32> = seed_nodes
+            .iter()
+            .enumerate()
+            .map(|(r, n)| (*n, r as u32))
+            .collect();
+        let mut pass: HashMap<u32, bool> = HashMap::new();
+        frontier.sort_unstable();
+        frontier.dedup();
+        for _ in 0..max_depth {
+            let mut next: Vec<u32> = Vec::new();
+            for &u in &frontier {
+                let Some(su) = best.get(&u).copied() else {
+                    continue;
+                };
+                let (score, hops, from) = (su.score >> 1, su.hops + 1, su.from);
+                let adjacency = &self.pairs[self.start[u as usize]..self.start[u as usize + 1]];
+                for &(v, rel, owner) in adjacency {
+                    if owner != NO_OWNER && !live(owner) {
+                        continue;
+                    }
+                    let open = *pass.entry(v).or_insert_with(|| {
+                        self.names[v as usize]
+                            .strip_prefix("object:")
+                            .is_none_or(|id| passable(v, id))
+                    });
+                    if !open {
+                        continue;
+                    }
+                    let better = match best.get(&v) {
+                        None => true,
+                        Some(old) => old
+                            .score
+                            .cmp(&score)
+                            .then(hops.cmp(&old.hops))
+                            .then(seed16[&from].cmp(&seed16[&old.from]))
+                            .then(self.rel16[rel as usize].cmp(&self.rel16[old.via as usize]))
+                            .then(Some(u).cmp(&old.prev))
+                            .is_lt(),
+                    };
+                    if better {
+                        best.insert(
+                            v,
+                            NodeStep {
+                                score,
+                                hops,
+                                from,
+                                via: rel,
+                                prev: Some(u),
+                            },
+                        );
+                        next.push(v);
+                    }
+                }
+            }
+            next.sort_unstable();
+            next.dedup();
+            frontier = next;
+        }
+        Expansion {
+            graph: Arc::clone(self),
+            best,
+        }
     }
-    Expansion {
-        names,
-        rels: rel_names,
-        objects,
-        best,
-    }
+}
+
+/// [`Graph::expand`] over `edges` (all counted), with `passable` given the object id.
+pub fn expand(
+    seeds: &[(String, i64)],
+    edges: &[Edge<'_>],
+    max_depth: u32,
+    passable: &dyn Fn(&str) -> bool,
+) -> Expansion {
+    let graph = Arc::new(Graph::new(
+        edges.iter().map(|e| (e.a, e.b, e.relation, NO_OWNER)),
+    ));
+    graph.expand(seeds, max_depth, &|_, id| passable(id), &|_| true)
 }
 
 /// Each of the distinct `strings`' rank in the order `cmp` gives, and the strings in that
@@ -194,20 +287,17 @@ struct NodeStep {
     prev: Option<u32>,
 }
 
-/// The result of [`expand`].
+/// The result of [`Graph::expand`]: the nodes it reached.
 #[derive(Debug, Clone, Default)]
-pub struct Expansion<'a> {
-    names: Vec<&'a str>,
-    rels: Vec<&'a str>,
-    /// Object nodes by object id.
-    objects: HashMap<&'a str, u32>,
-    best: Vec<Option<NodeStep>>,
+pub struct Expansion {
+    graph: Arc<Graph>,
+    best: HashMap<u32, NodeStep>,
 }
 
-impl Expansion<'_> {
+impl Expansion {
     fn step(&self, id: &str) -> Option<NodeStep> {
-        let n = *self.objects.get(id)?;
-        self.best[n as usize].filter(|s| s.hops > 0)
+        let n = self.graph.object(id)?;
+        self.best.get(&n).copied().filter(|s| s.hops > 0)
     }
 
     /// The propagated score and hops of the object `id`, if reached through a hop.
@@ -215,23 +305,32 @@ impl Expansion<'_> {
         self.step(id).map(|s| (s.score, s.hops))
     }
 
+    /// The nodes reached through at least one hop: node, propagated score and hops.
+    pub fn nodes(&self) -> impl Iterator<Item = (u32, i64, u32)> {
+        self.best
+            .iter()
+            .filter(|(_, s)| s.hops > 0)
+            .map(|(n, s)| (*n, s.score, s.hops))
+    }
+
     /// How the object `id` was reached through at least one hop, if it was.
     pub fn reached(&self, id: &str) -> Option<Reached> {
         let step = self.step(id)?;
-        let name = |n: u32| self.names[n as usize].to_string();
-        let mut path = vec![name(self.objects[id])];
+        let names = &self.graph.names;
+        let name = |n: u32| names[n as usize].to_string();
+        let mut path = vec![name(self.graph.object(id)?)];
         let mut cur = step.prev;
         while let Some(p) = cur {
-            cur = self.best[p as usize].and_then(|s| s.prev);
+            cur = self.best.get(&p).and_then(|s| s.prev);
             path.push(name(p));
         }
         path.reverse();
-        let from = self.names[step.from as usize];
+        let from = &names[step.from as usize];
         Some(Reached {
             score: step.score,
             hops: step.hops,
             from: from.strip_prefix("object:").unwrap_or(from).to_string(),
-            via: self.rels[step.via as usize].to_string(),
+            via: self.graph.rels[step.via as usize].to_string(),
             path,
         })
     }

@@ -30,7 +30,7 @@ use crate::lower::{plan, project};
 use crate::syntax::ast::{ContextQuery, ExcludeItem, Role};
 use signalql_udfs::scalar::token_estimate::{Estimator, token_count};
 
-fn role_name(r: Role) -> &'static str {
+pub(crate) fn role_name(r: Role) -> &'static str {
     match r {
         Role::Data => "data",
         Role::Instruction => "instruction",

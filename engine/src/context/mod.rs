@@ -17,6 +17,7 @@ pub(crate) mod candidates;
 pub(crate) mod exec;
 pub(crate) mod expand;
 pub(crate) mod find;
+pub(crate) mod from_index;
 pub(crate) mod indexed;
 pub(crate) mod load;
 pub(crate) mod pack;

@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use super::bundle::{Compression, Item, object_uri};
-use super::expand::expand;
+use super::expand::{Expansion, expand};
 use super::packing::{self, Estimator};
 use super::select::{self, Candidate, Exclusions, RankKey, Reason, boost, ineligible, rank_cmp};
 use crate::error::{Error, Result};
@@ -119,24 +119,17 @@ pub struct Decisions {
 
 /// Eligibility, expansion, boosts, rank, MAX OBJECTS and both packing passes.
 pub fn decide(p: &PackParams, candidates: &[Candidate], edges: &[select::Edge]) -> Decisions {
-    let budget = p.budget;
-    let max_objects = p.max_objects as usize;
-    let max_depth = p.max_depth;
     let ex = Exclusions {
         untrusted: p.exclude_untrusted,
         stale: p.exclude_stale,
     };
-    let preferred_rep = p.prefer.iter().find_map(|p| match p {
-        PreferItem::Representation(r) => Some(r.as_str()),
-        _ => None,
-    });
-    // The rejected candidates by reference: sorted by id, then formatted once, below.
-    let mut rejected: Vec<(&Candidate, Reason)> = Vec::new();
+    // The rejected candidates by reference: sorted by id, then formatted once, at the end.
+    let mut rejected: Vec<(&str, i64, Reason)> = Vec::new();
     let mut eligible: datafusion::common::HashMap<&str, &Candidate> =
         datafusion::common::HashMap::new();
     for c in candidates {
         match ineligible(c, ex) {
-            Some(r) => rejected.push((c, r)),
+            Some(r) => rejected.push((&c.id, c.revision, r)),
             None => {
                 eligible.insert(c.id.as_str(), c);
             }
@@ -153,51 +146,109 @@ pub fn decide(p: &PackParams, candidates: &[Candidate], edges: &[select::Edge]) 
         seeds.push((node.clone(), SUBJECT_SCORE));
     }
     let passable = |id: &str| eligible.contains_key(id);
-    let reached = expand(&seeds, edges, max_depth, &passable);
+    let reached = expand(&seeds, edges, p.max_depth, &passable);
 
     // Relevance, boosts and the rank key of every relevant eligible object; the details (why,
     // path) only for those MAX OBJECTS keeps.
-    let satisfied = |c: &Candidate| -> Vec<String> {
-        let mut terms = Vec::new();
-        for pr in &p.prefer {
-            let (ok, term) = match pr {
-                PreferItem::Current => (&*c.state == "current", "CURRENT".to_string()),
-                PreferItem::Trust(level) => (trust_at_least(&c.trust, *level), pr.to_string()),
-                PreferItem::Representation(_) => (false, String::new()),
-            };
-            if ok {
-                terms.push(term);
-            }
-        }
-        terms
-    };
-    struct Key<'a> {
-        c: &'a Candidate,
-        propagated: i64,
-        score: i64,
-        hops: u32,
+    let mut keys: Vec<Key> = eligible
+        .values()
+        .filter_map(|c| {
+            let (propagated, hops) = reached.score_hops(&c.id).unwrap_or((0, 0));
+            Key::of(p, c, propagated, hops)
+        })
+        .collect();
+    let expanded = keys.iter().filter(|k| k.propagated > k.c.lexical).count() as u64;
+    let max_objects = p.max_objects as usize;
+    // Only the first MAX OBJECTS need an order (the rank is total: ids are unique); the rest
+    // are rejected, and the rejections are sorted by object id below.
+    if keys.len() > max_objects {
+        keys.select_nth_unstable_by(max_objects, Key::order);
     }
-    let mut keys: Vec<Key> = Vec::new();
-    for c in eligible.values() {
-        let (propagated, hops) = reached.score_hops(&c.id).unwrap_or((0, 0));
+    for k in keys.iter().skip(max_objects) {
+        rejected.push((&k.c.id, k.c.revision, Reason::MaxObjects));
+    }
+    keys.truncate(max_objects);
+    keys.sort_by(Key::order);
+    let revision_of = |id: &str| eligible.get(id).map(|c| c.revision);
+    let packed = pack_ranked(p, keys, &reached, &revision_of);
+    let mut scanned: Vec<(&str, i64)> = candidates
+        .iter()
+        .filter(|c| c.scanned)
+        .map(|c| (c.id.as_str(), c.revision))
+        .collect();
+    sort_by_id(&mut scanned, |s| s.0);
+    Decisions {
+        scanned: scanned
+            .into_iter()
+            .map(|(id, rev)| object_uri(id, rev))
+            .collect(),
+        considered: candidates.len() as u64,
+        seeds: seeds.len() as u64,
+        expanded,
+        ..packed.decisions(rejected)
+    }
+}
+
+/// Sorts `v` by object id in code-unit order (ids are unique): byte order, unless an id has a
+/// supplementary-plane character (a 4-byte UTF-8 sequence, lead byte 0xF0–0xF4), where
+/// UTF-16 order differs.
+pub(crate) fn sort_by_id<T>(v: &mut [T], id: impl Fn(&T) -> &str) {
+    if v.iter().any(|x| id(x).bytes().any(|b| b >= 0xF0)) {
+        v.sort_unstable_by(|a, b| select::utf16_cmp(id(a), id(b)));
+    } else {
+        v.sort_unstable_by(|a, b| id(a).cmp(id(b)));
+    }
+}
+
+/// The PREFER terms an object of this state and trust satisfies (PREFER REPRESENTATION is
+/// the packer's business, not a boost).
+pub(crate) fn satisfied(p: &PackParams, state: &str, trust: &str) -> Vec<String> {
+    let mut terms = Vec::new();
+    for pr in &p.prefer {
+        let (ok, term) = match pr {
+            PreferItem::Current => (state == "current", "CURRENT".to_string()),
+            PreferItem::Trust(level) => (trust_at_least(trust, *level), pr.to_string()),
+            PreferItem::Representation(_) => (false, String::new()),
+        };
+        if ok {
+            terms.push(term);
+        }
+    }
+    terms
+}
+
+/// A relevant eligible object's rank key.
+pub(crate) struct Key<'a> {
+    pub c: &'a Candidate,
+    pub propagated: i64,
+    pub score: i64,
+    pub hops: u32,
+}
+
+impl<'a> Key<'a> {
+    /// The key of `c`, reached by expansion with `propagated` after `hops` (0, 0: not
+    /// reached); `None` when its relevance is 0.
+    pub fn of(p: &PackParams, c: &'a Candidate, propagated: i64, hops: u32) -> Option<Key<'a>> {
         let relevance = c.lexical.max(propagated);
         if relevance == 0 {
-            continue;
+            return None;
         }
         let hops = if propagated > c.lexical { hops } else { 0 };
         let boosts = if p.prefer.is_empty() {
             0
         } else {
-            satisfied(c).len()
+            satisfied(p, &c.state, &c.trust).len()
         };
-        keys.push(Key {
+        Some(Key {
             c,
             propagated,
             score: boost(relevance, boosts),
             hops,
-        });
+        })
     }
-    let order = |a: &Key, b: &Key| {
+
+    /// Step 6's rank order.
+    pub fn order(a: &Key, b: &Key) -> std::cmp::Ordering {
         rank_cmp(
             &RankKey {
                 score: a.score,
@@ -212,20 +263,55 @@ pub fn decide(p: &PackParams, candidates: &[Candidate], edges: &[select::Edge]) 
                 id: &b.c.id,
             },
         )
-    };
-    // Only the first MAX OBJECTS need an order (the rank is total: ids are unique); the rest
-    // are rejected, and the rejections are sorted by object id below.
-    if keys.len() > max_objects {
-        keys.select_nth_unstable_by(max_objects, order);
     }
-    let cut = keys.len().min(max_objects);
-    keys[..cut].sort_by(order);
-    let expanded = keys.iter().filter(|k| k.propagated > k.c.lexical).count() as u64;
-    for k in keys.iter().skip(max_objects) {
-        rejected.push((k.c, Reason::MaxObjects));
-    }
-    keys.truncate(max_objects);
+}
 
+/// What packing the ranked objects gives: the items and their explanation entries, the
+/// objects left out for the budget, and the tokens used.
+pub(crate) struct Packed<'a> {
+    items: Vec<Item>,
+    explained: Vec<Value>,
+    over_budget: Vec<&'a Candidate>,
+    used: u64,
+}
+
+impl<'a> Packed<'a> {
+    /// The decisions, with `rejected` (before ranking, and for MAX OBJECTS) and the objects
+    /// left out for the budget as the rejected, sorted by object id; the counts are the
+    /// caller's.
+    pub fn decisions(self, mut rejected: Vec<(&'a str, i64, Reason)>) -> Decisions {
+        rejected.extend(
+            self.over_budget
+                .iter()
+                .map(|c| (c.id.as_str(), c.revision, Reason::Budget)),
+        );
+        sort_by_id(&mut rejected, |r| r.0);
+        Decisions {
+            items: self.items,
+            explained: self.explained,
+            rejected: rejected
+                .into_iter()
+                .map(|(id, rev, r)| (object_uri(id, rev), r))
+                .collect(),
+            used: self.used,
+            ..Default::default()
+        }
+    }
+}
+
+/// The ranked objects (`keys`, in rank order, at most MAX OBJECTS) packed: their reasons
+/// (`why`, with the expansion path from `reached`; `revision_of` gives an eligible object's
+/// selected revision), then both packing passes over each one's eligible representations.
+pub(crate) fn pack_ranked<'a>(
+    p: &PackParams,
+    keys: Vec<Key<'a>>,
+    reached: &Expansion,
+    revision_of: &dyn Fn(&str) -> Option<i64>,
+) -> Packed<'a> {
+    let preferred_rep = p.prefer.iter().find_map(|p| match p {
+        PreferItem::Representation(r) => Some(r.as_str()),
+        _ => None,
+    });
     struct Ranked<'a> {
         c: &'a Candidate,
         propagated: i64,
@@ -236,9 +322,8 @@ pub fn decide(p: &PackParams, candidates: &[Candidate], edges: &[select::Edge]) 
     }
     let uri_of = |node: &str| -> String {
         match node.strip_prefix("object:") {
-            Some(id) => eligible
-                .get(id)
-                .map(|c| object_uri(id, c.revision))
+            Some(id) => revision_of(id)
+                .map(|rev| object_uri(id, rev))
                 .unwrap_or_else(|| format!("object://{id}")),
             // An entity: `entity_type:entity_id`.
             None => node.to_string(),
@@ -254,8 +339,8 @@ pub fn decide(p: &PackParams, candidates: &[Candidate], edges: &[select::Edge]) 
             }
             let path = match reached.reached(&c.id) {
                 Some(r) if r.score > c.lexical => {
-                    let from = match eligible.get(r.from.as_str()) {
-                        Some(s) => object_uri(&s.id, s.revision),
+                    let from = match revision_of(&r.from) {
+                        Some(rev) => object_uri(&r.from, rev),
                         // The subject entity of CONTEXT FOR entity(…), as `type:id`.
                         None => r.from.clone(),
                     };
@@ -266,7 +351,7 @@ pub fn decide(p: &PackParams, candidates: &[Candidate], edges: &[select::Edge]) 
                 }
                 _ => vec![object_uri(&c.id, c.revision)],
             };
-            let boosts = satisfied(c);
+            let boosts = satisfied(p, &c.state, &c.trust);
             for term in &boosts {
                 why.push(json!({"preferred": {"term": term}}));
             }
@@ -280,7 +365,6 @@ pub fn decide(p: &PackParams, candidates: &[Candidate], edges: &[select::Edge]) 
             }
         })
         .collect();
-
     // Packing over each object's eligible representations, sorted by name.
     let reps_of: Vec<Vec<&select::Rep>> = ranked
         .iter()
@@ -319,10 +403,11 @@ pub fn decide(p: &PackParams, candidates: &[Candidate], edges: &[select::Edge]) 
         Some(tokens)
     };
     let (chosen, used) =
-        packing::pack_compressing(&sizes, budget as i64, preferred_rep, &mut compressor);
+        packing::pack_compressing(&sizes, p.budget as i64, preferred_rep, &mut compressor);
 
     let mut items = Vec::new();
     let mut explained = Vec::new();
+    let mut over_budget = Vec::new();
     for (k, ((r, reps), pick)) in ranked.iter().zip(&reps_of).zip(&chosen).enumerate() {
         let (i, squeezed) = match pick {
             packing::Choice::Whole(i) => (*i, None),
@@ -331,7 +416,7 @@ pub fn decide(p: &PackParams, candidates: &[Candidate], edges: &[select::Edge]) 
                 None => continue,
             },
             packing::Choice::Left => {
-                rejected.push((r.c, Reason::Budget));
+                over_budget.push(r.c);
                 continue;
             }
         };
@@ -395,35 +480,11 @@ pub fn decide(p: &PackParams, candidates: &[Candidate], edges: &[select::Edge]) 
         items.push(item);
     }
 
-    // By object id in code-unit order (ids are unique among candidates): byte order, unless
-    // an id has a supplementary-plane character (a 4-byte UTF-8 sequence, lead byte
-    // 0xF0–0xF4), where UTF-16 order differs. Only the sorted entries are formatted.
-    let by_id: fn(&Candidate, &Candidate) -> std::cmp::Ordering =
-        if candidates.iter().any(|c| c.id.bytes().any(|b| b >= 0xF0)) {
-            |a, b| select::utf16_cmp(&a.id, &b.id)
-        } else {
-            |a, b| a.id.cmp(&b.id)
-        };
-    rejected.sort_unstable_by(|a, b| by_id(a.0, b.0));
-    let rejected: Vec<(String, Reason)> = rejected
-        .into_iter()
-        .map(|(c, r)| (object_uri(&c.id, c.revision), r))
-        .collect();
-    let mut scanned: Vec<&Candidate> = candidates.iter().filter(|c| c.scanned).collect();
-    scanned.sort_unstable_by(|a, b| by_id(a, b));
-    let scanned: Vec<String> = scanned
-        .into_iter()
-        .map(|c| object_uri(&c.id, c.revision))
-        .collect();
-    Decisions {
-        scanned,
+    Packed {
         items,
         explained,
-        rejected,
+        over_budget,
         used: used as u64,
-        considered: candidates.len() as u64,
-        seeds: seeds.len() as u64,
-        expanded,
     }
 }
 

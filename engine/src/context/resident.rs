@@ -26,12 +26,13 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::{DataFrame, SessionContext};
 use signalql_catalog::TableInfo;
 use signalql_catalog::objects::resident::{
-    Builder, Find, Generation, OBJECT_COLUMNS, REPRESENTATION_COLUMNS, REVISION_COLUMNS,
+    Builder, DERIVATION_COLUMNS, Find, Generation, LINK_COLUMNS, OBJECT_COLUMNS,
+    REPRESENTATION_COLUMNS, REVISION_COLUMNS,
 };
-use signalql_catalog::objects::{OBJECTS, REPRESENTATIONS, REVISIONS};
+use signalql_catalog::objects::{DERIVATIONS, LINKS, OBJECTS, REPRESENTATIONS, REVISIONS};
 use tokio::sync::Mutex;
 
-use crate::catalog::{Catalog, scan};
+use crate::catalog::{Catalog, optional_table, scan};
 use crate::error::Result;
 use crate::execute::Executor;
 use crate::lower::project;
@@ -58,6 +59,8 @@ pub struct Resident {
     /// Only generations read from snapshot files are held, none is built: a one-shot
     /// command, which would build one for a single answer.
     snapshots_only: bool,
+    /// CONTEXT FORs decided from a generation.
+    contexts: std::sync::atomic::AtomicU64,
 }
 
 /// Where snapshot files are, under the dataset root.
@@ -125,24 +128,43 @@ impl Resident {
         exec: &Executor,
         build: bool,
     ) -> Result<Option<(Vec<String>, Arc<Generation>)>> {
-        let mut tables = Vec::with_capacity(3);
-        let mut key = Vec::with_capacity(3);
+        let mut tables = Vec::with_capacity(5);
+        let mut key = Vec::with_capacity(10);
+        let mut graph_held = true;
         for (name, columns) in [
             (OBJECTS, &OBJECT_COLUMNS[..]),
             (REVISIONS, &REVISION_COLUMNS[..]),
             (REPRESENTATIONS, &REPRESENTATION_COLUMNS[..]),
+            (LINKS, &LINK_COLUMNS[..]),
+            (DERIVATIONS, &DERIVATION_COLUMNS[..]),
         ] {
-            let t = catalog.table(ctx, name).await?;
+            // The graph tables are optional: without them (or when they cannot be held) the
+            // generation still answers FIND, and CONTEXT FOR keeps the Parquet plan.
+            let graph = name == LINKS || name == DERIVATIONS;
+            let t = match graph {
+                true => match optional_table(catalog, ctx, name).await? {
+                    Some(t) => t,
+                    None => {
+                        key.extend(["absent".to_string(), "None".to_string()]);
+                        continue;
+                    }
+                },
+                false => catalog.table(ctx, name).await?,
+            };
             let plain = t.view.is_none() && t.is_folder();
             let has = |c: &&str| t.schema.field_with_name(c).is_ok();
-            let (true, Some(fingerprint), true) =
-                (plain, t.fingerprint.clone(), columns.iter().all(has))
-            else {
-                return Ok(None);
-            };
-            key.push(fingerprint);
-            key.push(format!("{:?}", t.restriction));
-            tables.push((t, columns));
+            match (plain, t.fingerprint.clone(), columns.iter().all(has)) {
+                (true, Some(fingerprint), true) => {
+                    key.push(fingerprint);
+                    key.push(format!("{:?}", t.restriction));
+                    tables.push((t, columns));
+                }
+                _ if graph => {
+                    graph_held = false;
+                    key.extend(["unheld".to_string(), "None".to_string()]);
+                }
+                _ => return Ok(None),
+            }
         }
         let mut held = self.held.lock().await;
         if let Some(i) = held.iter().position(|h| h.key == key) {
@@ -162,7 +184,12 @@ impl Resident {
         let (generation, built) = match snapshot {
             Some(g) => (Some(Arc::new(g)), false),
             None if !build => (None, false),
-            None => (build_generation(exec, &tables).await?.map(Arc::new), true),
+            None => (
+                build_generation(exec, &tables, graph_held)
+                    .await?
+                    .map(Arc::new),
+                true,
+            ),
         };
         held.retain(|h| h.key != key);
         held.insert(
@@ -175,6 +202,17 @@ impl Resident {
         );
         held.truncate(HELD);
         Ok(generation.map(|g| (key, g)))
+    }
+
+    /// Counts a CONTEXT FOR decided from a generation.
+    pub(crate) fn answered_context(&self) {
+        self.contexts
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The CONTEXT FORs decided from a generation so far (the rest took the Parquet plan).
+    pub fn contexts_answered(&self) -> u64 {
+        self.contexts.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// A holder of generations read from snapshot files only (see [`Resident::write_snapshot`]).
@@ -255,13 +293,15 @@ async fn collect_one(exec: &Executor, plan: &LogicalPlan) -> Result<RecordBatch>
     Ok(concat_batches(&schema, &batches)?)
 }
 
-/// A generation of `tables` (objects, revisions, representations), `None` when it cannot
-/// stand for them. Representations are read batch by batch: only their terms are kept.
+/// A generation of `tables` (objects, revisions, representations, then the graph tables
+/// that can be held), `None` when it cannot stand for them. Representations are read batch by
+/// batch: only their terms and metadata are kept.
 async fn build_generation(
     exec: &Executor,
     tables: &[(TableInfo, &[&str])],
+    graph_held: bool,
 ) -> Result<Option<Generation>> {
-    let [(objects, oc), (revisions, rc), (reps, pc)] = tables else {
+    let [(objects, oc), (revisions, rc), (reps, pc), graph @ ..] = tables else {
         return Ok(None);
     };
     let objects = collect_one(exec, &read(objects, oc)?).await?;
@@ -275,6 +315,18 @@ async fn build_generation(
         Ok(())
     })
     .await?;
+    // A graph table that cannot be held leaves no edges.
+    if !graph_held {
+        builder.no_edges();
+    }
+    for (t, columns) in graph {
+        let links = t.name == LINKS;
+        exec.for_each_batch(&read(t, columns)?, |b| {
+            builder.add_edges(b, links);
+            Ok(())
+        })
+        .await?;
+    }
     match standing {
         true => Ok(Some(builder.finish()?)),
         false => Ok(None),

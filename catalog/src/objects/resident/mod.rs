@@ -24,25 +24,30 @@
 //! `recorded_at`, or two revisions of it share the latest number, is not built (the Parquet
 //! plan keeps both rows); nor is one whose columns have other types than the object tables'.
 
-use std::sync::Arc;
+use std::any::Any;
+use std::sync::{Arc, OnceLock};
 
 use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, GenericListArray, Int64Array, OffsetSizeTrait, RecordBatch,
     UInt32Array,
 };
-use datafusion::arrow::compute::{cast, take};
-use datafusion::arrow::datatypes::{
-    DataType, Field, Int64Type, Schema, SchemaRef, TimeUnit, TimestampMicrosecondType, UInt32Type,
-};
+use datafusion::arrow::compute::take;
+use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef, UInt32Type};
 use datafusion::arrow::ipc::reader::StreamReader;
 use datafusion::arrow::ipc::writer::StreamWriter;
 use datafusion::common::HashMap;
-use roaring::RoaringBitmap;
+pub use roaring::RoaringBitmap;
 use signalql_udfs::scalar::lexical::{SUMMARY_WEIGHT, TEXT_WEIGHT, TITLE_WEIGHT};
 use signalql_udfs::strings::StringColumn;
 
 use super::index::{for_each_index_token, packable};
 use crate::error::{CatalogError, Result};
+
+mod columns;
+mod context;
+use columns::{corrupt, integers, micros, read, strings};
+pub use context::{DERIVATION_COLUMNS, Edges, LINK_COLUMNS, PACKABLE, Reps, SECRET, role_bit};
+use context::{EdgeRow, RepRow};
 
 /// FIND OBJECT's columns, in order, as the generation keeps them per ordinal: from the
 /// object's record (`object_id`, `project`, `kind`, `title`) and its revision (the rest).
@@ -78,13 +83,16 @@ pub const REVISION_COLUMNS: [&str; 8] = [
     "roles",
     "state",
 ];
-pub const REPRESENTATION_COLUMNS: [&str; 6] = [
+pub const REPRESENTATION_COLUMNS: [&str; 9] = [
     "object_id",
     "revision",
     "name",
     "media_type",
     "content",
     "roles",
+    "content_ref",
+    "content_hash",
+    "tokens",
 ];
 
 /// The tiers of a term's postings: title, summary, other; their lexical-v1 weights.
@@ -116,10 +124,17 @@ pub struct Generation {
     postings: Postings,
     /// The latest `recorded_at` or `created_at` (microseconds); `None`: no rows.
     horizon: Option<i64>,
+    /// The representations of the selected revisions (CONTEXT FOR's packing metadata).
+    reps: Reps,
+    /// The edges of the selected revisions; `None` when the graph tables could not be held,
+    /// or a representation has no name or hash (CONTEXT FOR then keeps the Parquet plan).
+    edges: Option<Edges>,
+    /// What an engine derives from the generation and keeps with it (built on first use).
+    derived: OnceLock<Arc<dyn Any + Send + Sync>>,
 }
 
 /// The bytes a snapshot file starts with.
-pub const SNAPSHOT_MAGIC: &[u8; 20] = b"signalql-resident-2\n";
+pub const SNAPSHOT_MAGIC: &[u8; 20] = b"signalql-resident-3\n";
 
 /// A directory entry of [`Postings`]: the term's offset and length in the pool (little-endian
 /// u64, u32), then per tier [`TIER`] bytes: its bitmap's offset and length in the blob and
@@ -140,6 +155,25 @@ struct Postings {
     blob: usize,
 }
 
+/// `batch` as an Arrow IPC stream.
+fn ipc(batch: &RecordBatch) -> Result<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut w = StreamWriter::try_new(&mut out, &batch.schema())?;
+    w.write(batch)?;
+    w.finish()?;
+    drop(w);
+    Ok(out)
+}
+
+/// The one batch of an Arrow IPC stream (`what`: for the error).
+fn from_ipc(bytes: &[u8], what: &str) -> Result<RecordBatch> {
+    let mut reader = StreamReader::try_new(std::io::Cursor::new(bytes), None)?;
+    reader
+        .next()
+        .ok_or_else(|| corrupt(&format!("it has no {what}")))?
+        .map_err(Into::into)
+}
+
 fn u64_at(b: &[u8], at: usize) -> u64 {
     let mut a = [0u8; 8];
     a.copy_from_slice(&b[at..at + 8]);
@@ -150,10 +184,6 @@ fn u32_at(b: &[u8], at: usize) -> u32 {
     let mut a = [0u8; 4];
     a.copy_from_slice(&b[at..at + 4]);
     u32::from_le_bytes(a)
-}
-
-fn corrupt(what: &str) -> CatalogError {
-    CatalogError::Invalid(format!("a resident index snapshot is corrupt: {what}"))
 }
 
 impl Postings {
@@ -313,13 +343,15 @@ impl Generation {
             + self.kind.len() * 4
             + self.kinds.iter().map(String::len).sum::<usize>()
             + self.postings.bytes.len()
+            + self.reps.memory_bytes()
+            + self.edges.as_ref().map_or(0, Edges::memory_bytes)
     }
 
     /// The generation as a snapshot file's bytes, for the tables `key` names (the engine's
     /// fingerprints of them): [`SNAPSHOT_MAGIC`], a little-endian u64 length and a JSON
-    /// header (with the CRC-32 of the columns and of the postings' directory and terms; each
-    /// bitmap's is in the directory), the per-object columns as an Arrow IPC stream, then the
-    /// postings.
+    /// header (with the lengths and CRC-32 of each part; each bitmap's is in the postings'
+    /// directory), the per-object columns, the representations and the edges (when held),
+    /// each as an Arrow IPC stream, then the postings.
     pub fn to_snapshot(&self, key: &[String]) -> Result<Vec<u8>> {
         let mut fields = self.column_fields();
         fields.push(Field::new(TOMBSTONED, DataType::Int64, false));
@@ -328,29 +360,39 @@ impl Generation {
         arrays.push(Arc::new(Int64Array::from(self.tombstoned.clone())));
         arrays.push(Arc::new(UInt32Array::from(self.kind.clone())));
         let batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)?;
-        let mut columns = Vec::new();
-        {
-            let mut w = StreamWriter::try_new(&mut columns, &batch.schema())?;
-            w.write(&batch)?;
-            w.finish()?;
-        }
+        let columns = ipc(&batch)?;
+        let reps = ipc(self.reps.batch())?;
+        let edges = match &self.edges {
+            Some(e) => Some(ipc(e.batch())?),
+            None => None,
+        };
+        let part = |b: &[u8]| serde_json::json!({"len": b.len(), "crc32": crc32fast::hash(b)});
         let header = serde_json::json!({
-            "columns_crc32": crc32fast::hash(&columns),
             "directory_crc32": crc32fast::hash(&self.postings.bytes[..self.postings.blob]),
             "key": key,
             "horizon": self.horizon,
             "kinds": self.kinds,
             "terms": self.postings.count,
-            "columns": columns.len(),
+            "columns": part(&columns),
+            "reps": part(&reps),
+            "edges": edges.as_deref().map(part),
         })
         .to_string();
         let mut out = Vec::with_capacity(
-            SNAPSHOT_MAGIC.len() + 8 + header.len() + columns.len() + self.postings.bytes.len(),
+            SNAPSHOT_MAGIC.len()
+                + 8
+                + header.len()
+                + columns.len()
+                + reps.len()
+                + edges.as_ref().map_or(0, Vec::len)
+                + self.postings.bytes.len(),
         );
         out.extend_from_slice(SNAPSHOT_MAGIC);
         out.extend_from_slice(&(header.len() as u64).to_le_bytes());
         out.extend_from_slice(header.as_bytes());
         out.extend_from_slice(&columns);
+        out.extend_from_slice(&reps);
+        out.extend_from_slice(edges.as_deref().unwrap_or_default());
         out.extend_from_slice(&self.postings.bytes);
         Ok(out)
     }
@@ -368,31 +410,44 @@ impl Generation {
             .filter(|&n| n <= bytes.len())
             .ok_or_else(|| corrupt("its header is cut short"))?;
         #[derive(serde::Deserialize)]
+        struct Part {
+            len: usize,
+            crc32: u32,
+        }
+        #[derive(serde::Deserialize)]
         struct Header {
-            /// Of the columns, and of the postings' directory and terms (each bitmap has its
-            /// own, checked when it is decoded).
-            columns_crc32: u32,
+            /// Of the postings' directory and terms (each bitmap has its own, checked when it
+            /// is decoded).
             directory_crc32: u32,
             key: Vec<String>,
             horizon: Option<i64>,
             kinds: Vec<String>,
             terms: usize,
-            columns: usize,
+            columns: Part,
+            reps: Part,
+            edges: Option<Part>,
         }
         let h: Header = serde_json::from_slice(&bytes[magic + 8..header_end])
             .map_err(|e| corrupt(&format!("its header: {e}")))?;
-        let columns_end = header_end
-            .checked_add(h.columns)
-            .filter(|&n| n <= bytes.len())
-            .ok_or_else(|| corrupt("its columns are cut short"))?;
-        if crc32fast::hash(&bytes[header_end..columns_end]) != h.columns_crc32 {
-            return Err(corrupt("its columns' checksum does not match"));
-        }
-        let mut reader =
-            StreamReader::try_new(std::io::Cursor::new(&bytes[header_end..columns_end]), None)?;
-        let batch = reader
-            .next()
-            .ok_or_else(|| corrupt("it has no columns"))??;
+        let mut at = header_end;
+        let mut next = |p: &Part, what: &str| -> Result<RecordBatch> {
+            let end = at
+                .checked_add(p.len)
+                .filter(|&n| n <= bytes.len())
+                .ok_or_else(|| corrupt(&format!("its {what} are cut short")))?;
+            let part = &bytes[at..end];
+            at = end;
+            if crc32fast::hash(part) != p.crc32 {
+                return Err(corrupt(&format!("its {what}' checksum does not match")));
+            }
+            from_ipc(part, what)
+        };
+        let batch = next(&h.columns, "columns")?;
+        let reps = next(&h.reps, "representations")?;
+        let edges = match &h.edges {
+            Some(p) => Some(next(p, "edges")?),
+            None => None,
+        };
         let n = batch.num_columns();
         if n != FIND_COLUMNS.len() + 2 {
             return Err(corrupt("its columns"));
@@ -411,7 +466,8 @@ impl Generation {
         }
         let (tombstoned, kind) = (tombstoned.values().to_vec(), kind.values().to_vec());
         let columns = batch.project(&(0..n - 2).collect::<Vec<_>>())?;
-        let postings = Postings::open(bytes.slice(columns_end..), h.terms)?;
+        let objects = tombstoned.len();
+        let postings = Postings::open(bytes.slice(at..), h.terms)?;
         if crc32fast::hash(&postings.bytes[..postings.blob]) != h.directory_crc32 {
             return Err(corrupt("its terms' checksum does not match"));
         }
@@ -424,8 +480,56 @@ impl Generation {
                 kinds: h.kinds,
                 postings,
                 horizon: h.horizon,
+                reps: Reps::open(reps, objects)?,
+                edges: match edges {
+                    Some(e) => Some(Edges::open(e, objects)?),
+                    None => None,
+                },
+                derived: OnceLock::new(),
             },
         ))
+    }
+
+    /// The representations of the selected revisions.
+    pub fn reps(&self) -> &Reps {
+        &self.reps
+    }
+
+    /// The edges of the selected revisions, `None` when the graph tables are not held.
+    pub fn edges(&self) -> Option<&Edges> {
+        self.edges.as_ref()
+    }
+
+    /// The per-object column `name` of [`FIND_COLUMNS`].
+    pub fn column(&self, name: &str) -> Option<&ArrayRef> {
+        self.columns.column_by_name(name)
+    }
+
+    /// The per-object column `name` as integers: a timestamp in microseconds, an integer as
+    /// Int64; `None` when it is neither.
+    pub fn numbers(&self, name: &str) -> Option<Vec<Option<i64>>> {
+        let a = self.column(name)?;
+        micros(a.as_ref()).or_else(|| integers(a.as_ref()))
+    }
+
+    /// Whether the object `o` is live at `t` (microseconds).
+    pub fn live(&self, o: u32, t: i64) -> bool {
+        self.tombstoned[o as usize] > t
+    }
+
+    /// The tiers of `term` (title, summary, other; their weights are lexical-v1's), `None`
+    /// when no object holds it.
+    pub fn tiers(&self, term: &str) -> Result<Option<[RoaringBitmap; 3]>> {
+        self.postings.tiers(term)
+    }
+
+    /// What an engine derives from the generation and keeps with it: built by `build` on
+    /// first use; `None` when something of another type was kept.
+    pub fn derived<T: Any + Send + Sync>(&self, build: impl FnOnce(&Self) -> T) -> Option<Arc<T>> {
+        let kept = self
+            .derived
+            .get_or_init(|| Arc::new(build(self)) as Arc<dyn Any + Send + Sync>);
+        Arc::clone(kept).downcast::<T>().ok()
     }
 
     /// The fields of the per-object columns ([`FIND_COLUMNS`]).
@@ -576,6 +680,13 @@ pub struct Builder {
     /// Per term, the objects with it in a summary, and in another representation (tiers not
     /// yet disjoint).
     content: Vec<[Vec<u32>; 2]>,
+    /// Per ordinal, its selected revision's roles.
+    rev_roles: Vec<Vec<Arc<str>>>,
+    /// One allocation per distinct name, media type and role.
+    names: HashMap<String, Arc<str>>,
+    reps: Vec<RepRow>,
+    /// `None`: a graph table could not be held.
+    edges: Option<Vec<EdgeRow>>,
 }
 
 /// Adds `o` to a term's ordinals unless it was the last added (a representation holding a
@@ -607,41 +718,19 @@ fn compact(a: ArrayRef) -> ArrayRef {
     }
 }
 
-/// `array` as timestamps in microseconds (UTC), `None` when it holds no timestamps.
-fn micros(array: &dyn Array) -> Option<Vec<Option<i64>>> {
-    let DataType::Timestamp(_, tz) = array.data_type() else {
-        return None;
-    };
-    let as_micros = cast(
-        array,
-        &DataType::Timestamp(TimeUnit::Microsecond, tz.clone()),
-    )
-    .ok()?;
-    let p = as_micros.as_primitive::<TimestampMicrosecondType>();
-    Some(p.iter().collect())
-}
-
-/// `array` as Int64, `None` when it is not an integer column.
-fn integers(array: &dyn Array) -> Option<Vec<Option<i64>>> {
-    if !array.data_type().is_integer() {
-        return None;
-    }
-    let as_i64 = cast(array, &DataType::Int64).ok()?;
-    Some(as_i64.as_primitive::<Int64Type>().iter().collect())
-}
-
-/// Per row of a list-of-strings column, whether it holds `secret`; `None` when the column is
-/// not one.
-fn holds_secret(array: &dyn Array) -> Option<Vec<bool>> {
-    fn each<O: OffsetSizeTrait>(list: &GenericListArray<O>) -> Option<Vec<bool>> {
+/// Per row of a list-of-strings column, its strings (NULLs left out); `None` when the column
+/// is not one.
+fn role_lists(array: &dyn Array) -> Option<Vec<Vec<String>>> {
+    fn each<O: OffsetSizeTrait>(list: &GenericListArray<O>) -> Option<Vec<Vec<String>>> {
         let values = StringColumn::try_new(list.values().as_ref()).ok()?;
         let offsets = list.value_offsets();
         Some(
             (0..list.len())
-                .map(|i| {
-                    !list.is_null(i)
-                        && (offsets[i].as_usize()..offsets[i + 1].as_usize())
-                            .any(|j| values.get(j) == Some("secret"))
+                .map(|i| match list.is_null(i) {
+                    true => Vec::new(),
+                    false => (offsets[i].as_usize()..offsets[i + 1].as_usize())
+                        .filter_map(|j| values.get(j).map(str::to_string))
+                        .collect(),
                 })
                 .collect(),
         )
@@ -649,19 +738,19 @@ fn holds_secret(array: &dyn Array) -> Option<Vec<bool>> {
     match array.data_type() {
         DataType::List(_) => each(array.as_list::<i32>()),
         DataType::LargeList(_) => each(array.as_list::<i64>()),
-        DataType::Null => Some(vec![false; array.len()]),
+        DataType::Null => Some(vec![Vec::new(); array.len()]),
         _ => None,
     }
 }
 
-/// A column of `batch` by name, as strings.
-fn strings(batch: &RecordBatch, name: &str) -> Option<StringColumn> {
-    StringColumn::try_new(batch.column_by_name(name)?.as_ref()).ok()
-}
-
-/// A column of `batch` by name, through `read`.
-fn read<T>(batch: &RecordBatch, name: &str, read: impl Fn(&dyn Array) -> Option<T>) -> Option<T> {
-    read(batch.column_by_name(name)?.as_ref())
+/// The interned `s` (one allocation per distinct value).
+fn intern(names: &mut HashMap<String, Arc<str>>, s: &str) -> Arc<str> {
+    if let Some(a) = names.get(s) {
+        return Arc::clone(a);
+    }
+    let a: Arc<str> = Arc::from(s);
+    names.insert(s.to_string(), Arc::clone(&a));
+    a
 }
 
 /// The row of each id whose `by` is the largest (rows with a NULL id or `by` left out);
@@ -703,7 +792,7 @@ impl Builder {
                 read(objects, "tombstoned_at", micros)?,
                 read(revisions, "created_at", micros)?,
                 read(revisions, "revision", integers)?,
-                read(revisions, "roles", holds_secret)?,
+                read(revisions, "roles", role_lists)?,
                 strings(objects, "kind")?,
                 strings(objects, "title")?,
             ))
@@ -715,7 +804,7 @@ impl Builder {
             tombstoned,
             created,
             numbers,
-            secret,
+            roles,
             kinds,
             titles,
         )) = read_all()
@@ -779,6 +868,16 @@ impl Builder {
                 }),
             })
             .collect();
+        let mut names = HashMap::new();
+        let rev_roles: Vec<Vec<Arc<str>>> = revision_rows
+            .iter()
+            .map(|&r| {
+                roles[r as usize]
+                    .iter()
+                    .map(|x| intern(&mut names, x))
+                    .collect()
+            })
+            .collect();
         Ok(Some(Builder {
             ordinal: ids
                 .iter()
@@ -789,7 +888,10 @@ impl Builder {
                 .iter()
                 .map(|&r| numbers[r as usize].unwrap_or_default())
                 .collect(),
-            revision_secret: revision_rows.iter().map(|&r| secret[r as usize]).collect(),
+            revision_secret: rev_roles
+                .iter()
+                .map(|r| r.iter().any(|x| &**x == "secret"))
+                .collect(),
             titles: object_rows
                 .iter()
                 .map(|&r| titles.get(r as usize).map(str::to_string))
@@ -805,6 +907,10 @@ impl Builder {
             readable: RoaringBitmap::new(),
             terms: HashMap::new(),
             content: Vec::new(),
+            rev_roles,
+            names,
+            reps: Vec::new(),
+            edges: Some(Vec::new()),
         }))
     }
 
@@ -829,10 +935,14 @@ impl Builder {
                 strings(batch, "media_type")?,
                 strings(batch, "content")?,
                 read(batch, "revision", integers)?,
-                read(batch, "roles", holds_secret)?,
+                read(batch, "roles", role_lists)?,
+                strings(batch, "content_ref")?,
+                strings(batch, "content_hash")?,
+                read(batch, "tokens", integers)?,
             ))
         };
-        let Some((ids, names, media, content, numbers, secret)) = read_all() else {
+        let Some((ids, names, media, content, numbers, roles, refs, hashes, tokens)) = read_all()
+        else {
             return Ok(false);
         };
         for row in 0..batch.num_rows() {
@@ -845,11 +955,42 @@ impl Builder {
                 continue;
             };
             let ou = o as usize;
-            if self.revision[ou] != number
-                || !packable(media)
-                || self.revision_secret[ou]
-                || secret[row]
-            {
+            if self.revision[ou] != number {
+                continue;
+            }
+            let secret = self.revision_secret[ou] || roles[row].iter().any(|r| r == "secret");
+            let readable = packable(media) && !secret;
+            let text = content.get(row);
+            if names.is_null(row) || hashes.is_null(row) {
+                // The Parquet plan reads such a row as it is; CONTEXT FOR keeps it.
+                self.edges = None;
+            }
+            if let Some(name) = names.get(row) {
+                // The token count of chars-div-4-v1: the stored one, else the readable
+                // inline content's characters.
+                let counted = match (tokens[row], text) {
+                    (Some(n), _) => Some(n),
+                    (None, Some(t)) if readable => Some((t.chars().count() as i64 + 3) / 4),
+                    _ => None,
+                };
+                let mut eff = self.rev_roles[ou].clone();
+                for r in &roles[row] {
+                    if !eff.iter().any(|x| **x == **r) {
+                        eff.push(intern(&mut self.names, r));
+                    }
+                }
+                self.reps.push(RepRow {
+                    o,
+                    name: intern(&mut self.names, name),
+                    media: intern(&mut self.names, media),
+                    content_ref: refs.get(row).map(str::to_string),
+                    content_hash: hashes.get(row).unwrap_or_default().to_string(),
+                    tokens: counted,
+                    stored: tokens[row].is_some(),
+                    roles: eff,
+                });
+            }
+            if !readable {
                 continue;
             }
             self.readable.insert(o);
@@ -860,7 +1001,7 @@ impl Builder {
                 Some("summary") => 0,
                 Some(_) => 1,
             };
-            if let Some(text) = content.get(row) {
+            if let Some(text) = text {
                 let mut terms = Vec::new();
                 for_each_index_token(text, |t| terms.push(self.term(t)));
                 for t in terms {
@@ -869,6 +1010,27 @@ impl Builder {
             }
         }
         Ok(true)
+    }
+
+    /// Adds a batch of `links` ([`LINK_COLUMNS`]) or, not `links`, of `derivations`
+    /// ([`DERIVATION_COLUMNS`]): their edges of the selected revisions.
+    pub fn add_edges(&mut self, batch: &RecordBatch, links: bool) {
+        let (ordinal, revision) = (&self.ordinal, &self.revision);
+        let owner = |id: &str, number: i64| {
+            ordinal
+                .get(id)
+                .copied()
+                .filter(|&o| revision[o as usize] == number)
+        };
+        match (context::edges_of(batch, links, owner), &mut self.edges) {
+            (Some(rows), Some(edges)) => edges.extend(rows),
+            _ => self.edges = None,
+        }
+    }
+
+    /// The graph tables cannot be held (CONTEXT FOR then keeps the Parquet plan).
+    pub fn no_edges(&mut self) {
+        self.edges = None;
     }
 
     /// The generation: titles tokenised for the readable objects, each term's tiers made
@@ -902,6 +1064,7 @@ impl Builder {
                 (term, [title, summary, other])
             })
             .collect();
+        let objects = self.tombstoned.len();
         Ok(Generation {
             columns: self.columns,
             tombstoned: self.tombstoned,
@@ -909,6 +1072,12 @@ impl Builder {
             kinds: self.kinds,
             postings: Postings::build(postings)?,
             horizon: self.horizon,
+            reps: Reps::build(self.reps, objects)?,
+            edges: match self.edges {
+                Some(e) => Some(Edges::build(e, objects)?),
+                None => None,
+            },
+            derived: OnceLock::new(),
         })
     }
 }

@@ -1,0 +1,395 @@
+//! What CONTEXT FOR reads of a [`Generation`](super::Generation) beyond FIND's columns: the
+//! representations of each object's selected revision (metadata only: what the packer
+//! decides with, never their content) and the graph edges of the selected revisions.
+//!
+//! - [`Reps`]: per representation, its object's ordinal (sorted), name (one per name and
+//!   object: a representation written twice is the same), media type, content reference and
+//!   hash, token count as chars-div-4-v1 gives it (the stored `tokens`, else ⌈characters / 4⌉
+//!   of readable inline content, else none), whether that count was stored, its effective
+//!   roles (the revision's and its own), and flags: secret, packable (packable media with a
+//!   token count) and a bit per role of [`ROLES`].
+//! - [`Edges`]: per edge of a selected revision (links, with an `object` entity as the
+//!   object's node, and derivations), the ordinal of the object it belongs to (its liveness
+//!   at T decides whether the edge counts) and its two node names and relation.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{
+    Array, ArrayRef, AsArray, BooleanArray, Int64Array, ListArray, ListBuilder, RecordBatch,
+    StringArray, StringBuilder, UInt32Array,
+};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, UInt32Type};
+use signalql_udfs::strings::StringColumn;
+
+use super::columns::{corrupt, integers, read, strings};
+use crate::error::Result;
+use crate::objects::ROLES;
+use crate::objects::index::packable;
+
+/// The columns the build reads of `links` and of `derivations`.
+pub const LINK_COLUMNS: [&str; 5] = [
+    "object_id",
+    "revision",
+    "entity_type",
+    "entity_id",
+    "relation",
+];
+pub const DERIVATION_COLUMNS: [&str; 4] = ["object_id", "revision", "relation", "source_object_id"];
+
+/// A representation's flags: secret (its effective roles include `secret`).
+pub const SECRET: u16 = 1;
+/// Packable media with a token count.
+pub const PACKABLE: u16 = 2;
+
+/// The flag bit of an effective role of [`ROLES`] (`None` for another name).
+pub fn role_bit(role: &str) -> Option<u16> {
+    ROLES.iter().position(|r| *r == role).map(|i| 4 << i)
+}
+
+/// A representation as the build collects it.
+pub(super) struct RepRow {
+    pub o: u32,
+    pub name: Arc<str>,
+    pub media: Arc<str>,
+    pub content_ref: Option<String>,
+    pub content_hash: String,
+    pub tokens: Option<i64>,
+    pub stored: bool,
+    pub roles: Vec<Arc<str>>,
+}
+
+fn reps_schema() -> Arc<Schema> {
+    Arc::new(Schema::new(vec![
+        Field::new("ordinal", DataType::UInt32, false),
+        Field::new("name", DataType::Utf8, false),
+        Field::new("media_type", DataType::Utf8, false),
+        Field::new("content_ref", DataType::Utf8, true),
+        Field::new("content_hash", DataType::Utf8, false),
+        Field::new("tokens", DataType::Int64, true),
+        Field::new("stored", DataType::Boolean, false),
+        Field::new(
+            "roles",
+            DataType::List(Arc::new(Field::new_list_field(DataType::Utf8, true))),
+            false,
+        ),
+    ]))
+}
+
+/// The representations of the selected revisions (see the module's documentation).
+#[derive(Debug)]
+pub struct Reps {
+    batch: RecordBatch,
+    /// Per ordinal, where its representations start (one more entry than objects).
+    start: Vec<u32>,
+    flags: Vec<u16>,
+    names: StringArray,
+    media: StringArray,
+    refs: StringArray,
+    hashes: StringArray,
+    tokens: Int64Array,
+    stored: BooleanArray,
+    roles: ListArray,
+}
+
+impl Reps {
+    /// The representations of `rows`, sorted by ordinal then name, the first of a name kept.
+    pub(super) fn build(mut rows: Vec<RepRow>, objects: usize) -> Result<Reps> {
+        rows.sort_by(|a, b| a.o.cmp(&b.o).then_with(|| a.name.cmp(&b.name)));
+        rows.dedup_by(|b, a| a.o == b.o && a.name == b.name);
+        let mut roles = ListBuilder::new(StringBuilder::new());
+        for r in &rows {
+            for role in &r.roles {
+                roles.values().append_value(role);
+            }
+            roles.append(true);
+        }
+        let arrays: Vec<ArrayRef> = vec![
+            Arc::new(UInt32Array::from_iter_values(rows.iter().map(|r| r.o))),
+            Arc::new(StringArray::from_iter_values(rows.iter().map(|r| &*r.name))),
+            Arc::new(StringArray::from_iter_values(
+                rows.iter().map(|r| &*r.media),
+            )),
+            Arc::new(StringArray::from_iter(
+                rows.iter().map(|r| r.content_ref.as_deref()),
+            )),
+            Arc::new(StringArray::from_iter_values(
+                rows.iter().map(|r| r.content_hash.as_str()),
+            )),
+            Arc::new(Int64Array::from_iter(rows.iter().map(|r| r.tokens))),
+            Arc::new(BooleanArray::from_iter(rows.iter().map(|r| Some(r.stored)))),
+            Arc::new(roles.finish()),
+        ];
+        Reps::open(RecordBatch::try_new(reps_schema(), arrays)?, objects)
+    }
+
+    /// The representations in `batch` (as [`Reps::batch`] gives them) of a generation of
+    /// `objects` objects; an error when they are not.
+    pub(super) fn open(batch: RecordBatch, objects: usize) -> Result<Reps> {
+        if batch.schema().fields() != reps_schema().fields() {
+            return Err(corrupt("its representations' columns"));
+        }
+        let bad = || corrupt("its representations' columns");
+        let ordinals = batch
+            .column(0)
+            .as_primitive_opt::<UInt32Type>()
+            .ok_or_else(bad)?;
+        let s = |i: usize| {
+            batch
+                .column(i)
+                .as_string_opt::<i32>()
+                .cloned()
+                .ok_or_else(bad)
+        };
+        let (names, media, refs, hashes) = (s(1)?, s(2)?, s(3)?, s(4)?);
+        let tokens = batch
+            .column(5)
+            .as_primitive_opt::<datafusion::arrow::datatypes::Int64Type>()
+            .cloned()
+            .ok_or_else(bad)?;
+        let stored = batch.column(6).as_boolean_opt().cloned().ok_or_else(bad)?;
+        let roles = batch
+            .column(7)
+            .as_list_opt::<i32>()
+            .cloned()
+            .ok_or_else(bad)?;
+        let role_values = roles.values().as_string_opt::<i32>().ok_or_else(bad)?;
+        let mut start = vec![0u32; objects + 1];
+        let mut last = 0u32;
+        for &o in ordinals.values() {
+            if o < last || o as usize >= objects {
+                return Err(corrupt("a representation's ordinal"));
+            }
+            last = o;
+            start[o as usize + 1] += 1;
+        }
+        for i in 0..objects {
+            start[i + 1] += start[i];
+        }
+        let offsets = roles.value_offsets();
+        let flags = (0..batch.num_rows())
+            .map(|r| {
+                let mut f = 0u16;
+                for j in offsets[r] as usize..offsets[r + 1] as usize {
+                    if role_values.is_valid(j) {
+                        f |= role_bit(role_values.value(j)).unwrap_or(0);
+                    }
+                }
+                if f & role_bit("secret").unwrap_or(0) != 0 {
+                    f |= SECRET;
+                }
+                if packable(media.value(r)) && tokens.is_valid(r) {
+                    f |= PACKABLE;
+                }
+                f
+            })
+            .collect();
+        Ok(Reps {
+            batch,
+            start,
+            flags,
+            names,
+            media,
+            refs,
+            hashes,
+            tokens,
+            stored,
+            roles,
+        })
+    }
+
+    /// The columns, as a snapshot keeps them.
+    pub(super) fn batch(&self) -> &RecordBatch {
+        &self.batch
+    }
+
+    /// The representations of the object `o`.
+    pub fn of(&self, o: u32) -> Range<usize> {
+        self.start[o as usize] as usize..self.start[o as usize + 1] as usize
+    }
+
+    pub fn flags(&self, r: usize) -> u16 {
+        self.flags[r]
+    }
+
+    pub fn name(&self, r: usize) -> &str {
+        self.names.value(r)
+    }
+
+    pub fn media_type(&self, r: usize) -> &str {
+        self.media.value(r)
+    }
+
+    pub fn content_ref(&self, r: usize) -> Option<&str> {
+        self.refs.is_valid(r).then(|| self.refs.value(r))
+    }
+
+    pub fn content_hash(&self, r: usize) -> &str {
+        self.hashes.value(r)
+    }
+
+    /// The chars-div-4-v1 token count (`None`: none, so not packed).
+    pub fn tokens(&self, r: usize) -> Option<i64> {
+        self.tokens.is_valid(r).then(|| self.tokens.value(r))
+    }
+
+    /// Whether the count is the stored `tokens`.
+    pub fn stored(&self, r: usize) -> bool {
+        self.stored.value(r)
+    }
+
+    /// The effective roles, each through `f`.
+    pub fn roles<T>(&self, r: usize, mut f: impl FnMut(&str) -> T) -> Vec<T> {
+        let list = self.roles.value(r);
+        let values = list.as_string::<i32>();
+        values.iter().flatten().map(&mut f).collect()
+    }
+
+    pub(super) fn memory_bytes(&self) -> usize {
+        self.batch.get_array_memory_size() + self.start.len() * 4 + self.flags.len() * 2
+    }
+}
+
+/// An edge as the build collects it.
+pub(super) struct EdgeRow {
+    pub owner: u32,
+    pub a: String,
+    pub b: String,
+    pub relation: String,
+}
+
+fn edges_schema() -> Arc<Schema> {
+    Arc::new(Schema::new(vec![
+        Field::new("owner", DataType::UInt32, false),
+        Field::new("a", DataType::Utf8, false),
+        Field::new("b", DataType::Utf8, false),
+        Field::new("relation", DataType::Utf8, false),
+    ]))
+}
+
+/// The edges of the selected revisions (see the module's documentation).
+#[derive(Debug)]
+pub struct Edges {
+    batch: RecordBatch,
+    owner: UInt32Array,
+    a: StringArray,
+    b: StringArray,
+    relation: StringArray,
+}
+
+impl Edges {
+    pub(super) fn build(rows: Vec<EdgeRow>, objects: usize) -> Result<Edges> {
+        let arrays: Vec<ArrayRef> = vec![
+            Arc::new(UInt32Array::from_iter_values(rows.iter().map(|r| r.owner))),
+            Arc::new(StringArray::from_iter_values(rows.iter().map(|r| &r.a))),
+            Arc::new(StringArray::from_iter_values(rows.iter().map(|r| &r.b))),
+            Arc::new(StringArray::from_iter_values(
+                rows.iter().map(|r| &r.relation),
+            )),
+        ];
+        Edges::open(RecordBatch::try_new(edges_schema(), arrays)?, objects)
+    }
+
+    pub(super) fn open(batch: RecordBatch, objects: usize) -> Result<Edges> {
+        let bad = || corrupt("its edges' columns");
+        if batch.schema().fields() != edges_schema().fields() {
+            return Err(bad());
+        }
+        let owner = batch
+            .column(0)
+            .as_primitive_opt::<UInt32Type>()
+            .cloned()
+            .ok_or_else(bad)?;
+        if owner.values().iter().any(|&o| o as usize >= objects) {
+            return Err(corrupt("an edge's object"));
+        }
+        let s = |i: usize| {
+            batch
+                .column(i)
+                .as_string_opt::<i32>()
+                .cloned()
+                .ok_or_else(bad)
+        };
+        let (a, b, relation) = (s(1)?, s(2)?, s(3)?);
+        Ok(Edges {
+            batch,
+            owner,
+            a,
+            b,
+            relation,
+        })
+    }
+
+    pub(super) fn batch(&self) -> &RecordBatch {
+        &self.batch
+    }
+
+    pub fn len(&self) -> usize {
+        self.owner.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The `i`th edge: the ordinal of the object it belongs to, its nodes and relation.
+    pub fn edge(&self, i: usize) -> (u32, &str, &str, &str) {
+        (
+            self.owner.value(i),
+            self.a.value(i),
+            self.b.value(i),
+            self.relation.value(i),
+        )
+    }
+
+    pub(super) fn memory_bytes(&self) -> usize {
+        self.batch.get_array_memory_size()
+    }
+}
+
+/// The edges of a batch of `links` ([`LINK_COLUMNS`]) or `derivations`
+/// ([`DERIVATION_COLUMNS`]) that belong to a selected revision, through `owner` (an object
+/// id and revision number to its ordinal when that is its selected revision); `None` when
+/// the batch's columns are not the tables' (other types, or a NULL the tables do not allow).
+pub(super) fn edges_of(
+    batch: &RecordBatch,
+    links: bool,
+    owner: impl Fn(&str, i64) -> Option<u32>,
+) -> Option<Vec<EdgeRow>> {
+    let ids = strings(batch, "object_id")?;
+    let numbers = read(batch, "revision", integers)?;
+    let relation = strings(batch, "relation")?;
+    let (first, second): (StringColumn, Option<StringColumn>) = match links {
+        true => (
+            strings(batch, "entity_type")?,
+            Some(strings(batch, "entity_id")?),
+        ),
+        false => (strings(batch, "source_object_id")?, None),
+    };
+    let mut out = Vec::new();
+    for (row, number) in numbers.into_iter().enumerate() {
+        let (Some(id), Some(number), Some(rel), Some(x)) =
+            (ids.get(row), number, relation.get(row), first.get(row))
+        else {
+            return None;
+        };
+        let Some(o) = owner(id, number) else {
+            continue;
+        };
+        let b = match &second {
+            // A link: an `object` entity is the object's node.
+            Some(entity_ids) => {
+                let e = entity_ids.get(row)?;
+                format!("{x}:{e}")
+            }
+            None => format!("object:{x}"),
+        };
+        out.push(EdgeRow {
+            owner: o,
+            a: format!("object:{id}"),
+            b,
+            relation: rel.to_string(),
+        });
+    }
+    Some(out)
+}

@@ -1,0 +1,426 @@
+//! CONTEXT FOR's decisions from a resident generation (DESIGN.md §5 "Scale"; docs/index.md,
+//! "CONTEXT FOR from the resident index"): the same [`Decisions`] as the packer operator
+//! gives over the Parquet plan, without enumerating the candidates as rows.
+//!
+//! - Eligibility is one pass over the generation's per-object codes (scope, MAX AGE, the
+//!   object-level EXCLUDE items) and its representations' flags (secret, packable); the
+//!   rejected are ordinals, formatted only when the decisions are.
+//! - Only the eligible objects holding a task term are seeds, scored from the postings' tiers.
+//! - Expansion runs over the generation's graph (built once, edges counted while the object
+//!   they belong to is live at T) from those seeds only.
+//! - Ranking computes each relevant object's boosted score, keeps those at or above the
+//!   MAX OBJECTS-th score (ties included), and only those become [`Candidate`]s, ranked and
+//!   packed by the code the operator uses ([`pack_ranked`]).
+//!
+//! A query the generation cannot answer exactly takes the Parquet plan: CONTEXT FOR
+//! entity(…) (relationships between entities are not held), COMPRESS (it reads content), the
+//! o200k_base estimator (its counts are not held), an EXCLUDE ROLE naming a role some
+//! representation has (its scores would change), or a generation without its graph.
+
+use std::sync::Arc;
+
+use datafusion::common::HashMap;
+use signalql_catalog::objects::resident::{Generation, PACKABLE, RoaringBitmap, SECRET, role_bit};
+use signalql_udfs::scalar::lexical::{SUMMARY_WEIGHT, TEXT_WEIGHT, TITLE_WEIGHT};
+use signalql_udfs::scalar::token_estimate::Estimator;
+use signalql_udfs::strings::StringColumn;
+
+use super::expand::{Expansion, Graph};
+use super::pack::{Decisions, Key, PackParams, pack_ranked, satisfied};
+use super::select::{CHARS_DIV_4, Candidate, Reason, Rep, STORED, boost};
+use crate::error::Result;
+use crate::syntax::ast::{ContextQuery, ExcludeItem};
+
+/// No node, or no ordinal.
+const NONE: u32 = u32::MAX;
+
+/// Per-object flags: every representation secret (and at least one); a representation
+/// packable and not secret.
+const ALL_SECRET: u8 = 1;
+const ANY_ELIGIBLE: u8 = 2;
+
+/// What the engine derives from a generation once (kept with it).
+struct Facts {
+    ids: StringColumn,
+    revision: Vec<i64>,
+    created: Vec<i64>,
+    /// Per object, its project's code (`NONE`: NULL) in `projects`.
+    project: Vec<u32>,
+    projects: HashMap<String, u32>,
+    /// Per object, the codes of its state, trust, origin and validation in `names`.
+    codes: Vec<[u32; 4]>,
+    names: Vec<Arc<str>>,
+    flags: Vec<u8>,
+    /// Every role flag some representation has.
+    roles_seen: u16,
+    graph: Arc<Graph>,
+    /// Per graph node, the object's ordinal (`NONE`: an entity, or an object not held).
+    node_ordinal: Vec<u32>,
+    /// Per ordinal, its graph node (`NONE`: no edges).
+    ordinal_node: Vec<u32>,
+}
+
+impl Facts {
+    /// `None` when the generation holds no graph or its columns are not read as expected.
+    fn build(g: &Generation) -> Option<Facts> {
+        let edges = g.edges()?;
+        let ids = StringColumn::try_new(g.column("object_id")?.as_ref()).ok()?;
+        let revision = g
+            .numbers("revision")?
+            .into_iter()
+            .collect::<Option<Vec<_>>>()?;
+        let created = g
+            .numbers("created_at")?
+            .into_iter()
+            .collect::<Option<Vec<_>>>()?;
+        let n = g.objects();
+        let mut projects: HashMap<String, u32> = HashMap::new();
+        let project_col = StringColumn::cast_from(g.column("project")?.as_ref()).ok()?;
+        let project = (0..n)
+            .map(|o| match project_col.get(o) {
+                None => NONE,
+                Some(p) => {
+                    let next = projects.len() as u32;
+                    *projects.entry(p.to_string()).or_insert(next)
+                }
+            })
+            .collect();
+        let mut names: Vec<Arc<str>> = Vec::new();
+        let mut index: HashMap<String, u32> = HashMap::new();
+        let columns = ["state", "trust", "origin", "validation"].map(|c| {
+            g.column(c)
+                .and_then(|a| StringColumn::cast_from(a.as_ref()).ok())
+        });
+        let [Some(state), Some(trust), Some(origin), Some(validation)] = columns else {
+            return None;
+        };
+        let mut code = |s: &str| -> u32 {
+            if let Some(&c) = index.get(s) {
+                return c;
+            }
+            names.push(Arc::from(s));
+            index.insert(s.to_string(), names.len() as u32 - 1);
+            names.len() as u32 - 1
+        };
+        let codes = (0..n)
+            .map(|o| {
+                [&state, &trust, &origin, &validation].map(|c| code(c.get(o).unwrap_or_default()))
+            })
+            .collect();
+        let reps = g.reps();
+        let mut roles_seen = 0u16;
+        let flags = (0..n as u32)
+            .map(|o| {
+                let range = reps.of(o);
+                let mut f = 0u8;
+                if !range.is_empty() && range.clone().all(|r| reps.flags(r) & SECRET != 0) {
+                    f |= ALL_SECRET;
+                }
+                for r in range {
+                    let x = reps.flags(r);
+                    roles_seen |= x;
+                    if x & PACKABLE != 0 && x & SECRET == 0 {
+                        f |= ANY_ELIGIBLE;
+                    }
+                }
+                f
+            })
+            .collect();
+        let graph = Arc::new(Graph::new((0..edges.len()).map(|i| {
+            let (owner, a, b, rel) = edges.edge(i);
+            (a, b, rel, owner)
+        })));
+        let ordinal = |id: &str| -> u32 {
+            // Ordinals are the ids in byte order.
+            let (mut lo, mut hi) = (0usize, n);
+            while lo < hi {
+                let mid = (lo + hi) / 2;
+                match ids.value(mid).cmp(id) {
+                    std::cmp::Ordering::Less => lo = mid + 1,
+                    std::cmp::Ordering::Greater => hi = mid,
+                    std::cmp::Ordering::Equal => return mid as u32,
+                }
+            }
+            NONE
+        };
+        let node_ordinal: Vec<u32> = graph
+            .names()
+            .iter()
+            .map(|name| name.strip_prefix("object:").map_or(NONE, ordinal))
+            .collect();
+        let mut ordinal_node = vec![NONE; n];
+        for (node, &o) in node_ordinal.iter().enumerate() {
+            if o != NONE {
+                ordinal_node[o as usize] = node as u32;
+            }
+        }
+        Some(Facts {
+            ids,
+            revision,
+            created,
+            project,
+            projects,
+            codes,
+            names,
+            flags,
+            roles_seen,
+            graph,
+            node_ordinal,
+            ordinal_node,
+        })
+    }
+
+    fn name(&self, o: usize, which: usize) -> &Arc<str> {
+        &self.names[self.codes[o][which] as usize]
+    }
+
+    /// The ordinal of the object `id`, if held.
+    fn ordinal(&self, id: &str) -> Option<u32> {
+        let (mut lo, mut hi) = (0usize, self.revision.len());
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            match self.ids.value(mid).cmp(id) {
+                std::cmp::Ordering::Less => lo = mid + 1,
+                std::cmp::Ordering::Greater => hi = mid,
+                std::cmp::Ordering::Equal => return Some(mid as u32),
+            }
+        }
+        None
+    }
+}
+
+/// The decisions of the CONTEXT FOR `q` with parameters `p` at `t` (µs) from `g`; `None` when
+/// the generation cannot answer it exactly (see the module's documentation). The caller has
+/// checked that `g` covers `t` and reads the task's terms.
+pub(crate) fn decide(
+    g: &Generation,
+    p: &PackParams,
+    q: &ContextQuery,
+    t: i64,
+) -> Result<Option<Decisions>> {
+    if p.subject.is_some() || p.compress || p.estimator != Estimator::CharsDiv4 {
+        return Ok(None);
+    }
+    let Some(facts) = g.derived(Facts::build) else {
+        return Ok(None);
+    };
+    let Some(f) = facts.as_ref() else {
+        return Ok(None);
+    };
+    for x in &q.exclude {
+        if let ExcludeItem::Role { role, .. } = x
+            && role_bit(super::load::role_name(*role)).is_none_or(|b| f.roles_seen & b != 0)
+        {
+            return Ok(None);
+        }
+    }
+    let n = g.objects();
+
+    // Eligibility, in the spec's order of reasons (select::ineligible).
+    let project = p.project.as_ref().map(|name| f.projects.get(name).copied());
+    let mut eligible = vec![false; n];
+    let mut rejected: Vec<(u32, Reason)> = Vec::new();
+    let mut considered = 0u64;
+    for (o, elig) in eligible.iter_mut().enumerate() {
+        if !g.live(o as u32, t) {
+            continue;
+        }
+        considered += 1;
+        let trust = &**f.name(o, 1);
+        let state = &**f.name(o, 0);
+        let reason = if project.is_some_and(|code| code.is_none_or(|c| f.project[o] != c)) {
+            Some(Reason::OutOfScope)
+        } else if p.min_created.is_some_and(|from| f.created[o] < from) {
+            Some(Reason::MaxAge)
+        } else if f.flags[o] & ALL_SECRET != 0 {
+            Some(Reason::ExcludedSecret)
+        } else if p.exclude_untrusted && trust == "untrusted" {
+            Some(Reason::ExcludedTrust)
+        } else if p.exclude_stale && (state == "stale" || state == "invalid") {
+            Some(Reason::ExcludedStale)
+        } else if f.flags[o] & ANY_ELIGIBLE == 0 {
+            Some(Reason::NoPackableRepresentation)
+        } else {
+            None
+        };
+        match reason {
+            Some(r) => rejected.push((o as u32, r)),
+            None => *elig = true,
+        }
+    }
+
+    // Seeds: the eligible objects holding a task term, with their lexical-v1 sums.
+    let mut tiers = Vec::with_capacity(p.terms.len());
+    for term in &p.terms {
+        tiers.push(g.tiers(term)?);
+    }
+    let weights = [TITLE_WEIGHT, SUMMARY_WEIGHT, TEXT_WEIGHT];
+    let mut sums: HashMap<u32, i64> = HashMap::new();
+    for [title, summary, other] in tiers.iter().flatten() {
+        for (tier, w) in [title, summary, other].into_iter().zip(weights) {
+            for o in tier {
+                if eligible.get(o as usize).copied().unwrap_or(false) {
+                    *sums.entry(o).or_default() += w;
+                }
+            }
+        }
+    }
+    let denominator = 3 * p.terms.len().max(1) as i64;
+    let lexical = |sum: i64| sum * 1_000_000 / denominator;
+
+    // Expansion from the seeds in the graph.
+    let expansion = if p.max_depth > 0 && !f.graph.names().is_empty() {
+        let seeds: Vec<(u32, i64)> = sums
+            .iter()
+            .filter(|(o, _)| f.ordinal_node[**o as usize] != NONE)
+            .map(|(o, s)| (f.ordinal_node[*o as usize], lexical(*s)))
+            .collect();
+        let passable = |node: u32, _: &str| {
+            let o = f.node_ordinal[node as usize];
+            o != NONE && eligible[o as usize]
+        };
+        let live = |owner: u32| g.live(owner, t);
+        f.graph.expand_nodes(&seeds, p.max_depth, &passable, &live)
+    } else {
+        Expansion::default()
+    };
+
+    // Every relevant object's rank score; those from the MAX OBJECTS-th score up are ranked.
+    let mut relevant: HashMap<u32, (i64, i64, u32)> = sums
+        .iter()
+        .map(|(o, s)| (*o, (lexical(*s), 0, 0)))
+        .collect();
+    for (node, score, hops) in expansion.nodes() {
+        let o = f.node_ordinal[node as usize];
+        if o != NONE {
+            let e = relevant.entry(o).or_insert((0, 0, 0));
+            e.1 = score;
+            e.2 = hops;
+        }
+    }
+    let mut boosts: HashMap<(u32, u32), usize> = HashMap::new();
+    let mut scored: Vec<(i64, u32)> = relevant
+        .iter()
+        .map(|(&o, &(lex, prop, _))| {
+            let c = f.codes[o as usize];
+            let k = *boosts
+                .entry((c[0], c[1]))
+                .or_insert_with(|| match p.prefer.is_empty() {
+                    true => 0,
+                    false => satisfied(p, f.name(o as usize, 0), f.name(o as usize, 1)).len(),
+                });
+            (boost(lex.max(prop), k), o)
+        })
+        .collect();
+    let expanded = relevant.values().filter(|(l, p, _)| p > l).count() as u64;
+    let max_objects = p.max_objects as usize;
+    let threshold = if scored.len() > max_objects {
+        let (_, nth, _) = scored.select_nth_unstable_by(max_objects - 1, |a, b| b.0.cmp(&a.0));
+        nth.0
+    } else {
+        i64::MIN
+    };
+    let mut over: Vec<(u32, Reason)> = Vec::new();
+    let mut candidates: Vec<Candidate> = Vec::new();
+    let mut keyed: Vec<(i64, u32)> = Vec::new();
+    for &(score, o) in &scored {
+        if score < threshold {
+            over.push((o, Reason::MaxObjects));
+        } else {
+            let (lex, prop, hops) = relevant[&o];
+            candidates.push(candidate(g, f, &tiers, o, lex));
+            keyed.push((prop, hops));
+        }
+    }
+    let mut keys: Vec<Key> = candidates
+        .iter()
+        .zip(&keyed)
+        .filter_map(|(c, &(prop, hops))| Key::of(p, c, prop, hops))
+        .collect();
+    keys.sort_by(Key::order);
+    for k in keys.iter().skip(max_objects) {
+        if let Some(o) = f.ordinal(&k.c.id) {
+            over.push((o, Reason::MaxObjects));
+        }
+    }
+    keys.truncate(max_objects);
+    let revision_of = |id: &str| {
+        f.ordinal(id)
+            .filter(|&o| eligible[o as usize])
+            .map(|o| f.revision[o as usize])
+    };
+    let packed = pack_ranked(p, keys, &expansion, &revision_of);
+    let rejected: Vec<(&str, i64, Reason)> = rejected
+        .into_iter()
+        .chain(over)
+        .map(|(o, r)| (f.ids.value(o as usize), f.revision[o as usize], r))
+        .collect();
+    Ok(Some(Decisions {
+        considered,
+        seeds: sums.len() as u64,
+        expanded,
+        ..packed.decisions(rejected)
+    }))
+}
+
+/// The candidate of the eligible object `o` with lexical-v1 score `lexical`: its term weights
+/// from the postings' `tiers` and its representations (metadata only: no query this path
+/// answers reads content before packing).
+fn candidate(
+    g: &Generation,
+    f: &Facts,
+    tiers: &[Option<[RoaringBitmap; 3]>],
+    o: u32,
+    lexical: i64,
+) -> Candidate {
+    let ou = o as usize;
+    let weights = tiers
+        .iter()
+        .map(|t| match t {
+            Some([title, summary, other]) => {
+                if title.contains(o) {
+                    TITLE_WEIGHT
+                } else if summary.contains(o) {
+                    SUMMARY_WEIGHT
+                } else if other.contains(o) {
+                    TEXT_WEIGHT
+                } else {
+                    0
+                }
+            }
+            None => 0,
+        })
+        .collect();
+    let reps = g.reps();
+    let reps = reps
+        .of(o)
+        .map(|r| Rep {
+            name: Arc::from(reps.name(r)),
+            media_type: Arc::from(reps.media_type(r)),
+            content: None,
+            content_ref: reps.content_ref(r).map(str::to_string),
+            content_hash: reps.content_hash(r).to_string(),
+            tokens: reps.tokens(r).unwrap_or(0),
+            estimator: if reps.stored(r) { STORED } else { CHARS_DIV_4 },
+            roles: reps.roles(r, |x| Arc::<str>::from(x)),
+            secret: reps.flags(r) & SECRET != 0,
+            role_excluded: false,
+            packable: reps.flags(r) & PACKABLE != 0,
+        })
+        .collect();
+    Candidate {
+        id: f.ids.value(ou).to_string(),
+        revision: f.revision[ou],
+        in_project: true,
+        within_age: true,
+        state: Arc::clone(f.name(ou, 0)),
+        trust: Arc::clone(f.name(ou, 1)),
+        origin: Arc::clone(f.name(ou, 2)),
+        validation: Arc::clone(f.name(ou, 3)),
+        roles: Vec::new(),
+        reps,
+        lexical,
+        weights,
+        scanned: false,
+    }
+}
