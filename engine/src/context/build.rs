@@ -108,7 +108,6 @@ async fn decisions(
     if let Some(r) = resident
         && let Some(g) = r.generation(exec.session(), catalog, exec).await?
         && g.covers(t)
-        && g.reads(&p.params.terms)
         && let Some(d) = super::from_index::decide(&g, &p.params, &p.q, t)?
     {
         r.answered_context();

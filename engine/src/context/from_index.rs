@@ -130,23 +130,14 @@ impl Facts {
             let (owner, a, b, rel) = edges.edge(i);
             (a, b, rel, owner)
         })));
-        let ordinal = |id: &str| -> u32 {
-            // Ordinals are the ids in byte order.
-            let (mut lo, mut hi) = (0usize, n);
-            while lo < hi {
-                let mid = (lo + hi) / 2;
-                match ids.value(mid).cmp(id) {
-                    std::cmp::Ordering::Less => lo = mid + 1,
-                    std::cmp::Ordering::Greater => hi = mid,
-                    std::cmp::Ordering::Equal => return mid as u32,
-                }
-            }
-            NONE
-        };
         let node_ordinal: Vec<u32> = graph
             .names()
             .iter()
-            .map(|name| name.strip_prefix("object:").map_or(NONE, ordinal))
+            .map(|name| {
+                name.strip_prefix("object:")
+                    .and_then(|id| ordinal_of(&ids, n, id))
+                    .unwrap_or(NONE)
+            })
             .collect();
         let mut ordinal_node = vec![NONE; n];
         for (node, &o) in node_ordinal.iter().enumerate() {
@@ -176,22 +167,28 @@ impl Facts {
 
     /// The ordinal of the object `id`, if held.
     fn ordinal(&self, id: &str) -> Option<u32> {
-        let (mut lo, mut hi) = (0usize, self.revision.len());
-        while lo < hi {
-            let mid = (lo + hi) / 2;
-            match self.ids.value(mid).cmp(id) {
-                std::cmp::Ordering::Less => lo = mid + 1,
-                std::cmp::Ordering::Greater => hi = mid,
-                std::cmp::Ordering::Equal => return Some(mid as u32),
-            }
-        }
-        None
+        ordinal_of(&self.ids, self.revision.len(), id)
     }
 }
 
+/// The ordinal of the object `id` among the `n` ids of a generation (its ordinals are the ids
+/// in byte order).
+fn ordinal_of(ids: &StringColumn, n: usize, id: &str) -> Option<u32> {
+    let (mut lo, mut hi) = (0usize, n);
+    while lo < hi {
+        let mid = (lo + hi) / 2;
+        match ids.value(mid).cmp(id) {
+            std::cmp::Ordering::Less => lo = mid + 1,
+            std::cmp::Ordering::Greater => hi = mid,
+            std::cmp::Ordering::Equal => return Some(mid as u32),
+        }
+    }
+    None
+}
+
 /// The decisions of the CONTEXT FOR `q` with parameters `p` at `t` (µs) from `g`; `None` when
-/// the generation cannot answer it exactly (see the module's documentation). The caller has
-/// checked that `g` covers `t` and reads the task's terms.
+/// the generation cannot answer it exactly (see the module's documentation), or a task term's
+/// postings do not decode. The caller has checked that `g` covers `t`.
 pub(crate) fn decide(
     g: &Generation,
     p: &PackParams,
@@ -250,9 +247,14 @@ pub(crate) fn decide(
     }
 
     // Seeds: the eligible objects holding a task term, with their lexical-v1 sums.
+    // Each term's tiers, decoded once; a posting list that does not decode whole (a damaged
+    // snapshot) leaves the query to the Parquet plan.
     let mut tiers = Vec::with_capacity(p.terms.len());
     for term in &p.terms {
-        tiers.push(g.tiers(term)?);
+        match g.tiers(term) {
+            Ok(t) => tiers.push(t),
+            Err(_) => return Ok(None),
+        }
     }
     let weights = [TITLE_WEIGHT, SUMMARY_WEIGHT, TEXT_WEIGHT];
     let mut sums: HashMap<u32, i64> = HashMap::new();
