@@ -128,6 +128,8 @@ pub struct Dataset {
     opened: Arc<Mutex<HashMap<String, Opened>>>,
     /// The schema and row count of each file read before, by (location, size).
     file_schemas: Arc<Mutex<HashMap<(String, u64), OpenedFile>>>,
+    /// What each file answered to the bind pass's questions ([`TableInfo::counted`]).
+    counted: FileCounts,
 }
 
 /// A table opened before: the readable files listed and the files skipped at listing, then
@@ -180,7 +182,15 @@ pub struct TableInfo {
     /// table version): whether a JSON-text key holds only numbers (docs/mapping.md), by the
     /// caller's restriction and the key. Shared by the clones of one opened table.
     pub decided: Arc<std::sync::Mutex<HashMap<String, bool>>>,
+    /// The same question asked of each file, kept by the dataset for every opening of its
+    /// tables: by (caller restriction and key, file location, file size), the key's non-null
+    /// values and how many of them are numbers. A table version that adds files asks only
+    /// them (a file is named by its location and size, as in [`Dataset::opened_file_schema`]).
+    pub counted: FileCounts,
 }
+
+/// Per (question, file location, file size): the counts a file gave ([`TableInfo::counted`]).
+pub type FileCounts = Arc<std::sync::Mutex<HashMap<(String, String, u64), (i64, i64)>>>;
 
 /// The fingerprint of a table's files as listed: a hash of each file's location, size and
 /// version (modification time, or ETag on S3). Any file added, removed or rewritten changes it.
@@ -276,6 +286,7 @@ impl TableInfo {
             fingerprint: None,
             rows: None,
             decided: Default::default(),
+            counted: self.counted.clone(),
             ..self.clone()
         })
     }
@@ -355,6 +366,7 @@ impl Dataset {
             table_roots: Arc::default(),
             opened: Arc::default(),
             file_schemas: Arc::default(),
+            counted: Arc::default(),
         })
     }
 
@@ -565,6 +577,7 @@ impl Dataset {
             fingerprint: None,
             rows: None,
             decided: Default::default(),
+            counted: self.counted.clone(),
         })
     }
 

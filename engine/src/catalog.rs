@@ -241,6 +241,7 @@ impl Catalog for ApplicationCatalog {
                 fingerprint: None,
                 rows: None,
                 decided: Default::default(),
+                counted: Default::default(),
             });
         }
         let t = self.dataset.table(ctx, name).await?;

@@ -14,6 +14,7 @@ use datafusion::arrow::datatypes::DataType;
 use datafusion::datasource::physical_plan::FileScanConfig;
 use datafusion::datasource::source::DataSourceExec;
 use datafusion::logical_expr::{col, lit};
+use datafusion::parquet::arrow::ArrowWriter;
 use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::SessionContext;
@@ -512,7 +513,7 @@ fn float_statistics_do_not_prove_a_comparison() {
 /// The plans `query` ran in `engine`, and its rows.
 async fn runs_of(engine: &Engine, query: &str) -> (usize, serde_json::Value) {
     let (answer, recorded) =
-        signalql_engine::record::recording(async { engine.query(query).await }).await;
+        signalql_engine::record::recording(Box::pin(engine.query(query))).await;
     let envelope = answer.unwrap_or_else(|e| panic!("{query}: {e}"));
     (recorded.runs.len(), serde_json::json!(envelope.rows))
 }
@@ -550,6 +551,48 @@ async fn ordering_by_a_property_runs_one_plan_and_a_json_key_is_probed_once() {
         (1, &rows),
         "decided once for the table as opened"
     );
+
+    // A file added: the table is opened anew and only the new file is counted (the counting
+    // plan returns one row per file it read). Its amount "x7" makes the key text, ordered as
+    // text: "x7" > "9.5" > "2.33" > "100" > "10.64".
+    let tmp = tempfile::tempdir().unwrap();
+    crate::common::copy_dir(&root, tmp.path());
+    let copy = Engine::open_with(tmp.path(), EngineOptions::default()).unwrap();
+    let (first, counted) = probe_rows(&copy, order).await;
+    assert_eq!((first, counted), (2, 1), "one file, counted once");
+    let file = std::fs::File::open(root.join("events/part-0.parquet")).unwrap();
+    let batch = ParquetRecordBatchReaderBuilder::try_new(file)
+        .unwrap()
+        .build()
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .slice(4, 1);
+    let mut columns = batch.columns().to_vec();
+    columns[1] = Arc::new(StringArray::from(vec!["u4"]));
+    columns[3] = Arc::new(StringArray::from(vec![r#"{"amount": "x7"}"#]));
+    let added = RecordBatch::try_new(batch.schema(), columns).unwrap();
+    let out = std::fs::File::create(tmp.path().join("events/part-1.parquet")).unwrap();
+    let mut writer = ArrowWriter::try_new(out, added.schema(), None).unwrap();
+    writer.write(&added).unwrap();
+    writer.close().unwrap();
+    let (runs, counted) = probe_rows(&copy, order).await;
+    assert_eq!((runs, counted), (2, 1), "only the added file is counted");
+    let (_, rows) = runs_of(&copy, order).await;
+    assert_eq!(
+        rows,
+        serde_json::json!([["u4", "x7"], ["u1", "9.5"], ["u2", "2.33"]])
+    );
+}
+
+/// The plans `query` ran in `engine`, and the rows its first plan (the counting pass, when
+/// there are two) returned.
+async fn probe_rows(engine: &Engine, query: &str) -> (usize, u64) {
+    let (answer, recorded) =
+        signalql_engine::record::recording(Box::pin(engine.query(query))).await;
+    answer.unwrap_or_else(|e| panic!("{query}: {e}"));
+    (recorded.runs.len(), recorded.runs[0].rows)
 }
 
 /// A window inside one row group is read in slices, one per partition (docs/scan.md, "A row

@@ -16,7 +16,7 @@
 
 mod views;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
 use datafusion::arrow::array::{Array, AsArray};
@@ -37,6 +37,12 @@ use crate::syntax::ast::{
     FieldRef, FunnelQuery, RetrieveQuery, SequenceQuery, Source, Span, Statement,
 };
 use crate::syntax::walk::{metric_names, reads_traits, signal_names, signal_names_in_filter};
+
+/// The alias of the table the bind pass's own counting plans read.
+const PROBE: &str = "__probe";
+/// The column of a counting plan that names each row's file ([`TableInfo::with_file_ordinal`]).
+const FILE: &str = "__file";
+
 pub use views::{funnel_view, metric_view, sequence_view};
 
 /// A table a statement reads.
@@ -378,15 +384,12 @@ impl Binder<'_> {
 
     /// Of the properties `bound` orders by value, the JSON-text keys whose every non-null value
     /// in the source table is a number (docs/mapping.md). A struct or map child is of its
-    /// declared type and is never probed. Decided once per table as opened (its file set) and
-    /// caller restriction, kept with the table: the first statement ordering such a key makes
-    /// one pass over it, later ones read the answer.
+    /// declared type and is never probed. Decided once per table version and caller
+    /// restriction, kept with the table: the first statement ordering such a key counts its
+    /// values in the files no statement asked before ([`TableInfo::counted`]), later ones read
+    /// the answer.
     async fn numeric_keys(&self, bound: &Bound) -> Result<Vec<FieldRef>> {
-        use crate::lower::fields::{column, is_text, resolve};
-        use datafusion::arrow::array::AsArray;
-        use datafusion::arrow::datatypes::{DataType, Int64Type};
-        use datafusion::functions_aggregate::expr_fn::count;
-        use datafusion::logical_expr::try_cast;
+        use crate::lower::fields::{is_text, resolve};
         let table = match &bound.source {
             SourceTables::Events { events, .. } => events,
             SourceTables::Entities { entities, .. } => entities,
@@ -395,11 +398,8 @@ impl Binder<'_> {
         if fields.is_empty() {
             return Ok(Vec::new());
         }
-        let scan = crate::catalog::scan(table, "__probe", vec![])?;
-        let schema = scan.schema().clone();
-        let mut candidates = Vec::new();
-        let mut values = Vec::new();
-        let mut aggs = Vec::new();
+        let schema = crate::catalog::scan(table, PROBE, vec![])?.schema().clone();
+        let mut asked = Vec::new();
         let mut numeric = Vec::new();
         let key_of = |field: &FieldRef| format!("{:?}\u{1f}{field}", table.restriction);
         for field in fields {
@@ -415,50 +415,137 @@ impl Binder<'_> {
                 .ok()
                 .and_then(|d| d.get(&key_of(field)).copied());
             match known {
-                Some(true) => {
-                    numeric.push(field.clone());
-                    continue;
-                }
-                Some(false) => continue,
-                None => {}
+                Some(true) => numeric.push(field.clone()),
+                Some(false) => {}
+                None => asked.push((field.clone(), key_of(field), r.expr)),
             }
-            let i = candidates.len();
-            let v = format!("__v{i}");
-            values.push(r.expr.alias(&v));
-            aggs.push(count(column(&v)).alias(format!("__n{i}")));
-            aggs.push(count(try_cast(column(&v), DataType::Float64)).alias(format!("__x{i}")));
-            candidates.push(field.clone());
         }
-        if candidates.is_empty() {
+        if asked.is_empty() {
             return Ok(numeric);
         }
-        // The values under internal names first: DataFusion 55's leaf-projection push-down
-        // fails on an aggregate of field accesses straight over the scan.
-        let plan = scan
-            .project(values)?
-            .aggregate(Vec::<Expr>::new(), aggs)?
-            .build()?;
-        let batches = self.exec.run(&plan).await?.batches;
-        let Some(batch) = batches.first().filter(|b| b.num_rows() == 1) else {
-            return Ok(numeric);
-        };
-        let value = |c: usize| {
-            batch
-                .column(c)
-                .as_primitive_opt::<Int64Type>()
-                .map_or(0, |a| a.value(0))
-        };
+        // Boxed: the counting plans' futures would otherwise sit inside every bind's.
+        let counts = Box::pin(self.count_numbers(table, &asked)).await?;
         let mut decided = table.decided.lock().ok();
-        for (i, field) in candidates.into_iter().enumerate() {
-            let is_numeric = value(2 * i) > 0 && value(2 * i) == value(2 * i + 1);
+        for ((field, key, _), (values, numbers)) in asked.into_iter().zip(counts) {
+            let is_numeric = values > 0 && values == numbers;
             if let Some(d) = decided.as_mut() {
-                d.insert(key_of(&field), is_numeric);
+                d.insert(key, is_numeric);
             }
             if is_numeric {
                 numeric.push(field);
             }
         }
         Ok(numeric)
+    }
+
+    /// For each asked key (field, question, the value's expression over [`PROBE`]): its
+    /// non-null values in `table` and how many of them are numbers. A folder of Parquet files
+    /// read without a view is counted per file, and only the files no earlier opening counted
+    /// are read ([`TableInfo::counted`]); any other table is counted whole.
+    async fn count_numbers(
+        &self,
+        table: &TableInfo,
+        asked: &[(FieldRef, String, Expr)],
+    ) -> Result<Vec<(i64, i64)>> {
+        let known = |question: &str, (location, size): &(String, u64)| {
+            table.counted.lock().ok().and_then(|c| {
+                c.get(&(question.to_string(), location.clone(), *size))
+                    .copied()
+            })
+        };
+        let by_file = table.view.is_none() && !table.files.is_empty();
+        if by_file {
+            let missing: HashSet<&str> = table
+                .files
+                .iter()
+                .filter(|f| asked.iter().any(|(_, q, _)| known(q, f).is_none()))
+                .map(|(l, _)| l.as_str())
+                .collect();
+            let probed = match table.only_files(|l| missing.contains(l)) {
+                Some(sub) if !missing.is_empty() => sub.with_file_ordinal(FILE),
+                _ => None,
+            };
+            if let Some(sub) = probed {
+                let per_file = self.count_plan(&sub, asked, true).await?;
+                if let Ok(mut counted) = table.counted.lock() {
+                    for (i, (location, size)) in sub.files.iter().enumerate() {
+                        for (j, (_, q, _)) in asked.iter().enumerate() {
+                            let got = per_file.get(&(i as i64)).map_or((0, 0), |c| c[j]);
+                            counted.insert((q.clone(), location.clone(), *size), got);
+                        }
+                    }
+                }
+            }
+            let mut sums = vec![(0, 0); asked.len()];
+            let complete = table.files.iter().all(|f| {
+                asked.iter().zip(&mut sums).all(|((_, q, _), sum)| {
+                    known(q, f)
+                        .inspect(|c| *sum = (sum.0 + c.0, sum.1 + c.1))
+                        .is_some()
+                })
+            });
+            if complete {
+                return Ok(sums);
+            }
+        }
+        let whole = self.count_plan(table, asked, false).await?;
+        Ok(whole
+            .into_values()
+            .next()
+            .unwrap_or_else(|| vec![(0, 0); asked.len()]))
+    }
+
+    /// One pass over `table` counting each asked key's non-null values and numbers, by the
+    /// [`FILE`] column when `by_file` (else under the one group 0).
+    async fn count_plan(
+        &self,
+        table: &TableInfo,
+        asked: &[(FieldRef, String, Expr)],
+        by_file: bool,
+    ) -> Result<HashMap<i64, Vec<(i64, i64)>>> {
+        use crate::lower::fields::column;
+        use datafusion::arrow::array::AsArray;
+        use datafusion::arrow::datatypes::{DataType, Int64Type};
+        use datafusion::functions_aggregate::expr_fn::count;
+        use datafusion::logical_expr::try_cast;
+        let mut values = Vec::new();
+        let mut aggs = Vec::new();
+        for (i, (_, _, expr)) in asked.iter().enumerate() {
+            let v = format!("__v{i}");
+            values.push(expr.clone().alias(&v));
+            aggs.push(count(column(&v)).alias(format!("__n{i}")));
+            aggs.push(count(try_cast(column(&v), DataType::Float64)).alias(format!("__x{i}")));
+        }
+        let groups = if by_file {
+            values.push(column(FILE));
+            vec![column(FILE)]
+        } else {
+            Vec::new()
+        };
+        // The values under internal names first: DataFusion 55's leaf-projection push-down
+        // fails on an aggregate of field accesses straight over the scan.
+        let plan = crate::catalog::scan(table, PROBE, vec![])?
+            .project(values)?
+            .aggregate(groups, aggs)?
+            .build()?;
+        let mut out = HashMap::new();
+        for batch in &self.exec.run(&plan).await?.batches {
+            let int = |c: usize, row: usize| {
+                batch
+                    .column(c)
+                    .as_primitive_opt::<Int64Type>()
+                    .map_or(0, |a| a.value(row))
+            };
+            let first = usize::from(by_file);
+            for row in 0..batch.num_rows() {
+                let group = if by_file { int(0, row) } else { 0 };
+                let counts = (0..asked.len())
+                    .map(|j| (int(first + 2 * j, row), int(first + 2 * j + 1, row)))
+                    .collect();
+                out.insert(group, counts);
+            }
+        }
+        Ok(out)
     }
 
     /// The span `[min, max]` of the rows a bucketed query without DURING reads.
