@@ -28,7 +28,7 @@
 //! files removed, then the marker. Each ingest has a new id, so re-running an interrupted
 //! ingest never collides with what the killed run left.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -129,6 +129,8 @@ fn sequenced_id(root: &Root, name: &str) -> std::result::Result<String, StorageE
 pub struct Snapshot {
     committed: HashSet<String>,
     position: u64,
+    /// The sequence number of each ingest id committed in sequence.
+    sequence: HashMap<String, u64>,
 }
 
 impl Snapshot {
@@ -137,7 +139,9 @@ impl Snapshot {
         for (name, _) in root.list_names(COMMITS)? {
             if let Some(seq) = sequence_of(&name) {
                 snapshot.position = snapshot.position.max(seq);
-                snapshot.committed.insert(sequenced_id(root, &name)?);
+                let id = sequenced_id(root, &name)?;
+                snapshot.sequence.insert(id.clone(), seq);
+                snapshot.committed.insert(id);
             } else if let Some(id) = name.strip_suffix(".json") {
                 snapshot.committed.insert(id.to_string());
             }
@@ -152,9 +156,21 @@ impl Snapshot {
 
     /// Whether a reader reads the file at `location` (a path or key ending in its name).
     pub fn visible(&self, location: &str) -> bool {
-        let name = location.rsplit(['/', '\\']).next().unwrap_or(location);
-        ingest_id(name).is_none_or(|id| self.committed.contains(id))
+        ingest_id(file_name(location)).is_none_or(|id| self.committed.contains(id))
     }
+
+    /// The sequence number of the commit that made the file at `location` visible, when a
+    /// sequenced commit (an object ingest) did; `None` for a file outside the commit log or
+    /// committed otherwise. The object tables as they were at position `p` are the files of
+    /// sequence at most `p` and those others.
+    pub fn sequence(&self, location: &str) -> Option<u64> {
+        ingest_id(file_name(location)).and_then(|id| self.sequence.get(id).copied())
+    }
+}
+
+/// The name of the file at `location` (a path or key).
+fn file_name(location: &str) -> &str {
+    location.rsplit(['/', '\\']).next().unwrap_or(location)
 }
 
 /// Who is writing an ingest: the pending marker's content.

@@ -32,6 +32,11 @@ pub trait Catalog: Send + Sync {
         None
     }
 
+    /// The catalog as a caller the policy does not restrict reads the dataset (itself when no
+    /// policy governs it): EXPLAIN CONTEXT recomputes an unrestricted caller's bundle with it
+    /// before cutting the explanation to this caller's view (context/visible.rs).
+    fn unpoliced(&self) -> &dyn Catalog;
+
     /// The table `name` (`events`, `signals`, `objects`, …), its columns checked
     /// ([`check_schema`]), or [`DatasetError::MissingTable`] when there is none.
     async fn table(&self, ctx: &SessionContext, name: &str) -> Result<TableInfo, DatasetError>;
@@ -188,6 +193,10 @@ impl Catalog for Dataset {
         self
     }
 
+    fn unpoliced(&self) -> &dyn Catalog {
+        self
+    }
+
     async fn table(&self, ctx: &SessionContext, name: &str) -> Result<TableInfo, DatasetError> {
         self.table_during(ctx, name, None).await
     }
@@ -221,6 +230,10 @@ impl ApplicationCatalog {
 impl Catalog for ApplicationCatalog {
     fn dataset(&self) -> &Dataset {
         &self.dataset
+    }
+
+    fn unpoliced(&self) -> &dyn Catalog {
+        self
     }
 
     async fn table(&self, ctx: &SessionContext, name: &str) -> Result<TableInfo, DatasetError> {

@@ -558,7 +558,14 @@ impl Engine {
     }
 
     async fn stored_explanation(&self, address: &str) -> Result<Explanation> {
-        let x = crate::context::store::get(self.dataset().context_store(), address)?.explanation;
+        let record = crate::context::store::get(self.dataset().context_store(), address)?;
+        let x = crate::context::build::explanation_at_pin(
+            self.catalog.unpoliced(),
+            &self.exec,
+            self.resident.as_deref(),
+            record,
+        )
+        .await?;
         if self.catalog.access().is_none_or(|a| a.sees_everything()) {
             return Ok(x);
         }

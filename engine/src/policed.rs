@@ -268,6 +268,10 @@ impl Catalog for PolicedCatalog {
         self.inner.dataset()
     }
 
+    fn unpoliced(&self) -> &dyn Catalog {
+        self.inner.unpoliced()
+    }
+
     fn access(&self) -> Option<&Access> {
         Some(&self.access)
     }

@@ -663,6 +663,10 @@ fn a_restricted_principal_writes_no_snapshot_file() {
 /// A CONTEXT FOR's bundle (without where it was stored) and its explanation (without how
 /// each item was scored: the scan path's `scan`, the index's `index`), or its error. The
 /// stored record is removed after, so the next engine's record is its own.
+/// Rejections EXPLAIN CONTEXT listed for records that kept none (their list recomputed at
+/// the record's pin), over the tests of this file.
+static RECOMPUTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 async fn bundle(engine: &Engine, root: &Path, q: &str) -> serde_json::Value {
     let b = match engine.answer(q).await {
         Ok(Answer::Bundle(b)) => *b,
@@ -670,6 +674,16 @@ async fn bundle(engine: &Engine, root: &Path, q: &str) -> serde_json::Value {
         Err(e) => return serde_json::json!({"error": e.to_json()}),
     };
     let mut x = serde_json::to_value(engine.explain_context(&b.id).await.unwrap()).unwrap();
+    // A record kept with a pin and no list, whose list EXPLAIN recomputed (DESIGN.md §5).
+    let key = b.id.trim_start_matches("context://");
+    let stored = std::fs::read(root.join("contexts").join(format!("{key}.json")));
+    if let Ok(stored) = stored {
+        let r: serde_json::Value = serde_json::from_slice(&stored).unwrap();
+        let listed = x["rejected"].as_array().map_or(0, Vec::len);
+        if r.get("pin").is_some() && r["explanation"]["rejected"] == serde_json::json!([]) {
+            RECOMPUTED.fetch_add(listed, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
     x.as_object_mut().unwrap().remove("scoring");
     for item in x["items"].as_array_mut().unwrap() {
         item.as_object_mut().unwrap().remove("scored_by");
@@ -811,11 +825,16 @@ fn the_resident_index_changes_no_context_answer() {
         panic!("{e}");
     }
     let (items, answered, expanded) = totals.get();
+    let recomputed = RECOMPUTED.load(std::sync::atomic::Ordering::Relaxed);
     let counts = format!(
-        "{items} items packed, {answered} answers from the index, {expanded} with expansion"
+        "{items} items packed, {answered} answers from the index, {expanded} with expansion, \
+         {recomputed} rejections recomputed at a pin"
     );
     eprintln!("{counts}");
-    assert!(items >= 40 && answered >= 150 && expanded >= 5, "{counts}");
+    assert!(
+        items >= 40 && answered >= 150 && expanded >= 5 && recomputed >= 100,
+        "{counts}"
+    );
 }
 
 /// Expansion from the index, by hand: `a` holds "parquet" in a text (1 × 1 000 000 / 3),
@@ -882,4 +901,158 @@ fn context_from_the_index_expands_over_links_and_derivations() {
         ]
     );
     assert_eq!(got["explanation"]["phases"]["expanded"], 2);
+}
+
+/// The lazy explanation (DESIGN.md §5, "Scale"): a bundle decided from the index is stored
+/// with a pin and no rejected list; EXPLAIN CONTEXT recomputes the list at the pin and gives
+/// the Parquet plan's explanation (three objects holding "parquet", MAX OBJECTS 1: the two
+/// after the first, by rank, are rejected for max_objects). Once the object tables change,
+/// the snapshot is gone and EXPLAIN says so with `unknown_context`.
+#[test]
+fn a_pinned_explanation_is_recomputed_while_its_snapshot_lasts() {
+    let dir = tempfile::tempdir().unwrap();
+    let objects: Vec<Object> = (0..3)
+        .map(|i| Object {
+            records: vec![(i, 0, 0, vec![], None)],
+            revisions: vec![(1, i, false, 0, 0)],
+            reps: vec![(1, 1, 0, Some(vec![0]), false, 0, None)],
+            links: vec![],
+        })
+        .collect();
+    write(dir.path(), &objects, false);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let q = r#"CONTEXT FOR "parquet" MAX OBJECTS 1"#;
+    let expected = rt.block_on(bundle(&engine(dir.path(), None, None), dir.path(), q));
+    assert_eq!(
+        expected["explanation"]["rejected"]
+            .as_array()
+            .map(|r| r.iter().filter(|x| x["reason"] == "max_objects").count()),
+        Some(2),
+        "{expected}"
+    );
+    let held: Arc<Resident> = Default::default();
+    let resident = engine(dir.path(), Some(Arc::clone(&held)), None);
+    let Answer::Bundle(b) = rt.block_on(resident.answer(q)).unwrap() else {
+        panic!("not a bundle")
+    };
+    assert_eq!(held.contexts_answered(), 1);
+    let key = b.id.trim_start_matches("context://");
+    let stored = std::fs::read(dir.path().join(format!("contexts/{key}.json"))).unwrap();
+    let record: serde_json::Value = serde_json::from_slice(&stored).unwrap();
+    assert!(record["pin"]["generation"].is_string(), "{record}");
+    assert_eq!(record["explanation"]["rejected"], serde_json::json!([]));
+    assert_eq!(record["explanation"]["phases"]["rejected"], 2);
+    let _ = std::fs::remove_dir_all(dir.path().join("contexts"));
+    let got = rt.block_on(bundle(&resident, dir.path(), q));
+    assert_eq!(got, expected);
+
+    // The tables change (one more object): the generation the bundle was decided from is gone.
+    let Answer::Bundle(b) = rt.block_on(resident.answer(q)).unwrap() else {
+        panic!("not a bundle")
+    };
+    let mut more = objects.clone();
+    more.push(Object {
+        records: vec![(3, 0, 0, vec![], None)],
+        ..objects[0].clone()
+    });
+    for table in [
+        "objects",
+        "revisions",
+        "representations",
+        "links",
+        "derivations",
+    ] {
+        let _ = std::fs::remove_dir_all(dir.path().join(table));
+    }
+    write(dir.path(), &more, false);
+    let e = rt.block_on(resident.explain_context(&b.id)).unwrap_err();
+    let e = &e.to_json()["error"];
+    assert_eq!(e["code"], "unknown_context", "{e}");
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .contains("cannot be recomputed"),
+        "{e}"
+    );
+}
+
+/// A pinned explanation after the object tables moved on by a commit: EXPLAIN CONTEXT
+/// recomputes the list over the tables as they stood at the pin's commit position (the
+/// Parquet plan over the files of commits up to it) and gives the explanation the Parquet
+/// plan gave before the commit. Two notes hold "object storage", MAX OBJECTS 1 rejects one;
+/// a third note ingested later is a candidate of the same query now, not at the pin.
+#[test]
+fn a_pinned_explanation_is_recomputed_at_its_commit_position() {
+    use signalql::catalog::objects::ingest::{ObjectIngestOptions, ingest_objects};
+    let tmp = tempfile::tempdir().unwrap();
+    let (notes, root) = (tmp.path().join("notes"), tmp.path().join("store"));
+    std::fs::create_dir_all(&notes).unwrap();
+    let note = |name: &str, text: &str| std::fs::write(notes.join(name), text).unwrap();
+    note(
+        "storage.md",
+        "# Object storage\n\nObjects are Parquet revisions.\n",
+    );
+    note("layout.md", "# Layout\n\nThe object storage layout.\n");
+    note("other.md", "# Budgets\n\nNothing of the kind.\n");
+    let ingest = || {
+        let opts = ObjectIngestOptions {
+            now: DateTime::parse_from_rfc3339("2026-01-01T00:00:00Z")
+                .unwrap()
+                .with_timezone(&Utc),
+            ..Default::default()
+        };
+        ingest_objects(&root, std::slice::from_ref(&notes), &opts).unwrap();
+    };
+    ingest();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let q = r#"CONTEXT FOR "object storage" MAX OBJECTS 1"#;
+    let before = rt.block_on(bundle(&engine(&root, None, None), &root, q));
+    assert_eq!(before["explanation"]["phases"]["candidates"], 3, "{before}");
+    assert_eq!(
+        before["explanation"]["rejected"][0]["reason"], "max_objects",
+        "{before}"
+    );
+
+    let held: Arc<Resident> = Default::default();
+    let resident = engine(&root, Some(Arc::clone(&held)), None);
+    let Answer::Bundle(b) = rt.block_on(resident.answer(q)).unwrap() else {
+        panic!("not a bundle")
+    };
+    assert_eq!(held.contexts_answered(), 1);
+    let key = b.id.trim_start_matches("context://");
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(root.join(format!("contexts/{key}.json"))).unwrap())
+            .unwrap();
+    assert_eq!(record["pin"]["position"], 1, "{record}");
+    assert_eq!(record["explanation"]["rejected"], serde_json::json!([]));
+
+    note(
+        "more.md",
+        "# More object storage\n\nObject storage again.\n",
+    );
+    ingest();
+    let now = rt.block_on(bundle(&engine(&root, None, None), &root, q));
+    assert_eq!(now["explanation"]["phases"]["candidates"], 4, "{now}");
+    // bundle() cleared the store after its answer: the pinned record is put back, then
+    // explained at its pin.
+    std::fs::create_dir_all(root.join("contexts")).unwrap();
+    std::fs::write(
+        root.join(format!("contexts/{key}.json")),
+        serde_json::to_vec(&record).unwrap(),
+    )
+    .unwrap();
+    let mut x =
+        serde_json::to_value(rt.block_on(resident.explain_context(&b.id)).unwrap()).unwrap();
+    x.as_object_mut().unwrap().remove("scoring");
+    for item in x["items"].as_array_mut().unwrap() {
+        item.as_object_mut().unwrap().remove("scored_by");
+    }
+    assert_eq!(x, before["explanation"]);
 }

@@ -41,6 +41,7 @@ pub fn assemble(
         items,
         explained,
         rejected,
+        counted,
         used,
         considered,
         seeds,
@@ -58,12 +59,17 @@ pub fn assemble(
         .iter()
         .map(|r| (r.as_str().to_string(), 0))
         .collect();
-    for (_, reason) in &rejected {
-        *excluded.entry(reason.as_str().to_string()).or_default() += 1;
+    let counted = counted.unwrap_or_else(|| {
+        let mut n = [0u64; Reason::ALL.len()];
+        for (_, reason) in &rejected {
+            n[*reason as usize] += 1;
+        }
+        n
+    });
+    for (reason, n) in Reason::ALL.iter().zip(counted) {
+        *excluded.entry(reason.as_str().to_string()).or_default() += n;
     }
-    let truncated = rejected
-        .iter()
-        .any(|(_, r)| matches!(r, Reason::MaxObjects | Reason::Budget));
+    let truncated = counted[Reason::MaxObjects as usize] + counted[Reason::Budget as usize] > 0;
     let evidence = match (q.with_evidence, graph) {
         (true, Some(g)) => Some(evidence(&items, g)),
         (true, None) => Some(evidence(&items, &Graph::default())),
@@ -77,7 +83,7 @@ pub fn assemble(
         ("candidates", considered),
         ("seeds", seeds),
         ("expanded", expanded),
-        ("rejected", rejected.len() as u64),
+        ("rejected", counted.iter().sum()),
         ("packed", items.len() as u64),
     ]
     .into_iter()

@@ -9,13 +9,14 @@ use chrono::{DateTime, Utc};
 use datafusion::logical_expr::LogicalPlan;
 
 use super::pack::Decisions;
+use super::parse_object_uri;
 use super::resident::Resident;
 use super::select::Reason;
+use super::store::{Pin, Record};
 use super::subject::{self, Subject};
 use super::{
     Bundle, PackParams, assemble, check_limits, exec, free_in_background, load, reads, store,
 };
-use super::{parse_object_uri, store::Record};
 use crate::catalog::Catalog;
 use crate::error::{Error, Result};
 use crate::execute::Executor;
@@ -97,24 +98,180 @@ pub async fn plan(
 
 /// The packing decisions: from the resident context index where its generation stands for
 /// the tables at T and can answer the query exactly (context/from_index.rs), else from the
-/// Parquet plan run through the packer operator. Also returns which answered.
+/// Parquet plan run through the packer operator. Also returns which answered, and for an
+/// answer from the index to a caller the policy does not restrict, the pin its rejected list
+/// is recomputed at (the decisions then count the rejected instead of listing them).
 async fn decisions(
     catalog: &dyn Catalog,
     exec: &Executor,
     resident: Option<&Resident>,
     p: &Prepared,
-) -> Result<(Decisions, &'static str)> {
+) -> Result<(Decisions, &'static str, Option<Pin>)> {
     let t = micros(p.t);
     if let Some(r) = resident
-        && let Some(g) = r.generation(exec.session(), catalog, exec).await?
+        && let Some((generation, g, standing)) = r.pinned(exec.session(), catalog, exec).await?
         && g.covers(t)
-        && let Some(d) = super::from_index::decide(&g, &p.params, &p.q, t)?
     {
-        r.answered_context();
-        return Ok((d, "resident"));
+        let lazy = catalog.access().is_none_or(|a| a.sees_everything());
+        if let Some(d) = super::from_index::decide(&g, &p.params, &p.q, t, !lazy)? {
+            r.answered_context();
+            let pin = lazy.then(|| Pin {
+                generation,
+                position: standing.position,
+                outside: standing.outside,
+                t: p.t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+                estimator: p.params.estimator.name().to_string(),
+            });
+            return Ok((d, "resident", pin));
+        }
     }
     let plan = load::plan(exec.session(), catalog, &p.q, p.t, &p.params).await?;
-    Ok((exec::decode(&exec.run(&plan).await?.batches)?, "parquet"))
+    Ok((
+        exec::decode(&exec.run(&plan).await?.batches)?,
+        "parquet",
+        None,
+    ))
+}
+
+/// The explanation `record` keeps, with its rejected list recomputed at its pin when it has
+/// one (DESIGN.md §5, "Scale"): the query is decided again at the pin's T with the rejected
+/// listed, from the resident generation it was decided from while that is the tables' (the
+/// fast path), else by the Parquet plan over the object tables as they stood at the pin's
+/// commit position ([`AtPin`]). The recomputed items must give the stored address. When the
+/// tables at the pin cannot be read again (files outside the commit log changed, or a file
+/// of the pin was removed), the answer is `unknown_context`: the snapshot is gone.
+/// `catalog` must read the tables as the bundle's caller did (unrestricted: only such
+/// callers' bundles are pinned).
+pub async fn explanation_at_pin(
+    catalog: &dyn Catalog,
+    exec: &Executor,
+    resident: Option<&Resident>,
+    record: Record,
+) -> Result<super::Explanation> {
+    let Some(pin) = &record.pin else {
+        return Ok(record.explanation);
+    };
+    let address = record.bundle.id.as_str();
+    let gone = |why: &str| {
+        Error::new(
+            crate::error::ErrorKind::UnknownContext,
+            format!("the explanation of {address} cannot be recomputed: {why}"),
+        )
+        .with_help(
+            "EXPLAIN CONTEXT recomputes a bundle's rejected list from the object tables as \
+             they were when it was made; run the CONTEXT FOR query again for a bundle of the \
+             tables as they are now",
+        )
+    };
+    let q = match crate::syntax::parse(&record.explanation.canonical_query)? {
+        crate::syntax::ast::Statement::ContextTask(q) => q,
+        _ => return Err(gone("its stored query is not a CONTEXT FOR")),
+    };
+    let t = parse_timestamp(&crate::syntax::ast::Timestamp(pin.t.clone()))?;
+    let held = match resident {
+        Some(r) => r
+            .pinned(exec.session(), catalog, exec)
+            .await?
+            .filter(|(generation, g, _)| *generation == pin.generation && g.covers(micros(t))),
+        None => None,
+    };
+    let d = match held {
+        Some((_, g, _)) => {
+            let p = prepare(catalog, exec, &q, t).await?;
+            super::from_index::decide(&g, &p.params, &p.q, micros(p.t), true)?
+                .ok_or_else(|| gone("the index cannot decide its query"))?
+        }
+        None => {
+            let at = AtPin::open(catalog, exec, pin)
+                .await?
+                .ok_or_else(|| gone("the object tables changed outside the commit log"))?;
+            let p = prepare(&at, exec, &q, t).await?;
+            let plan = load::plan(exec.session(), &at, &p.q, p.t, &p.params).await?;
+            exec::decode(&exec.run(&plan).await?.batches)?
+        }
+    };
+    let mut stored = record.explanation;
+    let as_of = stored.as_of.clone();
+    let (bundle, x) = assemble(&q, as_of, stored.computed_at.clone(), d, None);
+    if bundle.id != address {
+        return Err(gone(
+            "the object tables at its commit position give other items (a file it was read from is gone)",
+        ));
+    }
+    stored.rejected = x.rejected;
+    Ok(stored)
+}
+
+/// The object tables as they stood at a pin: each one's files committed in sequence at or
+/// before the pin's position, and its other files (outside the commit log, or committed
+/// otherwise), which must be the ones the pin fingerprinted. Other tables as `inner` reads
+/// them.
+struct AtPin<'a> {
+    inner: &'a dyn Catalog,
+    commits: signalql_catalog::commit::Snapshot,
+    position: u64,
+}
+
+const OBJECT_TABLES: [&str; 5] = {
+    use signalql_catalog::objects::{DERIVATIONS, LINKS, OBJECTS, REPRESENTATIONS, REVISIONS};
+    [OBJECTS, REVISIONS, REPRESENTATIONS, LINKS, DERIVATIONS]
+};
+
+impl<'a> AtPin<'a> {
+    /// `None` when some object table's files outside the sequenced commits are not the pin's.
+    async fn open(inner: &'a dyn Catalog, exec: &Executor, pin: &Pin) -> Result<Option<Self>> {
+        let commits = signalql_catalog::commit::Snapshot::read(inner.dataset().root())
+            .map_err(|e| Error::io(e.to_string()))?;
+        for name in OBJECT_TABLES {
+            let table = crate::catalog::optional_table(inner, exec.session(), name).await?;
+            let others: Vec<(&str, u64)> = table
+                .iter()
+                .flat_map(|t| &t.files)
+                .filter(|(l, _)| commits.sequence(l).is_none())
+                .map(|(l, size)| (l.as_str(), *size))
+                .collect();
+            if super::resident::outside_fingerprint(&others) != pin.outside.get(name).cloned() {
+                return Ok(None);
+            }
+        }
+        Ok(Some(AtPin {
+            inner,
+            commits,
+            position: pin.position,
+        }))
+    }
+}
+
+#[async_trait::async_trait]
+impl Catalog for AtPin<'_> {
+    fn dataset(&self) -> &signalql_catalog::Dataset {
+        self.inner.dataset()
+    }
+
+    fn access(&self) -> Option<&crate::access::Access> {
+        self.inner.access()
+    }
+
+    fn unpoliced(&self) -> &dyn Catalog {
+        self
+    }
+
+    async fn table(
+        &self,
+        ctx: &datafusion::prelude::SessionContext,
+        name: &str,
+    ) -> std::result::Result<signalql_catalog::TableInfo, signalql_catalog::DatasetError> {
+        let t = self.inner.table(ctx, name).await?;
+        if !OBJECT_TABLES.contains(&name) {
+            return Ok(t);
+        }
+        let kept = |l: &str| self.commits.sequence(l).is_none_or(|s| s <= self.position);
+        t.only_files(kept)
+            .ok_or_else(|| signalql_catalog::DatasetError::MissingTable {
+                root: self.inner.dataset().root().display_of(""),
+                table: name.to_string(),
+            })
+    }
 }
 
 /// The entity record first (it is what the bundle is about: hops 0), or the last of the
@@ -125,6 +282,8 @@ fn with_subject(d: &mut Decisions, subject: Option<(Subject, bool)>) {
         d.used += s.item.tokens.max(0) as u64;
         d.items.insert(0, s.item);
         d.explained.insert(0, s.explained);
+    } else if let Some(counted) = d.counted.as_mut() {
+        counted[Reason::Budget as usize] += 1;
     } else {
         d.rejected.push((s.item.object, Reason::Budget));
     }
@@ -141,7 +300,7 @@ pub async fn bundle(
 ) -> Result<Bundle> {
     let as_of = q.as_of.as_ref().map(|ts| ts.0.clone());
     let prepared = crate::record::staged("bind", prepare(catalog, exec, q, now)).await?;
-    let (mut decisions, path) = decisions(catalog, exec, resident, &prepared).await?;
+    let (mut decisions, path, pin) = decisions(catalog, exec, resident, &prepared).await?;
     let (t, subject) = (prepared.t, prepared.subject);
     with_subject(&mut decisions, subject);
     let packing = std::time::Instant::now();
@@ -174,6 +333,7 @@ pub async fn bundle(
         spec_version: "0.5".into(),
         bundle,
         explanation,
+        pin,
         unknown: Default::default(),
     };
     // A store signalql cannot write (a read-only root or lake) still answers: the bundle is

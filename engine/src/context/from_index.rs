@@ -188,12 +188,14 @@ fn ordinal_of(ids: &StringColumn, n: usize, id: &str) -> Option<u32> {
 
 /// The decisions of the CONTEXT FOR `q` with parameters `p` at `t` (µs) from `g`; `None` when
 /// the generation cannot answer it exactly (see the module's documentation), or a task term's
-/// postings do not decode. The caller has checked that `g` covers `t`.
+/// postings do not decode. The caller has checked that `g` covers `t`. `list`: the rejected
+/// are listed (EXPLAIN CONTEXT); else only counted per reason (an answer: DESIGN.md §5).
 pub(crate) fn decide(
     g: &Generation,
     p: &PackParams,
     q: &ContextQuery,
     t: i64,
+    list: bool,
 ) -> Result<Option<Decisions>> {
     if p.subject.is_some() || p.compress || p.estimator != Estimator::CharsDiv4 {
         return Ok(None);
@@ -217,6 +219,7 @@ pub(crate) fn decide(
     let project = p.project.as_ref().map(|name| f.projects.get(name).copied());
     let mut eligible = vec![false; n];
     let mut rejected: Vec<(u32, Reason)> = Vec::new();
+    let mut counted = [0u64; Reason::ALL.len()];
     let mut considered = 0u64;
     for (o, elig) in eligible.iter_mut().enumerate() {
         if !g.live(o as u32, t) {
@@ -241,7 +244,8 @@ pub(crate) fn decide(
             None
         };
         match reason {
-            Some(r) => rejected.push((o as u32, r)),
+            Some(r) if list => rejected.push((o as u32, r)),
+            Some(r) => counted[r as usize] += 1,
             None => *elig = true,
         }
     }
@@ -352,6 +356,16 @@ pub(crate) fn decide(
             .map(|o| f.revision[o as usize])
     };
     let packed = pack_ranked(p, keys, &expansion, &revision_of);
+    let (seeds, expanded) = (sums.len() as u64, expanded);
+    if !list {
+        counted[Reason::MaxObjects as usize] += over.len() as u64;
+        return Ok(Some(Decisions {
+            considered,
+            seeds,
+            expanded,
+            ..packed.counted(counted)
+        }));
+    }
     let rejected: Vec<(&str, i64, Reason)> = rejected
         .into_iter()
         .chain(over)
@@ -359,7 +373,7 @@ pub(crate) fn decide(
         .collect();
     Ok(Some(Decisions {
         considered,
-        seeds: sums.len() as u64,
+        seeds,
         expanded,
         ..packed.decisions(rejected)
     }))

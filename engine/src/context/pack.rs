@@ -108,6 +108,10 @@ pub struct Decisions {
     pub items: Vec<Item>,
     pub explained: Vec<Value>,
     pub rejected: Vec<(String, Reason)>,
+    /// When the rejected are counted, not listed (an answer from the resident index, whose
+    /// list EXPLAIN CONTEXT recomputes at the stored pin): how many per reason, indexed as
+    /// [`Reason::ALL`]. `rejected` is then empty.
+    pub counted: Option<[u64; Reason::ALL.len()]>,
     pub used: u64,
     pub considered: u64,
     pub seeds: u64,
@@ -279,6 +283,19 @@ impl<'a> Packed<'a> {
     /// The decisions, with `rejected` (before ranking, and for MAX OBJECTS) and the objects
     /// left out for the budget as the rejected, sorted by object id; the counts are the
     /// caller's.
+    /// The decisions with the rejected counted, not listed: `counted` per reason (indexed as
+    /// [`Reason::ALL`]) before the budget's.
+    pub fn counted(self, mut counted: [u64; Reason::ALL.len()]) -> Decisions {
+        counted[Reason::Budget as usize] += self.over_budget.len() as u64;
+        Decisions {
+            items: self.items,
+            explained: self.explained,
+            counted: Some(counted),
+            used: self.used,
+            ..Default::default()
+        }
+    }
+
     pub fn decisions(self, mut rejected: Vec<(&'a str, i64, Reason)>) -> Decisions {
         rejected.extend(
             self.over_budget

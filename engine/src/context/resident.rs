@@ -103,6 +103,56 @@ struct Held {
     /// Whether a build was tried: a key that cannot be held is not tried again while its
     /// tables are unchanged.
     built: bool,
+    /// Where the tables of `key` stand in the objects' commit log.
+    standing: Standing,
+}
+
+/// Where the object tables a generation holds stand in the commit log (a bundle decided from
+/// it keeps this in its pin, context/store.rs): the highest sequence number of a file's
+/// commit, and per table a fingerprint of its files committed otherwise or outside the log.
+/// The tables at that position are the files of sequence at most `position` and those others,
+/// unchanged.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Standing {
+    pub position: u64,
+    pub outside: std::collections::BTreeMap<String, String>,
+}
+
+impl Standing {
+    fn of<'a>(
+        snapshot: &signalql_catalog::commit::Snapshot,
+        tables: impl Iterator<Item = &'a TableInfo>,
+    ) -> Standing {
+        let mut standing = Standing::default();
+        for t in tables {
+            let mut others = Vec::new();
+            for (location, size) in &t.files {
+                match snapshot.sequence(location) {
+                    Some(seq) => standing.position = standing.position.max(seq),
+                    None => others.push((location.as_str(), *size)),
+                }
+            }
+            if let Some(f) = outside_fingerprint(&others) {
+                standing.outside.insert(t.name.clone(), f);
+            }
+        }
+        standing
+    }
+}
+
+/// A fingerprint of files (location, size) not committed in sequence; `None` for none.
+pub(crate) fn outside_fingerprint(files: &[(&str, u64)]) -> Option<String> {
+    use sha2::{Digest, Sha256};
+    if files.is_empty() {
+        return None;
+    }
+    let mut h = Sha256::new();
+    for (location, size) in files {
+        h.update(location.as_bytes());
+        h.update([0]);
+        h.update(size.to_le_bytes());
+    }
+    Some(hex::encode(&h.finalize()[..16]))
 }
 
 impl Resident {
@@ -116,7 +166,19 @@ impl Resident {
         exec: &Executor,
     ) -> Result<Option<Arc<Generation>>> {
         let keyed = Box::pin(self.keyed(ctx, catalog, exec, !self.snapshots_only)).await?;
-        Ok(keyed.map(|(_, g)| g))
+        Ok(keyed.map(|(_, g, _)| g))
+    }
+
+    /// [`generation`](Self::generation) with a name of its key (the name of its snapshot
+    /// file): a bundle decided from it keeps the name as its pin (context/build.rs).
+    pub(crate) async fn pinned(
+        &self,
+        ctx: &SessionContext,
+        catalog: &dyn Catalog,
+        exec: &Executor,
+    ) -> Result<Option<(String, Arc<Generation>, Standing)>> {
+        let keyed = Box::pin(self.keyed(ctx, catalog, exec, !self.snapshots_only)).await?;
+        Ok(keyed.map(|(key, g, standing)| (snapshot_name(&key), g, standing)))
     }
 
     /// [`generation`](Self::generation) with its key; `build`: built when neither held nor in
@@ -127,7 +189,7 @@ impl Resident {
         catalog: &dyn Catalog,
         exec: &Executor,
         build: bool,
-    ) -> Result<Option<(Vec<String>, Arc<Generation>)>> {
+    ) -> Result<Option<(Vec<String>, Arc<Generation>, Standing)>> {
         let mut tables = Vec::with_capacity(5);
         let mut key = Vec::with_capacity(10);
         let mut graph_held = true;
@@ -169,12 +231,16 @@ impl Resident {
         let mut held = self.held.lock().await;
         if let Some(i) = held.iter().position(|h| h.key == key) {
             let h = held.remove(i);
-            let (generation, built) = (h.generation.clone(), h.built);
+            let (generation, built, standing) = (h.generation.clone(), h.built, h.standing.clone());
             held.insert(0, h);
             if generation.is_some() || built || !build {
-                return Ok(generation.map(|g| (key, g)));
+                return Ok(generation.map(|g| (key, g, standing)));
             }
         }
+        let root = catalog.dataset().root();
+        let commits = signalql_catalog::commit::Snapshot::read(root)
+            .map_err(|e| crate::error::Error::io(e.to_string()))?;
+        let standing = Standing::of(&commits, tables.iter().map(|(t, _)| t));
         // A snapshot stands for the tables as every caller reads them, so only for a caller
         // without restriction.
         let snapshot = match tables.iter().all(|(t, _)| t.restriction.is_none()) {
@@ -198,10 +264,11 @@ impl Resident {
                 key: key.clone(),
                 generation: generation.clone(),
                 built,
+                standing: standing.clone(),
             },
         );
         held.truncate(HELD);
-        Ok(generation.map(|g| (key, g)))
+        Ok(generation.map(|g| (key, g, standing)))
     }
 
     /// Counts a CONTEXT FOR decided from a generation.
@@ -234,7 +301,8 @@ impl Resident {
         catalog: &dyn Catalog,
         exec: &Executor,
     ) -> Result<Option<Snapshot>> {
-        let Some((key, generation)) = Box::pin(self.keyed(ctx, catalog, exec, true)).await? else {
+        let Some((key, generation, _)) = Box::pin(self.keyed(ctx, catalog, exec, true)).await?
+        else {
             return Ok(None);
         };
         // The key holds each table's fingerprint, then the caller's restriction of it.

@@ -16,9 +16,31 @@ pub struct Record {
     pub spec_version: String,
     pub bundle: Bundle,
     pub explanation: Explanation,
+    /// Where the explanation's `rejected` list is recomputed (DESIGN.md §5, "Scale"): present
+    /// on a bundle decided from the resident index, whose record keeps an empty list.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pin: Option<Pin>,
     /// Fields this version does not know, kept on a round trip (engine/src/forms.rs).
     #[serde(flatten, default, skip_serializing_if = "serde_json::Map::is_empty")]
     pub unknown: crate::forms::Unknown,
+}
+
+/// The snapshot a bundle's rejected list is recomputed at (DESIGN.md §5): the resident
+/// generation it was decided from (named by its key: every object table's files and the
+/// caller's restriction), where those tables stood in the commit log, T and the estimator.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Pin {
+    pub generation: String,
+    /// The objects-commit position: the highest sequence number of the commits of the
+    /// tables' files.
+    pub position: u64,
+    /// Per object table, a fingerprint of its files committed otherwise or outside the
+    /// commit log (absent: none).
+    #[serde(default)]
+    pub outside: std::collections::BTreeMap<String, String>,
+    /// T, RFC 3339 with microseconds.
+    pub t: String,
+    pub estimator: String,
 }
 
 /// `ctx_…` of a `context://ctx_…` address, if it is one (32 lower-case hex digits).
@@ -131,6 +153,7 @@ mod tests {
             unknown: Default::default(),
         };
         Record {
+            pin: None,
             spec_version: "0.5".into(),
             bundle,
             explanation,
