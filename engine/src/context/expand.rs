@@ -157,24 +157,22 @@ impl Graph {
         passable: &dyn Fn(u32, &str) -> bool,
         live: &dyn Fn(u32) -> bool,
     ) -> Expansion {
-        let mut best: HashMap<u32, NodeStep> = HashMap::new();
+        // Dense per node: an expansion from ~100 000 seeds meets most nodes, and a hash
+        // lookup per edge was most of its time.
+        let nodes = self.names.len();
+        let mut best: Vec<NodeStep> = vec![NodeStep::UNREACHED; nodes];
         let mut frontier: Vec<u32> = Vec::new();
         let mut seed_nodes: Vec<u32> = Vec::new();
         for &(n, score) in seeds {
-            {
-                best.insert(
-                    n,
-                    NodeStep {
-                        score,
-                        hops: 0,
-                        from: n,
-                        via: 0,
-                        prev: None,
-                    },
-                );
-                frontier.push(n);
-                seed_nodes.push(n);
-            }
+            best[n as usize] = NodeStep {
+                score,
+                hops: 0,
+                from: n,
+                via: 0,
+                prev: None,
+            };
+            frontier.push(n);
+            seed_nodes.push(n);
         }
         // A seed's code-unit rank (its node name is `object:` and its id, so the order is
         // the ids'): node ids are byte-order ranks, the same order unless a name is astral.
@@ -185,56 +183,55 @@ impl Graph {
         } else {
             seed_nodes.sort_unstable();
         }
-        let seed16: HashMap<u32, u32> = seed_nodes
-            .iter()
-            .enumerate()
-            .map(|(r, n)| (*n, r as u32))
-            .collect();
-        let mut pass: HashMap<u32, bool> = HashMap::new();
+        let mut seed16: Vec<u32> = vec![u32::MAX; nodes];
+        for (r, n) in seed_nodes.iter().enumerate() {
+            seed16[*n as usize] = r as u32;
+        }
+        // Per node: 0 not yet asked, 1 passable, 2 not.
+        let mut pass: Vec<u8> = vec![0; nodes];
         frontier.sort_unstable();
         frontier.dedup();
         for _ in 0..max_depth {
             let mut next: Vec<u32> = Vec::new();
             for &u in &frontier {
-                let Some(su) = best.get(&u).copied() else {
+                let su = best[u as usize];
+                if su.hops == UNREACHED {
                     continue;
-                };
+                }
                 let (score, hops, from) = (su.score >> 1, su.hops + 1, su.from);
                 let adjacency = &self.pairs[self.start[u as usize]..self.start[u as usize + 1]];
                 for &(v, rel, owner) in adjacency {
                     if owner != NO_OWNER && !live(owner) {
                         continue;
                     }
-                    let open = *pass.entry(v).or_insert_with(|| {
-                        self.names[v as usize]
+                    let open = &mut pass[v as usize];
+                    if *open == 0 {
+                        let passes = self.names[v as usize]
                             .strip_prefix("object:")
-                            .is_none_or(|id| passable(v, id))
-                    });
-                    if !open {
+                            .is_none_or(|id| passable(v, id));
+                        *open = if passes { 1 } else { 2 };
+                    }
+                    if *open == 2 {
                         continue;
                     }
-                    let better = match best.get(&v) {
-                        None => true,
-                        Some(old) => old
+                    let old = &best[v as usize];
+                    let better = old.hops == UNREACHED
+                        || old
                             .score
                             .cmp(&score)
                             .then(hops.cmp(&old.hops))
-                            .then(seed16[&from].cmp(&seed16[&old.from]))
+                            .then(seed16[from as usize].cmp(&seed16[old.from as usize]))
                             .then(self.rel16[rel as usize].cmp(&self.rel16[old.via as usize]))
                             .then(Some(u).cmp(&old.prev))
-                            .is_lt(),
-                    };
+                            .is_lt();
                     if better {
-                        best.insert(
-                            v,
-                            NodeStep {
-                                score,
-                                hops,
-                                from,
-                                via: rel,
-                                prev: Some(u),
-                            },
-                        );
+                        best[v as usize] = NodeStep {
+                            score,
+                            hops,
+                            from,
+                            via: rel,
+                            prev: Some(u),
+                        };
                         next.push(v);
                     }
                 }
@@ -275,6 +272,9 @@ fn rank_by<'a>(strings: &[&'a str], cmp: fn(&str, &str) -> Ordering) -> (Vec<u32
     (rank, order.iter().map(|&id| strings[id as usize]).collect())
 }
 
+/// The hops of a node expansion has not reached.
+const UNREACHED: u32 = u32::MAX;
+
 /// The best way expansion reached a node, in interned form.
 #[derive(Debug, Clone, Copy)]
 struct NodeStep {
@@ -287,17 +287,33 @@ struct NodeStep {
     prev: Option<u32>,
 }
 
+impl NodeStep {
+    const UNREACHED: NodeStep = NodeStep {
+        score: 0,
+        hops: UNREACHED,
+        from: 0,
+        via: 0,
+        prev: None,
+    };
+
+    /// Reached through at least one hop.
+    fn hopped(&self) -> bool {
+        self.hops > 0 && self.hops != UNREACHED
+    }
+}
+
 /// The result of [`Graph::expand`]: the nodes it reached.
 #[derive(Debug, Clone, Default)]
 pub struct Expansion {
     graph: Arc<Graph>,
-    best: HashMap<u32, NodeStep>,
+    /// Per node of the graph, how it was best reached ([`NodeStep::UNREACHED`]: not).
+    best: Vec<NodeStep>,
 }
 
 impl Expansion {
     fn step(&self, id: &str) -> Option<NodeStep> {
         let n = self.graph.object(id)?;
-        self.best.get(&n).copied().filter(|s| s.hops > 0)
+        self.best.get(n as usize).copied().filter(NodeStep::hopped)
     }
 
     /// The propagated score and hops of the object `id`, if reached through a hop.
@@ -309,8 +325,9 @@ impl Expansion {
     pub fn nodes(&self) -> impl Iterator<Item = (u32, i64, u32)> {
         self.best
             .iter()
-            .filter(|(_, s)| s.hops > 0)
-            .map(|(n, s)| (*n, s.score, s.hops))
+            .enumerate()
+            .filter(|(_, s)| s.hopped())
+            .map(|(n, s)| (n as u32, s.score, s.hops))
     }
 
     /// How the object `id` was reached through at least one hop, if it was.
@@ -321,7 +338,7 @@ impl Expansion {
         let mut path = vec![name(self.graph.object(id)?)];
         let mut cur = step.prev;
         while let Some(p) = cur {
-            cur = self.best.get(&p).and_then(|s| s.prev);
+            cur = self.best.get(p as usize).and_then(|s| s.prev);
             path.push(name(p));
         }
         path.reverse();

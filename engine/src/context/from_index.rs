@@ -261,12 +261,19 @@ pub(crate) fn decide(
         }
     }
     let weights = [TITLE_WEIGHT, SUMMARY_WEIGHT, TEXT_WEIGHT];
-    let mut sums: HashMap<u32, i64> = HashMap::new();
+    // Dense per ordinal (a common-term task makes nearly every object a seed); `held`
+    // lists the ordinals with a sum, in the order first met.
+    let mut sums: Vec<i64> = vec![0; n];
+    let mut held: Vec<u32> = Vec::new();
     for [title, summary, other] in tiers.iter().flatten() {
         for (tier, w) in [title, summary, other].into_iter().zip(weights) {
             for o in tier {
                 if eligible.get(o as usize).copied().unwrap_or(false) {
-                    *sums.entry(o).or_default() += w;
+                    let sum = &mut sums[o as usize];
+                    if *sum == 0 {
+                        held.push(o);
+                    }
+                    *sum += w;
                 }
             }
         }
@@ -276,10 +283,10 @@ pub(crate) fn decide(
 
     // Expansion from the seeds in the graph.
     let expansion = if p.max_depth > 0 && !f.graph.names().is_empty() {
-        let seeds: Vec<(u32, i64)> = sums
+        let seeds: Vec<(u32, i64)> = held
             .iter()
-            .filter(|(o, _)| f.ordinal_node[**o as usize] != NONE)
-            .map(|(o, s)| (f.ordinal_node[*o as usize], lexical(*s)))
+            .filter(|o| f.ordinal_node[**o as usize] != NONE)
+            .map(|o| (f.ordinal_node[*o as usize], lexical(sums[*o as usize])))
             .collect();
         let passable = |node: u32, _: &str| {
             let o = f.node_ordinal[node as usize];
@@ -292,22 +299,29 @@ pub(crate) fn decide(
     };
 
     // Every relevant object's rank score; those from the MAX OBJECTS-th score up are ranked.
-    let mut relevant: HashMap<u32, (i64, i64, u32)> = sums
-        .iter()
-        .map(|(o, s)| (*o, (lexical(*s), 0, 0)))
-        .collect();
+    // Per ordinal, the propagated score and hops of those expansion reached; the relevant
+    // are the seeds, then the objects only expansion reached.
+    let seeds = held.len() as u64;
+    let mut propagated: Vec<(i64, u32)> = vec![(0, 0); n];
+    let mut relevant = held;
     for (node, score, hops) in expansion.nodes() {
         let o = f.node_ordinal[node as usize];
         if o != NONE {
-            let e = relevant.entry(o).or_insert((0, 0, 0));
-            e.1 = score;
-            e.2 = hops;
+            propagated[o as usize] = (score, hops);
+            if sums[o as usize] == 0 {
+                relevant.push(o);
+            }
         }
     }
+    let scores_of = |o: u32| {
+        let (prop, hops) = propagated[o as usize];
+        (lexical(sums[o as usize]), prop, hops)
+    };
     let mut boosts: HashMap<(u32, u32), usize> = HashMap::new();
     let mut scored: Vec<(i64, u32)> = relevant
         .iter()
-        .map(|(&o, &(lex, prop, _))| {
+        .map(|&o| {
+            let (lex, prop, _) = scores_of(o);
             let c = f.codes[o as usize];
             let k = *boosts
                 .entry((c[0], c[1]))
@@ -318,7 +332,13 @@ pub(crate) fn decide(
             (boost(lex.max(prop), k), o)
         })
         .collect();
-    let expanded = relevant.values().filter(|(l, p, _)| p > l).count() as u64;
+    let expanded = relevant
+        .iter()
+        .filter(|&&o| {
+            let (l, p, _) = scores_of(o);
+            p > l
+        })
+        .count() as u64;
     let max_objects = p.max_objects as usize;
     let threshold = if scored.len() > max_objects {
         let (_, nth, _) = scored.select_nth_unstable_by(max_objects - 1, |a, b| b.0.cmp(&a.0));
@@ -333,7 +353,7 @@ pub(crate) fn decide(
         if score < threshold {
             over.push((o, Reason::MaxObjects));
         } else {
-            let (lex, prop, hops) = relevant[&o];
+            let (lex, prop, hops) = scores_of(o);
             candidates.push(candidate(g, f, &tiers, o, lex));
             keyed.push((prop, hops));
         }
@@ -356,7 +376,7 @@ pub(crate) fn decide(
             .map(|o| f.revision[o as usize])
     };
     let packed = pack_ranked(p, keys, &expansion, &revision_of);
-    let (seeds, expanded) = (sums.len() as u64, expanded);
+
     if !list {
         counted[Reason::MaxObjects as usize] += over.len() as u64;
         return Ok(Some(Decisions {
