@@ -281,47 +281,47 @@ pub(crate) fn decide(
     let denominator = 3 * p.terms.len().max(1) as i64;
     let lexical = |sum: i64| sum * 1_000_000 / denominator;
 
-    // Expansion from the seeds in the graph.
-    let expansion = if p.max_depth > 0 && !f.graph.names().is_empty() {
-        let seeds: Vec<(u32, i64)> = held
+    // Expansion from the seeds in the graph: first every node's best score (exact, without
+    // the path), then, once the threshold is known, the paths from the seeds that can still
+    // reach it (below).
+    let graph_seeds: Vec<(u32, i64)> = match p.max_depth > 0 && !f.graph.names().is_empty() {
+        true => held
             .iter()
             .filter(|o| f.ordinal_node[**o as usize] != NONE)
             .map(|o| (f.ordinal_node[*o as usize], lexical(sums[*o as usize])))
-            .collect();
-        let passable = |node: u32, _: &str| {
-            let o = f.node_ordinal[node as usize];
-            o != NONE && eligible[o as usize]
-        };
-        let live = |owner: u32| g.live(owner, t);
-        f.graph.expand_nodes(&seeds, p.max_depth, &passable, &live)
-    } else {
-        Expansion::default()
+            .collect(),
+        false => Vec::new(),
     };
+    let passable = |node: u32, _: &str| {
+        let o = f.node_ordinal[node as usize];
+        o != NONE && eligible[o as usize]
+    };
+    let live = |owner: u32| g.live(owner, t);
 
     // Every relevant object's rank score; those from the MAX OBJECTS-th score up are ranked.
-    // Per ordinal, the propagated score and hops of those expansion reached; the relevant
-    // are the seeds, then the objects only expansion reached.
+    // Per ordinal, the score propagated to those expansion reached through a hop; the
+    // relevant are the seeds, then the objects only expansion reached.
     let seeds = held.len() as u64;
-    let mut propagated: Vec<(i64, u32)> = vec![(0, 0); n];
+    let mut propagated: Vec<i64> = vec![0; n];
     let mut relevant = held;
-    for (node, score, hops) in expansion.nodes() {
-        let o = f.node_ordinal[node as usize];
-        if o != NONE {
-            propagated[o as usize] = (score, hops);
-            if sums[o as usize] == 0 {
-                relevant.push(o);
+    if !graph_seeds.is_empty() {
+        let (score, hopped) = f.graph.scores(&graph_seeds, p.max_depth, &passable, &live);
+        for (node, (score, hopped)) in score.into_iter().zip(hopped).enumerate() {
+            let o = f.node_ordinal[node];
+            if hopped && o != NONE {
+                propagated[o as usize] = score;
+                if sums[o as usize] == 0 {
+                    relevant.push(o);
+                }
             }
         }
     }
-    let scores_of = |o: u32| {
-        let (prop, hops) = propagated[o as usize];
-        (lexical(sums[o as usize]), prop, hops)
-    };
+    let scores_of = |o: u32| (lexical(sums[o as usize]), propagated[o as usize]);
     let mut boosts: HashMap<(u32, u32), usize> = HashMap::new();
     let mut scored: Vec<(i64, u32)> = relevant
         .iter()
         .map(|&o| {
-            let (lex, prop, _) = scores_of(o);
+            let (lex, prop) = scores_of(o);
             let c = f.codes[o as usize];
             let k = *boosts
                 .entry((c[0], c[1]))
@@ -335,7 +335,7 @@ pub(crate) fn decide(
     let expanded = relevant
         .iter()
         .filter(|&&o| {
-            let (l, p, _) = scores_of(o);
+            let (l, p) = scores_of(o);
             p > l
         })
         .count() as u64;
@@ -347,16 +347,53 @@ pub(crate) fn decide(
         i64::MIN
     };
     let mut over: Vec<(u32, Reason)> = Vec::new();
-    let mut candidates: Vec<Candidate> = Vec::new();
-    let mut keyed: Vec<(i64, u32)> = Vec::new();
+    let mut ranked: Vec<u32> = Vec::new();
     for &(score, o) in &scored {
         if score < threshold {
             over.push((o, Reason::MaxObjects));
         } else {
-            let (lex, prop, hops) = scores_of(o);
-            candidates.push(candidate(g, f, &tiers, o, lex));
-            keyed.push((prop, hops));
+            ranked.push(o);
         }
+    }
+
+    // The paths: from the seeds whose halved score, boosted by every PREFER term, still
+    // reaches the threshold. A ranked object whose propagated score beats its lexical one
+    // got it from such a seed (any other seed's propagation is below the threshold), along
+    // nodes whose best values came from such seeds too, so the paths are the ones expansion
+    // from every seed gives; should one's score differ, expansion runs from every seed.
+    let hops_of = |e: &Expansion, o: u32| {
+        let (lex, prop) = scores_of(o);
+        match prop > lex {
+            true => e
+                .node_score_hops(f.ordinal_node[o as usize])
+                .filter(|(score, _)| *score == prop)
+                .map(|(_, hops)| hops),
+            false => Some(0),
+        }
+    };
+    let mut expansion = Expansion::default();
+    if !graph_seeds.is_empty() {
+        let every = p.prefer.len();
+        let strong: Vec<(u32, i64)> = graph_seeds
+            .iter()
+            .filter(|(_, score)| boost(score >> 1, every) >= threshold)
+            .copied()
+            .collect();
+        expansion = f.graph.expand_nodes(&strong, p.max_depth, &passable, &live);
+        if strong.len() < graph_seeds.len()
+            && ranked.iter().any(|&o| hops_of(&expansion, o).is_none())
+        {
+            expansion = f
+                .graph
+                .expand_nodes(&graph_seeds, p.max_depth, &passable, &live);
+        }
+    }
+    let mut candidates: Vec<Candidate> = Vec::with_capacity(ranked.len());
+    let mut keyed: Vec<(i64, u32)> = Vec::with_capacity(ranked.len());
+    for &o in &ranked {
+        let (lex, prop) = scores_of(o);
+        candidates.push(candidate(g, f, &tiers, o, lex));
+        keyed.push((prop, hops_of(&expansion, o).unwrap_or(0)));
     }
     let mut keys: Vec<Key> = candidates
         .iter()
