@@ -7,7 +7,9 @@
 //!   rejected are ordinals, formatted only when the decisions are.
 //! - Only the eligible objects holding a task term are seeds, scored from the postings' tiers.
 //! - Expansion runs over the generation's graph (built once, edges counted while the object
-//!   they belong to is live at T) from those seeds only.
+//!   they belong to is live at T) from those seeds only: first every node's best score
+//!   ([`Graph::scores`](super::expand::Graph::scores), exact, no path), then the paths only
+//!   from the seeds whose halved score, boosted by every PREFER term, reaches the threshold.
 //! - Ranking computes each relevant object's boosted score, keeps those at or above the
 //!   MAX OBJECTS-th score (ties included), and only those become [`Candidate`]s, ranked and
 //!   packed by the code the operator uses ([`pack_ranked`]).
