@@ -294,7 +294,7 @@ pub(crate) fn decide(
             .collect(),
         false => Vec::new(),
     };
-    let passable = |node: u32, _: &str| {
+    let passable = |node: u32| {
         let o = f.node_ordinal[node as usize];
         o != NONE && eligible[o as usize]
     };
