@@ -188,15 +188,7 @@ impl Graph {
                 let s = s >> 1;
                 let adjacency = &self.pairs[self.start[u as usize]..self.start[u as usize + 1]];
                 for &(v, _, owner) in adjacency {
-                    if owner != NO_OWNER && !live(owner) {
-                        continue;
-                    }
-                    let open = &mut pass[v as usize];
-                    if *open == 0 {
-                        let passes = !self.objects.contains(&v) || passable(v);
-                        *open = if passes { 1 } else { 2 };
-                    }
-                    if *open == 2 {
+                    if !self.crossable(v, owner, &mut pass, passable, live) {
                         continue;
                     }
                     let old = &mut score[v as usize];
@@ -212,6 +204,28 @@ impl Graph {
             frontier = next;
         }
         (score, hopped)
+    }
+
+    /// Whether expansion may step onto `v` by an edge of `owner`: the edge counts (no owner,
+    /// or a `live` one) and `v` is an entity or a `passable` object, asked once per node
+    /// (`pass`: 0 not yet asked, 1 passable, 2 not).
+    fn crossable(
+        &self,
+        v: u32,
+        owner: u32,
+        pass: &mut [u8],
+        passable: &dyn Fn(u32) -> bool,
+        live: &dyn Fn(u32) -> bool,
+    ) -> bool {
+        if owner != NO_OWNER && !live(owner) {
+            return false;
+        }
+        let open = &mut pass[v as usize];
+        if *open == 0 {
+            let passes = !self.objects.contains(&v) || passable(v);
+            *open = if passes { 1 } else { 2 };
+        }
+        *open == 1
     }
 
     /// [`expand`](Self::expand) from seeds given as nodes, with `passable` asked of object
@@ -254,7 +268,6 @@ impl Graph {
         for (r, n) in seed_nodes.iter().enumerate() {
             seed16[*n as usize] = r as u32;
         }
-        // Per node: 0 not yet asked, 1 passable, 2 not.
         let mut pass: Vec<u8> = vec![0; nodes];
         frontier.sort_unstable();
         frontier.dedup();
@@ -271,15 +284,7 @@ impl Graph {
                 let (score, hops, from) = (su.score >> 1, su.hops + 1, su.from);
                 let adjacency = &self.pairs[self.start[u as usize]..self.start[u as usize + 1]];
                 for &(v, rel, owner) in adjacency {
-                    if owner != NO_OWNER && !live(owner) {
-                        continue;
-                    }
-                    let open = &mut pass[v as usize];
-                    if *open == 0 {
-                        let passes = !self.objects.contains(&v) || passable(v);
-                        *open = if passes { 1 } else { 2 };
-                    }
-                    if *open == 2 {
+                    if !self.crossable(v, owner, &mut pass, passable, live) {
                         continue;
                     }
                     let old = &best[v as usize];
