@@ -447,24 +447,24 @@ impl Binder<'_> {
         table: &TableInfo,
         asked: &[(FieldRef, String, Expr)],
     ) -> Result<Vec<(i64, i64)>> {
-        let known = |question: &str, (location, size): &(String, u64)| {
-            table.counted.lock().ok().and_then(|c| {
-                c.get(&(question.to_string(), location.clone(), *size))
-                    .copied()
-            })
-        };
-        let by_file = table.view.is_none() && !table.files.is_empty();
-        if by_file {
-            let missing: HashSet<&str> = table
-                .files
-                .iter()
-                .filter(|f| asked.iter().any(|(_, q, _)| known(q, f).is_none()))
-                .map(|(l, _)| l.as_str())
-                .collect();
-            let probed = match table.only_files(|l| missing.contains(l)) {
-                Some(sub) if !missing.is_empty() => sub.with_file_ordinal(FILE),
-                _ => None,
+        if table.view.is_none() && !table.files.is_empty() {
+            let missing: HashSet<&str> = match table.counted.lock() {
+                Ok(counted) => table
+                    .files
+                    .iter()
+                    .filter(|(location, size)| {
+                        asked.iter().any(|(_, q, _)| {
+                            !counted.contains_key(&(q.clone(), location.clone(), *size))
+                        })
+                    })
+                    .map(|(l, _)| l.as_str())
+                    .collect(),
+                Err(_) => HashSet::new(),
             };
+            // None when every file's counts are kept (no file is left).
+            let probed = table
+                .only_files(|l| missing.contains(l))
+                .and_then(|sub| sub.with_file_ordinal(FILE));
             if let Some(sub) = probed {
                 let per_file = self.count_plan(&sub, asked, true).await?;
                 if let Ok(mut counted) = table.counted.lock() {
@@ -476,15 +476,7 @@ impl Binder<'_> {
                     }
                 }
             }
-            let mut sums = vec![(0, 0); asked.len()];
-            let complete = table.files.iter().all(|f| {
-                asked.iter().zip(&mut sums).all(|((_, q, _), sum)| {
-                    known(q, f)
-                        .inspect(|c| *sum = (sum.0 + c.0, sum.1 + c.1))
-                        .is_some()
-                })
-            });
-            if complete {
+            if let Some(sums) = summed(table, asked) {
                 return Ok(sums);
             }
         }
@@ -573,6 +565,20 @@ impl Binder<'_> {
             _ => Ok(None),
         }
     }
+}
+
+/// Each asked key's counts summed over the files of `table` ([`TableInfo::counted`]); `None`
+/// when some file's counts are not kept.
+fn summed(table: &TableInfo, asked: &[(FieldRef, String, Expr)]) -> Option<Vec<(i64, i64)>> {
+    let counted = table.counted.lock().ok()?;
+    let mut sums = vec![(0, 0); asked.len()];
+    for (location, size) in &table.files {
+        for ((_, q, _), sum) in asked.iter().zip(&mut sums) {
+            let (values, numbers) = counted.get(&(q.clone(), location.clone(), *size))?;
+            *sum = (sum.0 + values, sum.1 + numbers);
+        }
+    }
+    Some(sums)
 }
 
 /// The distinct `entity_type`s of the entities table, sorted.

@@ -10,7 +10,7 @@ use datafusion::logical_expr::LogicalPlan;
 
 use super::pack::Decisions;
 use super::parse_object_uri;
-use super::resident::Resident;
+use super::resident::{Resident, Standing};
 use super::select::Reason;
 use super::store::{Pin, Record};
 use super::subject::{self, Subject};
@@ -222,17 +222,12 @@ impl<'a> AtPin<'a> {
     async fn open(inner: &'a dyn Catalog, exec: &Executor, pin: &Pin) -> Result<Option<Self>> {
         let commits = signalql_catalog::commit::Snapshot::read(inner.dataset().root())
             .map_err(|e| Error::io(e.to_string()))?;
+        let mut tables = Vec::with_capacity(OBJECT_TABLES.len());
         for name in OBJECT_TABLES {
-            let table = crate::catalog::optional_table(inner, exec.session(), name).await?;
-            let others: Vec<(&str, u64)> = table
-                .iter()
-                .flat_map(|t| &t.files)
-                .filter(|(l, _)| commits.sequence(l).is_none())
-                .map(|(l, size)| (l.as_str(), *size))
-                .collect();
-            if super::resident::outside_fingerprint(&others) != pin.outside.get(name).cloned() {
-                return Ok(None);
-            }
+            tables.extend(crate::catalog::optional_table(inner, exec.session(), name).await?);
+        }
+        if Standing::of(&commits, tables.iter()).outside != pin.outside {
+            return Ok(None);
         }
         Ok(Some(AtPin {
             inner,

@@ -161,8 +161,8 @@ impl Graph {
     /// The score [`expand_nodes`](Self::expand_nodes) gives each node from the same seeds,
     /// without the tie-breaks that name the path (cheaper: a score per node, no comparison
     /// of seeds or relations): per node, its best score ([`UNSCORED`]: not reached) and
-    /// whether it came through a hop. Rounds, order and in-place updates are those of
-    /// `expand_nodes`, whose other updates (an equal score by a better path) change no score.
+    /// whether it came through a hop. Rounds and order are those of `expand_nodes`, whose
+    /// other updates (an equal score by a better path) change no score.
     pub fn scores(
         &self,
         seeds: &[(u32, i64)],

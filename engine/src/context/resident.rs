@@ -119,7 +119,8 @@ pub(crate) struct Standing {
 }
 
 impl Standing {
-    fn of<'a>(
+    /// Where `tables` stand in the commit log `snapshot` reads.
+    pub(crate) fn of<'a>(
         snapshot: &signalql_catalog::commit::Snapshot,
         tables: impl Iterator<Item = &'a TableInfo>,
     ) -> Standing {
@@ -141,7 +142,7 @@ impl Standing {
 }
 
 /// A fingerprint of files (location, size) not committed in sequence; `None` for none.
-pub(crate) fn outside_fingerprint(files: &[(&str, u64)]) -> Option<String> {
+fn outside_fingerprint(files: &[(&str, u64)]) -> Option<String> {
     use sha2::{Digest, Sha256};
     if files.is_empty() {
         return None;
