@@ -130,6 +130,8 @@ pub struct Dataset {
     file_schemas: Arc<Mutex<HashMap<(String, u64), OpenedFile>>>,
     /// What each file answered to the bind pass's questions ([`TableInfo::counted`]).
     counted: FileCounts,
+    /// The representations' files read by locator ([`Dataset::content_files`]).
+    content_files: Arc<crate::objects::resident::locate::ContentFiles>,
 }
 
 /// A table opened before: the readable files listed and the files skipped at listing, then
@@ -367,12 +369,19 @@ impl Dataset {
             opened: Arc::default(),
             file_schemas: Arc::default(),
             counted: Arc::default(),
+            content_files: Arc::default(),
         })
     }
 
     /// Where the dataset lives.
     pub fn root(&self) -> &Root {
         &self.root
+    }
+
+    /// The representations' files CONTEXT FOR has read packed content from by locator, kept
+    /// for every opening of the table (a file is named by its location and size).
+    pub fn content_files(&self) -> &crate::objects::resident::locate::ContentFiles {
+        &self.content_files
     }
 
     /// The root of the context store (its `contexts/` folder holds the bundles).

@@ -16,7 +16,8 @@ use crate::execute::Executor;
 use crate::lower::fields::ts_lit;
 
 /// The content of the representations `keys` (object id, revision, name), read after packing
-/// so only packed content is loaded; every key must be an eligible representation.
+/// so only packed content is loaded; every key must be an eligible representation. A key
+/// whose content is NULL or that no row holds is left out.
 pub async fn contents(
     exec: &Executor,
     catalog: &dyn Catalog,
@@ -26,8 +27,17 @@ pub async fn contents(
     if keys.is_empty() {
         return Ok(out);
     }
+    // By locator, from the files as listed, when the caller sees the table whole and it is
+    // a folder of local files read as they are (catalog::objects::resident::locate).
+    let t = catalog.table(exec.session(), "representations").await?;
+    if t.view.is_none() && t.restriction.is_none() && t.is_folder() {
+        let files = catalog.dataset().content_files();
+        if let Some(found) = files.contents(&t.files, keys) {
+            return Ok(found);
+        }
+    }
     let ids: Vec<Expr> = keys.iter().map(|k| lit(k.0.as_str())).collect();
-    // A point lookup: with the filter pushed into the Parquet reader, only the pages holding
+    // Else a point lookup: with the filter pushed into the Parquet reader, only the pages holding
     // the wanted rows have their content decoded (representations are written in object id
     // order), instead of every page of the text column.
     // The copy shares the session's catalogs; only its config is its own. (Building a state

@@ -45,6 +45,7 @@ use crate::error::{CatalogError, Result};
 
 mod columns;
 mod context;
+pub mod locate;
 use columns::{corrupt, integers, micros, read, strings};
 pub use context::{DERIVATION_COLUMNS, Edges, LINK_COLUMNS, PACKABLE, Reps, SECRET, role_bit};
 use context::{EdgeRow, RepRow};

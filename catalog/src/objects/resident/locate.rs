@@ -1,0 +1,403 @@
+//! The content of packed representations read by locator (DESIGN.md §5 "Scale"; docs/index.md,
+//! "Content by locator"): a CONTEXT FOR reads the text of the items it packed only, and reads
+//! each as the rows of its file that hold it, without planning a query.
+//!
+//! Per file of the `representations` table (named by its location and size: signalql never
+//! rewrites a file in place) the dataset keeps, once read:
+//!
+//! - the file's footer with its page index, and
+//! - a hash of each row's key (object id, revision, name) with the row's position, sorted by
+//!   hash: 12 bytes a row.
+//!
+//! A lookup finds each wanted key's rows by hash, then reads those rows only: a row selection
+//! per row group, so the reader decompresses the pages holding them (with the offset index;
+//! without one, the pages before them in their row group too) and no other.
+//!
+//! The caller asks only for keys the table holds (the packed items of a generation or plan
+//! over these files). So when a key's hash is held by one row of the listed files, that row
+//! is the key's, and only its `content` column is read. When several rows hold it (the key
+//! written twice, or a collision), their keys are read with the content and compared, and the
+//! first file's row in listing order is taken.
+//!
+//! Only local files are read this way; a file this cannot read (on S3, changed since listed,
+//! without the key columns, corrupt) makes the whole lookup answer `None`, and the engine reads
+//! by its Parquet plan instead, which reports the problem as for any scan.
+
+use std::collections::{HashMap, HashSet};
+use std::fs::File;
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex};
+
+use datafusion::arrow::array::RecordBatch;
+use datafusion::parquet::arrow::ProjectionMask;
+use datafusion::parquet::arrow::arrow_reader::{
+    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder, RowSelection,
+    RowSelector,
+};
+use datafusion::parquet::file::metadata::PageIndexPolicy;
+
+use super::columns::{integers, read, strings};
+
+/// A representation's key: object id, revision, name.
+pub type RepKey = (String, i64, String);
+
+const KEY_COLUMNS: [&str; 3] = ["object_id", "revision", "name"];
+
+/// The files read by locator so far, by (location, size) (see the module's documentation).
+#[derive(Debug, Default)]
+pub struct ContentFiles {
+    files: Mutex<HashMap<(String, u64), Arc<Keyed>>>,
+}
+
+/// A file's footer and its rows' key hashes.
+#[derive(Debug)]
+struct Keyed {
+    metadata: ArrowReaderMetadata,
+    /// Key hashes, sorted, with the row (in the file) of each.
+    hashes: Vec<u64>,
+    rows: Vec<u32>,
+}
+
+fn key_hash(id: &str, revision: i64, name: &str) -> u64 {
+    let mut h = std::hash::DefaultHasher::new();
+    id.hash(&mut h);
+    revision.hash(&mut h);
+    name.hash(&mut h);
+    h.finish()
+}
+
+impl ContentFiles {
+    /// The non-null content of each of `keys` found in the local Parquet `files` (location,
+    /// size: a table's files as listed), as the table's scan reads them; `None` when a file
+    /// cannot be read by locator. Files of other listings are forgotten.
+    pub fn contents(
+        &self,
+        files: &[(String, u64)],
+        keys: &[RepKey],
+    ) -> Option<HashMap<RepKey, String>> {
+        let mut out = HashMap::new();
+        if keys.is_empty() {
+            return Some(out);
+        }
+        let keyed = files
+            .iter()
+            .map(|(location, size)| self.keyed(location, *size))
+            .collect::<Option<Vec<_>>>()?;
+        // Per wanted key, the rows holding its hash, per file.
+        let mut found: Vec<Vec<(usize, u32)>> = vec![Vec::new(); keys.len()];
+        for (k, (id, revision, name)) in keys.iter().enumerate() {
+            let h = key_hash(id, *revision, name);
+            for (f, file) in keyed.iter().enumerate() {
+                let from = file.hashes.partition_point(|x| *x < h);
+                let to = file.hashes.partition_point(|x| *x <= h);
+                found[k].extend(file.rows[from..to].iter().map(|&r| (f, r)));
+            }
+        }
+        // A key's hash held by one row only: the key is in the table (the caller's contract),
+        // so that row holds it, and only its content is read. Else the rows' keys are read
+        // with it and compared.
+        let mut direct: Vec<Vec<(u32, usize)>> = vec![Vec::new(); files.len()];
+        let mut checked: Vec<Vec<u32>> = vec![Vec::new(); files.len()];
+        for (k, rows) in found.iter().enumerate() {
+            match rows.as_slice() {
+                [(f, r)] => direct[*f].push((*r, k)),
+                _ => rows.iter().for_each(|(f, r)| checked[*f].push(*r)),
+            }
+        }
+        for (f, (location, size)) in files.iter().enumerate() {
+            let metadata = &keyed[f].metadata;
+            let rows = &mut direct[f];
+            rows.sort_unstable();
+            rows.dedup_by_key(|(r, _)| *r);
+            if !rows.is_empty() {
+                let positions: Vec<u32> = rows.iter().map(|(r, _)| *r).collect();
+                let batches = read_rows(location, *size, metadata, &positions, &["content"])?;
+                let mut next = rows.iter();
+                for b in &batches {
+                    let content = strings(b, "content")?;
+                    for i in 0..b.num_rows() {
+                        let (_, k) = next.next()?;
+                        if let Some(text) = content.get(i) {
+                            out.insert(keys[*k].clone(), text.to_string());
+                        }
+                    }
+                }
+            }
+            let rows = &mut checked[f];
+            rows.sort_unstable();
+            rows.dedup();
+            if rows.is_empty() {
+                continue;
+            }
+            let wanted: HashSet<&RepKey> = keys.iter().collect();
+            let columns = ["object_id", "revision", "name", "content"];
+            for b in read_rows(location, *size, metadata, rows, &columns)? {
+                let (ids, names, content) = (
+                    strings(&b, "object_id")?,
+                    strings(&b, "name")?,
+                    strings(&b, "content")?,
+                );
+                let revisions = read(&b, "revision", integers)?;
+                for (i, revision) in revisions.into_iter().enumerate() {
+                    let (Some(id), Some(revision), Some(name), Some(text)) =
+                        (ids.get(i), revision, names.get(i), content.get(i))
+                    else {
+                        continue;
+                    };
+                    let key = (id.to_string(), revision, name.to_string());
+                    if wanted.contains(&key) {
+                        out.entry(key).or_insert_with(|| text.to_string());
+                    }
+                }
+            }
+        }
+        if let Ok(mut m) = self.files.lock() {
+            let listed: HashSet<(&str, u64)> =
+                files.iter().map(|(l, s)| (l.as_str(), *s)).collect();
+            m.retain(|(l, s), _| listed.contains(&(l.as_str(), *s)));
+        }
+        Some(out)
+    }
+
+    /// The memory the files' footers and key hashes take, approximately.
+    pub fn memory_bytes(&self) -> usize {
+        let Ok(m) = self.files.lock() else {
+            return 0;
+        };
+        m.values()
+            .map(|k| k.hashes.len() * 12 + k.metadata.metadata().memory_size())
+            .sum()
+    }
+
+    fn keyed(&self, location: &str, size: u64) -> Option<Arc<Keyed>> {
+        let name = (location.to_string(), size);
+        if let Some(k) = self.files.lock().ok()?.get(&name) {
+            return Some(k.clone());
+        }
+        let keyed = Arc::new(key_file(location, size)?);
+        self.files.lock().ok()?.insert(name, keyed.clone());
+        Some(keyed)
+    }
+}
+
+/// The local file at `location`, if it still has `size` bytes.
+fn open(location: &str, size: u64) -> Option<File> {
+    if !location.starts_with('/') {
+        return None;
+    }
+    let file = File::open(location).ok()?;
+    (file.metadata().ok()?.len() == size).then_some(file)
+}
+
+/// Reads the footer (with the page index) and the key of every row of a file.
+fn key_file(location: &str, size: u64) -> Option<Keyed> {
+    let file = open(location, size)?;
+    let options = ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Optional);
+    let metadata = ArrowReaderMetadata::load(&file, options).ok()?;
+    if metadata.metadata().file_metadata().num_rows() > u32::MAX as i64 {
+        return None;
+    }
+    let mask = ProjectionMask::columns(
+        metadata.metadata().file_metadata().schema_descr(),
+        KEY_COLUMNS,
+    );
+    let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(file, metadata.clone())
+        .with_projection(mask)
+        .build()
+        .ok()?;
+    let mut pairs: Vec<(u64, u32)> = Vec::new();
+    let mut row = 0u32;
+    for b in reader {
+        let b = b.ok()?;
+        let (ids, names) = (strings(&b, "object_id")?, strings(&b, "name")?);
+        let revisions = read(&b, "revision", integers)?;
+        for (i, revision) in revisions.into_iter().enumerate() {
+            if let (Some(id), Some(revision), Some(name)) = (ids.get(i), revision, names.get(i)) {
+                pairs.push((key_hash(id, revision, name), row));
+            }
+            row += 1;
+        }
+    }
+    pairs.sort_unstable();
+    let (hashes, rows) = pairs.into_iter().unzip();
+    Some(Keyed {
+        metadata,
+        hashes,
+        rows,
+    })
+}
+
+/// The `columns` of the `rows` (sorted, distinct) of a file.
+fn read_rows(
+    location: &str,
+    size: u64,
+    metadata: &ArrowReaderMetadata,
+    rows: &[u32],
+    columns: &[&str],
+) -> Option<Vec<RecordBatch>> {
+    let file = open(location, size)?;
+    let md = metadata.metadata();
+    let mut groups = Vec::new();
+    let mut selectors = Vec::new();
+    let mut start = 0u64;
+    let mut next = rows.iter().map(|&r| r as u64).peekable();
+    for (g, rg) in md.row_groups().iter().enumerate() {
+        let end = start + rg.num_rows() as u64;
+        let mut at = start;
+        while let Some(&r) = next.peek() {
+            if r >= end {
+                break;
+            }
+            next.next();
+            if r > at {
+                selectors.push(RowSelector::skip((r - at) as usize));
+            }
+            selectors.push(RowSelector::select(1));
+            at = r + 1;
+        }
+        if at > start {
+            groups.push(g);
+            if end > at {
+                selectors.push(RowSelector::skip((end - at) as usize));
+            }
+        }
+        start = end;
+    }
+    let mask = ProjectionMask::columns(md.file_metadata().schema_descr(), columns.iter().copied());
+    let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(file, metadata.clone())
+        .with_projection(mask)
+        .with_row_groups(groups)
+        .with_row_selection(RowSelection::from(selectors))
+        .build()
+        .ok()?;
+    reader.collect::<Result<Vec<_>, _>>().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use datafusion::arrow::array::{ArrayRef, Int64Array, StringArray};
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::parquet::arrow::ArrowWriter;
+    use datafusion::parquet::file::properties::WriterProperties;
+
+    use super::*;
+
+    type Row = (String, i64, String, Option<String>);
+
+    /// Writes `rows` to `path` in row groups of 50 rows and pages of 8, with the page index.
+    fn write(path: &std::path::Path, rows: &[Row]) -> (String, u64) {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("object_id", DataType::Utf8, false),
+            Field::new("revision", DataType::Int64, false),
+            Field::new("name", DataType::Utf8, false),
+            Field::new("content", DataType::Utf8, true),
+        ]));
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(StringArray::from_iter_values(rows.iter().map(|r| &r.0))),
+            Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.1))),
+            Arc::new(StringArray::from_iter_values(rows.iter().map(|r| &r.2))),
+            Arc::new(StringArray::from_iter(rows.iter().map(|r| r.3.as_deref()))),
+        ];
+        let props = WriterProperties::builder()
+            .set_max_row_group_row_count(Some(50))
+            .set_data_page_row_count_limit(8)
+            .set_write_batch_size(8)
+            .build();
+        let file = File::create(path).unwrap();
+        let mut w = ArrowWriter::try_new(file, schema.clone(), Some(props)).unwrap();
+        w.write(&RecordBatch::try_new(schema, columns).unwrap())
+            .unwrap();
+        w.close().unwrap();
+        let location = path.canonicalize().unwrap().display().to_string();
+        let size = std::fs::metadata(path).unwrap().len();
+        (location, size)
+    }
+
+    fn row(id: usize, revision: i64, name: &str, content: Option<&str>) -> Row {
+        (
+            format!("obj-{id:04}"),
+            revision,
+            name.to_string(),
+            content.map(str::to_string),
+        )
+    }
+
+    #[test]
+    fn packed_content_is_read_by_locator() {
+        let dir = tempfile::tempdir().unwrap();
+        // 240 rows in 5 row groups: two names per object, the second revision of every
+        // tenth object, and no content for object 7's body.
+        let mut a = Vec::new();
+        for id in 0..120 {
+            let body = (id != 7).then(|| format!("body of {id}"));
+            a.push(row(id, 1, "body", body.as_deref()));
+            a.push(row(id, 1, "summary", Some(&format!("summary of {id}"))));
+        }
+        // A second file: new revisions, and object 3's body written again with other text.
+        let mut b: Vec<Row> = (0..120)
+            .step_by(10)
+            .map(|id| row(id, 2, "body", Some(&format!("body of {id}, revised"))))
+            .collect();
+        b.push(row(3, 1, "body", Some("a copy")));
+        let files = vec![
+            write(&dir.path().join("a.parquet"), &a),
+            write(&dir.path().join("b.parquet"), &b),
+        ];
+        let keys: Vec<RepKey> = [
+            (5, 1, "body"),
+            (7, 1, "body"),
+            (7, 1, "summary"),
+            (3, 1, "body"),
+            (40, 2, "body"),
+            (119, 1, "summary"),
+            (64, 1, "body"),
+        ]
+        .iter()
+        .map(|(id, r, n)| (format!("obj-{id:04}"), *r, n.to_string()))
+        .collect();
+        let content = ContentFiles::default();
+        let got = content.contents(&files, &keys).unwrap();
+        // Expected by hand: the first listed file's row of a key written twice; no entry for
+        // NULL content.
+        let expected: HashMap<RepKey, String> = [
+            (5, 1, "body", "body of 5"),
+            (7, 1, "summary", "summary of 7"),
+            (3, 1, "body", "body of 3"),
+            (40, 2, "body", "body of 40, revised"),
+            (119, 1, "summary", "summary of 119"),
+            (64, 1, "body", "body of 64"),
+        ]
+        .iter()
+        .map(|(id, r, n, c)| ((format!("obj-{id:04}"), *r, n.to_string()), c.to_string()))
+        .collect();
+        assert_eq!(got, expected);
+        assert!(content.memory_bytes() > 0);
+        // A listing without the second file forgets it.
+        let got = content.contents(&files[..1], &keys[3..4]).unwrap();
+        assert_eq!(got[&keys[3]], "body of 3");
+        assert_eq!(content.files.lock().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_file_that_cannot_be_read_by_locator_answers_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let (location, size) = write(&dir.path().join("a.parquet"), &[row(1, 1, "body", None)]);
+        let keys = vec![("obj-0001".to_string(), 1, "body".to_string())];
+        let content = ContentFiles::default();
+        // Changed since listed, an object-store key, not Parquet.
+        assert!(
+            content
+                .contents(&[(location.clone(), size + 1)], &keys)
+                .is_none()
+        );
+        assert!(
+            content
+                .contents(&[("bucket/reps/a.parquet".into(), size)], &keys)
+                .is_none()
+        );
+        std::fs::write(&location, vec![0u8; size as usize]).unwrap();
+        assert!(content.contents(&[(location, size)], &keys).is_none());
+    }
+}
