@@ -155,20 +155,21 @@ impl Graph {
             })
             .collect();
         let by_node = |v: u32| passable(v, &self.names[v as usize][OBJECT.len()..]);
-        self.expand_nodes(&nodes, max_depth, &by_node, live)
+        self.expand_nodes(&nodes, max_depth, &by_node, &|o| live(o))
     }
 
     /// The score [`expand_nodes`](Self::expand_nodes) gives each node from the same seeds,
     /// without the tie-breaks that name the path (cheaper: a score per node, no comparison
     /// of seeds or relations): per node, its best score ([`UNSCORED`]: not reached) and
-    /// whether it came through a hop. Rounds and order are those of `expand_nodes`, whose
+    /// whether it came through a hop. As there, an entity only the last round would reach is
+    /// not (see [`adjacency`](Self::adjacency)). Rounds and order are those of `expand_nodes`, whose
     /// other updates (an equal score by a better path) change no score.
     pub fn scores(
         &self,
         seeds: &[(u32, i64)],
         max_depth: u32,
-        passable: &dyn Fn(u32) -> bool,
-        live: &dyn Fn(u32) -> bool,
+        passable: &impl Fn(u32) -> bool,
+        live: &impl Fn(u32) -> bool,
     ) -> (Vec<i64>, Vec<bool>) {
         let nodes = self.names.len();
         let mut score: Vec<i64> = vec![UNSCORED; nodes];
@@ -181,13 +182,13 @@ impl Graph {
         let mut pass: Vec<u8> = vec![0; nodes];
         frontier.sort_unstable();
         frontier.dedup();
-        for _ in 0..max_depth {
+        let mut next = Next::new(nodes);
+        for round in 0..max_depth {
             let at_start: Vec<i64> = frontier.iter().map(|&u| score[u as usize]).collect();
-            let mut next: Vec<u32> = Vec::new();
+            next.start_round();
             for (&u, s) in frontier.iter().zip(at_start) {
                 let s = s >> 1;
-                let adjacency = &self.pairs[self.start[u as usize]..self.start[u as usize + 1]];
-                for &(v, _, owner) in adjacency {
+                for &(v, _, owner) in self.adjacency(u, round + 1 == max_depth) {
                     if !self.crossable(v, owner, &mut pass, passable, live) {
                         continue;
                     }
@@ -199,11 +200,24 @@ impl Graph {
                     }
                 }
             }
-            next.sort_unstable();
-            next.dedup();
-            frontier = next;
+            frontier = next.take();
         }
         (score, hopped)
+    }
+
+    /// The adjacency of `u`, by neighbour; in the last round only its object neighbours. A
+    /// node is observed only as an object (its score, hops and path: `node_score_hops`,
+    /// `score_hops`, `reached`) or as a step on a path to one, so a node the last round
+    /// reaches is observed only when it is an object: entity neighbours are skipped then
+    /// (the objects' nodes are one range, and a list is in node order).
+    fn adjacency(&self, u: u32, last: bool) -> &[(u32, u32, u32)] {
+        let all = &self.pairs[self.start[u as usize]..self.start[u as usize + 1]];
+        if !last {
+            return all;
+        }
+        let from = all.partition_point(|p| p.0 < self.objects.start);
+        let to = from + all[from..].partition_point(|p| p.0 < self.objects.end);
+        &all[from..to]
     }
 
     /// Whether expansion may step onto `v` by an edge of `owner`: the edge counts (no owner,
@@ -214,8 +228,8 @@ impl Graph {
         v: u32,
         owner: u32,
         pass: &mut [u8],
-        passable: &dyn Fn(u32) -> bool,
-        live: &dyn Fn(u32) -> bool,
+        passable: &impl Fn(u32) -> bool,
+        live: &impl Fn(u32) -> bool,
     ) -> bool {
         if owner != NO_OWNER && !live(owner) {
             return false;
@@ -235,8 +249,8 @@ impl Graph {
         self: &Arc<Self>,
         seeds: &[(u32, i64)],
         max_depth: u32,
-        passable: &dyn Fn(u32) -> bool,
-        live: &dyn Fn(u32) -> bool,
+        passable: &impl Fn(u32) -> bool,
+        live: &impl Fn(u32) -> bool,
     ) -> Expansion {
         // Dense per node: an expansion from ~100 000 seeds meets most nodes, and a hash
         // lookup per edge was most of its time.
@@ -271,19 +285,20 @@ impl Graph {
         let mut pass: Vec<u8> = vec![0; nodes];
         frontier.sort_unstable();
         frontier.dedup();
-        for _ in 0..max_depth {
+        let mut next = Next::new(nodes);
+        for round in 0..max_depth {
             // Each round propagates the values the frontier had when it began: a node a round
             // improves propagates in the next round, so no value travels more than one hop
-            // per round, nor more than MAX DEPTH hops in all.
+            // per round, nor more than MAX DEPTH hops in all. The comparison is a total order
+            // over start-of-round values, so the frontier's order changes nothing.
             let at_start: Vec<NodeStep> = frontier.iter().map(|&u| best[u as usize]).collect();
-            let mut next: Vec<u32> = Vec::new();
+            next.start_round();
             for (&u, su) in frontier.iter().zip(at_start) {
                 if su.hops == UNREACHED {
                     continue;
                 }
                 let (score, hops, from) = (su.score >> 1, su.hops + 1, su.from);
-                let adjacency = &self.pairs[self.start[u as usize]..self.start[u as usize + 1]];
-                for &(v, rel, owner) in adjacency {
+                for &(v, rel, owner) in self.adjacency(u, round + 1 == max_depth) {
                     if !self.crossable(v, owner, &mut pass, passable, live) {
                         continue;
                     }
@@ -309,9 +324,7 @@ impl Graph {
                     }
                 }
             }
-            next.sort_unstable();
-            next.dedup();
-            frontier = next;
+            frontier = next.take();
         }
         Expansion {
             graph: Arc::clone(self),
@@ -343,6 +356,41 @@ fn rank_by<'a>(strings: &[&'a str], cmp: fn(&str, &str) -> Ordering) -> (Vec<u32
         rank[id as usize] = r as u32;
     }
     (rank, order.iter().map(|&id| strings[id as usize]).collect())
+}
+
+/// The nodes a round of expansion improved, each once (a mark per node holds the round that
+/// last listed it: no sort, no hash).
+struct Next {
+    nodes: Vec<u32>,
+    listed_in: Vec<u32>,
+    round: u32,
+}
+
+impl Next {
+    fn new(nodes: usize) -> Next {
+        Next {
+            nodes: Vec::new(),
+            listed_in: vec![0; nodes],
+            round: 0,
+        }
+    }
+
+    fn start_round(&mut self) {
+        self.round += 1;
+    }
+
+    fn push(&mut self, v: u32) {
+        let listed = &mut self.listed_in[v as usize];
+        if *listed != self.round {
+            *listed = self.round;
+            self.nodes.push(v);
+        }
+    }
+
+    /// The nodes listed this round.
+    fn take(&mut self) -> Vec<u32> {
+        std::mem::take(&mut self.nodes)
+    }
 }
 
 /// The hops of a node expansion has not reached.

@@ -319,18 +319,21 @@ pub(crate) fn decide(
         }
     }
     let scores_of = |o: u32| (lexical(sums[o as usize]), propagated[o as usize]);
+    // PREFER terms satisfied, per (state, trust) codes met (none without PREFER).
     let mut boosts: HashMap<(u32, u32), usize> = HashMap::new();
     let mut scored: Vec<(i64, u32)> = relevant
         .iter()
         .map(|&o| {
             let (lex, prop) = scores_of(o);
-            let c = f.codes[o as usize];
-            let k = *boosts
-                .entry((c[0], c[1]))
-                .or_insert_with(|| match p.prefer.is_empty() {
-                    true => 0,
-                    false => satisfied(p, f.name(o as usize, 0), f.name(o as usize, 1)).len(),
-                });
+            let k = match p.prefer.is_empty() {
+                true => 0,
+                false => {
+                    let c = f.codes[o as usize];
+                    *boosts.entry((c[0], c[1])).or_insert_with(|| {
+                        satisfied(p, f.name(o as usize, 0), f.name(o as usize, 1)).len()
+                    })
+                }
+            };
             (boost(lex.max(prop), k), o)
         })
         .collect();
