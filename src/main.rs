@@ -756,7 +756,7 @@ fn run(cli: Cli) -> Result<(), Error> {
         }
         Command::Stats { data } => {
             let engine = open(data, None, &reach)?;
-            write_json(&engine.statistics())
+            write_json(&runtime()?.block_on(engine.statistics()))
         }
         Command::Compile { data, now, query } => {
             let text = read_query(query)?;

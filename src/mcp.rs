@@ -393,7 +393,7 @@ impl SignalqlServer {
     ) -> Result<CallToolResult, ErrorData> {
         let run = async {
             let (engine, _permit) = self.admit(&ctx)?;
-            let mut stats = engine.statistics();
+            let mut stats = engine.statistics().await;
             if let Some(f) = &args.field {
                 stats.fields.retain(|s| s.field == *f);
                 if stats.fields.is_empty() {

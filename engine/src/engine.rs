@@ -1096,9 +1096,16 @@ impl Engine {
     }
 
     /// The estimator statistics over the traces in the engine's trace folder (`signalql
-    /// stats`); every field with zero samples when nothing was traced yet.
-    pub fn statistics(&self) -> crate::trace::Statistics {
-        crate::trace::statistics(&self.runtime.tracer.traces())
+    /// stats`); every field with zero samples when nothing was traced yet. With a resident
+    /// context index (a long-running process), what it holds and its memory.
+    pub async fn statistics(&self) -> crate::trace::Statistics {
+        let mut stats = crate::trace::statistics(&self.runtime.tracer.traces());
+        if let Some(r) = self.resident.as_deref() {
+            let mut report = r.report().await;
+            report.content_files_bytes = self.dataset().content_files().memory_bytes() as u64;
+            stats.resident = Some(report);
+        }
+        stats
     }
 
     /// simulate: what `statement` would read and how long it would take, from metadata only

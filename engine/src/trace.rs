@@ -301,6 +301,10 @@ pub struct Statistics {
     pub fields: Vec<FieldStatistics>,
     /// The slice these cover; null: every statement.
     pub bucket: Option<String>,
+    /// signalql's extension: the resident context index this process holds (a one-shot
+    /// command holds at most the snapshot it read; absent for an engine without one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resident: Option<crate::context::resident::ResidentReport>,
     #[serde(flatten, default, skip_serializing_if = "serde_json::Map::is_empty")]
     pub unknown: Unknown,
 }
@@ -379,6 +383,7 @@ pub fn statistics(traces: &[Trace]) -> Statistics {
         estimator_version: ESTIMATOR_VERSION.into(),
         fields,
         bucket: None,
+        resident: None,
         unknown: Default::default(),
     }
 }

@@ -866,6 +866,17 @@ fn context_from_the_index_expands_over_links_and_derivations() {
     let got = rt.block_on(bundle(&resident, dir.path(), q));
     assert_eq!(held.contexts_answered(), 1);
     assert_eq!(got, scan);
+    // `signalql stats` (and MCP's stats) report what the process holds: one generation of
+    // the three objects, its memory, and the content files read by locator for the items.
+    let report = rt.block_on(resident.statistics()).resident.unwrap();
+    assert_eq!(report.generations.len(), 1);
+    assert_eq!(report.generations[0].objects, 3);
+    assert!(report.generations[0].terms > 0);
+    assert_eq!(report.memory_bytes, report.generations[0].memory_bytes);
+    assert!(report.memory_bytes > 0 && report.content_files_bytes > 0);
+    assert_eq!(report.contexts_answered, 1);
+    let without = rt.block_on(engine(dir.path(), None, None).statistics());
+    assert!(without.resident.is_none());
     let items: Vec<(String, i64, String)> = got["bundle"]["items"]
         .as_array()
         .unwrap()

@@ -335,13 +335,51 @@ impl Resident {
     }
 
     /// The memory of the generations held.
-    pub async fn memory_bytes(&self) -> usize {
-        let held = self.held.lock().await;
-        held.iter()
-            .filter_map(|h| h.generation.as_ref())
-            .map(|g| g.memory_bytes())
-            .sum()
+    pub async fn memory_bytes(&self) -> u64 {
+        self.report().await.memory_bytes
     }
+
+    /// What is held now: each generation's objects, terms and memory (the most recently
+    /// used first), their memory in all, and the CONTEXT FORs decided from one so far.
+    pub async fn report(&self) -> ResidentReport {
+        let held = self.held.lock().await;
+        let generations: Vec<HeldGeneration> = held
+            .iter()
+            .filter_map(|h| h.generation.as_ref())
+            .map(|g| HeldGeneration {
+                objects: g.objects() as u64,
+                terms: g.term_count() as u64,
+                memory_bytes: g.memory_bytes() as u64,
+            })
+            .collect();
+        ResidentReport {
+            memory_bytes: generations.iter().map(|g| g.memory_bytes).sum(),
+            generations,
+            content_files_bytes: 0,
+            contexts_answered: self.contexts_answered(),
+        }
+    }
+}
+
+/// The resident context index a process holds (`signalql stats`, the MCP `stats` tool;
+/// docs/index.md, "Memory").
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ResidentReport {
+    /// The generations' memory, in all.
+    pub memory_bytes: u64,
+    pub generations: Vec<HeldGeneration>,
+    /// What the dataset keeps to read packed content by locator (footers and key hashes of
+    /// the representations' files).
+    pub content_files_bytes: u64,
+    pub contexts_answered: u64,
+}
+
+/// A generation held: its objects, terms and memory.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct HeldGeneration {
+    pub objects: u64,
+    pub terms: u64,
+    pub memory_bytes: u64,
 }
 
 /// `columns` of the table `t`, read as the Parquet plan reads it.
