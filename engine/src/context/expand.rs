@@ -133,9 +133,10 @@ impl Graph {
     /// and the object id), over the edges whose owner is [`NO_OWNER`] or `live`. Seeds are
     /// node names (`object:` and the id for an object, `type:id` for an entity).
     /// Multi-source propagation, one round per hop over the nodes improved in the previous
-    /// round (in node order), so the cost is O(depth × edges reached) however many seeds
-    /// there are. The best value at a node is the highest score, then fewer hops, then the
-    /// seed id, the edge relation (code-unit order) and the previous node (name order).
+    /// round (in any order: values are compared by a total order), so the cost is
+    /// O(depth × edges reached) however many seeds there are. The best value at a node is the
+    /// highest score, then fewer hops, then the seed id, the edge relation (code-unit order)
+    /// and the previous node (name order).
     pub fn expand(
         self: &Arc<Self>,
         seeds: &[(String, i64)],
@@ -161,8 +162,7 @@ impl Graph {
     /// The score [`expand_nodes`](Self::expand_nodes) gives each node from the same seeds,
     /// without the tie-breaks that name the path (cheaper: a score per node, no comparison
     /// of seeds or relations): per node, its best score ([`UNSCORED`]: not reached) and
-    /// whether it came through a hop. As there, an entity only the last round would reach is
-    /// not (see [`adjacency`](Self::adjacency)). Rounds and order are those of `expand_nodes`, whose
+    /// whether it came through a hop. Rounds and order are those of `expand_nodes`, whose
     /// other updates (an equal score by a better path) change no score.
     pub fn scores(
         &self,
@@ -183,12 +183,12 @@ impl Graph {
         frontier.sort_unstable();
         frontier.dedup();
         let mut next = Next::new(nodes);
-        for round in 0..max_depth {
+        for _ in 0..max_depth {
             let at_start: Vec<i64> = frontier.iter().map(|&u| score[u as usize]).collect();
             next.start_round();
             for (&u, s) in frontier.iter().zip(at_start) {
                 let s = s >> 1;
-                for &(v, _, owner) in self.adjacency(u, round + 1 == max_depth) {
+                for &(v, _, owner) in self.adjacency(u) {
                     if !self.crossable(v, owner, &mut pass, passable, live) {
                         continue;
                     }
@@ -205,19 +205,9 @@ impl Graph {
         (score, hopped)
     }
 
-    /// The adjacency of `u`, by neighbour; in the last round only its object neighbours. A
-    /// node is observed only as an object (its score, hops and path: `node_score_hops`,
-    /// `score_hops`, `reached`) or as a step on a path to one, so a node the last round
-    /// reaches is observed only when it is an object: entity neighbours are skipped then
-    /// (the objects' nodes are one range, and a list is in node order).
-    fn adjacency(&self, u: u32, last: bool) -> &[(u32, u32, u32)] {
-        let all = &self.pairs[self.start[u as usize]..self.start[u as usize + 1]];
-        if !last {
-            return all;
-        }
-        let from = all.partition_point(|p| p.0 < self.objects.start);
-        let to = from + all[from..].partition_point(|p| p.0 < self.objects.end);
-        &all[from..to]
+    /// The adjacency of `u`: (neighbour, relation, owner), by neighbour.
+    fn adjacency(&self, u: u32) -> &[(u32, u32, u32)] {
+        &self.pairs[self.start[u as usize]..self.start[u as usize + 1]]
     }
 
     /// Whether expansion may step onto `v` by an edge of `owner`: the edge counts (no owner,
@@ -286,7 +276,7 @@ impl Graph {
         frontier.sort_unstable();
         frontier.dedup();
         let mut next = Next::new(nodes);
-        for round in 0..max_depth {
+        for _ in 0..max_depth {
             // Each round propagates the values the frontier had when it began: a node a round
             // improves propagates in the next round, so no value travels more than one hop
             // per round, nor more than MAX DEPTH hops in all. The comparison is a total order
@@ -298,7 +288,7 @@ impl Graph {
                     continue;
                 }
                 let (score, hops, from) = (su.score >> 1, su.hops + 1, su.from);
-                for &(v, rel, owner) in self.adjacency(u, round + 1 == max_depth) {
+                for &(v, rel, owner) in self.adjacency(u) {
                     if !self.crossable(v, owner, &mut pass, passable, live) {
                         continue;
                     }
