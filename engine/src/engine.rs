@@ -1101,9 +1101,8 @@ impl Engine {
     pub async fn statistics(&self) -> crate::trace::Statistics {
         let mut stats = crate::trace::statistics(&self.runtime.tracer.traces());
         if let Some(r) = self.resident.as_deref() {
-            let mut report = r.report().await;
-            report.content_files_bytes = self.dataset().content_files().memory_bytes() as u64;
-            stats.resident = Some(report);
+            let content_files = self.dataset().content_files().memory_bytes() as u64;
+            stats.resident = Some(r.report(content_files).await);
         }
         stats
     }

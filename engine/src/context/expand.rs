@@ -174,35 +174,66 @@ impl Graph {
         let nodes = self.names.len();
         let mut score: Vec<i64> = vec![UNSCORED; nodes];
         let mut hopped: Vec<bool> = vec![false; nodes];
-        let mut frontier: Vec<u32> = Vec::with_capacity(seeds.len());
         for &(n, s) in seeds {
             score[n as usize] = s;
-            frontier.push(n);
         }
+        let frontier = seeds.iter().map(|(n, _)| *n).collect();
+        self.rounds(
+            &mut score,
+            frontier,
+            max_depth,
+            passable,
+            live,
+            |score, _, s, v, _| {
+                let (s, old) = (s >> 1, &mut score[v as usize]);
+                let better = *old == UNSCORED || s > *old;
+                if better {
+                    *old = s;
+                    hopped[v as usize] = true;
+                }
+                better
+            },
+        );
+        (score, hopped)
+    }
+
+    /// Propagation in `max_depth` rounds from `frontier`. Each round offers each frontier
+    /// node's value as it was when the round began (so no value travels more than one hop a
+    /// round, nor more than MAX DEPTH hops in all) to each neighbour it may cross to
+    /// ([`crossable`](Self::crossable)): `offer(values, u, u's value, v, relation)` says
+    /// whether it improved `v`, which then joins the next round's frontier, once. An `offer`
+    /// keeping the best by a total order makes the frontier's order change nothing.
+    fn rounds<T: Copy>(
+        &self,
+        values: &mut [T],
+        mut frontier: Vec<u32>,
+        max_depth: u32,
+        passable: &impl Fn(u32) -> bool,
+        live: &impl Fn(u32) -> bool,
+        mut offer: impl FnMut(&mut [T], u32, T, u32, u32) -> bool,
+    ) {
+        let nodes = self.names.len();
         let mut pass: Vec<u8> = vec![0; nodes];
+        // Per node, the last round that listed it in the next frontier (no sort, no hash).
+        let mut listed_in: Vec<u32> = vec![0; nodes];
         frontier.sort_unstable();
         frontier.dedup();
-        let mut next = Next::new(nodes);
-        for _ in 0..max_depth {
-            let at_start: Vec<i64> = frontier.iter().map(|&u| score[u as usize]).collect();
-            next.start_round();
-            for (&u, s) in frontier.iter().zip(at_start) {
-                let s = s >> 1;
-                for &(v, _, owner) in self.adjacency(u) {
-                    if !self.crossable(v, owner, &mut pass, passable, live) {
-                        continue;
-                    }
-                    let old = &mut score[v as usize];
-                    if *old == UNSCORED || s > *old {
-                        *old = s;
-                        hopped[v as usize] = true;
+        for round in 1..=max_depth {
+            let at_start: Vec<T> = frontier.iter().map(|&u| values[u as usize]).collect();
+            let mut next = Vec::new();
+            for (&u, value) in frontier.iter().zip(at_start) {
+                for &(v, rel, owner) in self.adjacency(u) {
+                    if self.crossable(v, owner, &mut pass, passable, live)
+                        && offer(values, u, value, v, rel)
+                        && listed_in[v as usize] != round
+                    {
+                        listed_in[v as usize] = round;
                         next.push(v);
                     }
                 }
             }
-            frontier = next.take();
+            frontier = next;
         }
-        (score, hopped)
     }
 
     /// The adjacency of `u`: (neighbour, relation, owner), by neighbour.
@@ -272,50 +303,36 @@ impl Graph {
         for (r, n) in seed_nodes.iter().enumerate() {
             seed16[*n as usize] = r as u32;
         }
-        let mut pass: Vec<u8> = vec![0; nodes];
-        frontier.sort_unstable();
-        frontier.dedup();
-        let mut next = Next::new(nodes);
-        for _ in 0..max_depth {
-            // Each round propagates the values the frontier had when it began: a node a round
-            // improves propagates in the next round, so no value travels more than one hop
-            // per round, nor more than MAX DEPTH hops in all. The comparison is a total order
-            // over start-of-round values, so the frontier's order changes nothing.
-            let at_start: Vec<NodeStep> = frontier.iter().map(|&u| best[u as usize]).collect();
-            next.start_round();
-            for (&u, su) in frontier.iter().zip(at_start) {
-                if su.hops == UNREACHED {
-                    continue;
-                }
+        self.rounds(
+            &mut best,
+            frontier,
+            max_depth,
+            passable,
+            live,
+            |best, u, su, v, rel| {
                 let (score, hops, from) = (su.score >> 1, su.hops + 1, su.from);
-                for &(v, rel, owner) in self.adjacency(u) {
-                    if !self.crossable(v, owner, &mut pass, passable, live) {
-                        continue;
-                    }
-                    let old = &best[v as usize];
-                    let better = old.hops == UNREACHED
-                        || old
-                            .score
-                            .cmp(&score)
-                            .then(hops.cmp(&old.hops))
-                            .then(seed16[from as usize].cmp(&seed16[old.from as usize]))
-                            .then(self.rel16[rel as usize].cmp(&self.rel16[old.via as usize]))
-                            .then(Some(u).cmp(&old.prev))
-                            .is_lt();
-                    if better {
-                        best[v as usize] = NodeStep {
-                            score,
-                            hops,
-                            from,
-                            via: rel,
-                            prev: Some(u),
-                        };
-                        next.push(v);
-                    }
+                let old = &best[v as usize];
+                let better = old.hops == UNREACHED
+                    || old
+                        .score
+                        .cmp(&score)
+                        .then(hops.cmp(&old.hops))
+                        .then(seed16[from as usize].cmp(&seed16[old.from as usize]))
+                        .then(self.rel16[rel as usize].cmp(&self.rel16[old.via as usize]))
+                        .then(Some(u).cmp(&old.prev))
+                        .is_lt();
+                if better {
+                    best[v as usize] = NodeStep {
+                        score,
+                        hops,
+                        from,
+                        via: rel,
+                        prev: Some(u),
+                    };
                 }
-            }
-            frontier = next.take();
-        }
+                better
+            },
+        );
         Expansion {
             graph: Arc::clone(self),
             best,
@@ -346,41 +363,6 @@ fn rank_by<'a>(strings: &[&'a str], cmp: fn(&str, &str) -> Ordering) -> (Vec<u32
         rank[id as usize] = r as u32;
     }
     (rank, order.iter().map(|&id| strings[id as usize]).collect())
-}
-
-/// The nodes a round of expansion improved, each once (a mark per node holds the round that
-/// last listed it: no sort, no hash).
-struct Next {
-    nodes: Vec<u32>,
-    listed_in: Vec<u32>,
-    round: u32,
-}
-
-impl Next {
-    fn new(nodes: usize) -> Next {
-        Next {
-            nodes: Vec::new(),
-            listed_in: vec![0; nodes],
-            round: 0,
-        }
-    }
-
-    fn start_round(&mut self) {
-        self.round += 1;
-    }
-
-    fn push(&mut self, v: u32) {
-        let listed = &mut self.listed_in[v as usize];
-        if *listed != self.round {
-            *listed = self.round;
-            self.nodes.push(v);
-        }
-    }
-
-    /// The nodes listed this round.
-    fn take(&mut self) -> Vec<u32> {
-        std::mem::take(&mut self.nodes)
-    }
 }
 
 /// The hops of a node expansion has not reached.

@@ -51,6 +51,11 @@ pub(crate) async fn table(
     frame(ctx, scanned(ctx, catalog, name).await?)
 }
 
+/// The opened table `t` read through its view, as a data frame of `ctx`.
+pub(crate) fn opened(ctx: &SessionContext, t: &signalql_catalog::TableInfo) -> Result<DataFrame> {
+    frame(ctx, read(t)?)
+}
+
 /// `b`'s plan as a data frame of `ctx` (for the callers that read with data frames).
 fn frame(ctx: &SessionContext, b: LogicalPlanBuilder) -> Result<DataFrame> {
     Ok(DataFrame::new(ctx.state(), b.build()?))

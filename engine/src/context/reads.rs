@@ -9,7 +9,7 @@ use datafusion::prelude::SessionContext;
 
 use super::Graph;
 use super::candidates::{int_col, string_col};
-use super::load::{optional, table};
+use super::load::{opened, optional, table};
 use crate::catalog::Catalog;
 use crate::error::Result;
 use crate::execute::Executor;
@@ -51,8 +51,7 @@ pub async fn contents(
         .parquet
         .pushdown_filters = true;
     let lookup = SessionContext::new_with_state(state);
-    let reps = table(&lookup, catalog, "representations").await?;
-    let wanted_rows = reps
+    let wanted_rows = opened(&lookup, &t)?
         .filter(col("object_id").in_list(ids, false))?
         .select(vec![
             col("object_id"),

@@ -334,14 +334,10 @@ impl Resident {
         }))
     }
 
-    /// The memory of the generations held.
-    pub async fn memory_bytes(&self) -> u64 {
-        self.report().await.memory_bytes
-    }
-
     /// What is held now: each generation's objects, terms and memory (the most recently
-    /// used first), their memory in all, and the CONTEXT FORs decided from one so far.
-    pub async fn report(&self) -> ResidentReport {
+    /// used first), their memory in all, and the CONTEXT FORs decided from one so far; with
+    /// `content_files_bytes`, what the dataset keeps to read content by locator.
+    pub async fn report(&self, content_files_bytes: u64) -> ResidentReport {
         let held = self.held.lock().await;
         let generations: Vec<HeldGeneration> = held
             .iter()
@@ -355,7 +351,7 @@ impl Resident {
         ResidentReport {
             memory_bytes: generations.iter().map(|g| g.memory_bytes).sum(),
             generations,
-            content_files_bytes: 0,
+            content_files_bytes,
             contexts_answered: self.contexts_answered(),
         }
     }

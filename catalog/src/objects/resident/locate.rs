@@ -83,6 +83,7 @@ impl ContentFiles {
             .iter()
             .map(|(location, size)| self.keyed(location, *size))
             .collect::<Option<Vec<_>>>()?;
+        let wanted: HashSet<&RepKey> = keys.iter().collect();
         // Per wanted key, the rows holding its hash, per file.
         let mut found: Vec<Vec<(usize, u32)>> = vec![Vec::new(); keys.len()];
         for (k, (id, revision, name)) in keys.iter().enumerate() {
@@ -129,7 +130,6 @@ impl ContentFiles {
             if rows.is_empty() {
                 continue;
             }
-            let wanted: HashSet<&RepKey> = keys.iter().collect();
             let columns = ["object_id", "revision", "name", "content"];
             for b in read_rows(location, *size, metadata, rows, &columns)? {
                 let (ids, names, content) = (
