@@ -455,6 +455,47 @@ fn main() -> ExitCode {
     }
 }
 
+/// `signalql query`'s answer to `text`, written to stdout (or `out` for Parquet).
+fn answer_query(
+    engine: &Engine,
+    text: &str,
+    format: Format,
+    out: Option<PathBuf>,
+    plot: Option<PathBuf>,
+) -> Result<(), Error> {
+    let rt = runtime()?;
+    if format == Format::Parquet {
+        let Some(out) = out else {
+            return Err(Error::type_error(
+                "--format parquet writes a file: add --out FILE",
+            ));
+        };
+        let (envelope, batches) = rt.block_on(engine.query_batches(text))?;
+        write_parquet(&out, &batches)?;
+        if let Some(p) = plot {
+            write_plot(&p, text, &envelope)?;
+        }
+        return write_out(&format!(
+            "wrote {} row(s) to {}\n",
+            envelope.rows.len(),
+            out.display()
+        ));
+    }
+    let envelope = match rt.block_on(engine.answer(text))? {
+        Answer::Envelope(e) => *e,
+        Answer::Bundle(b) => return write_json(&*b),
+        Answer::Explanation(x) => return write_json(&*x),
+        Answer::Plan(p) if format == Format::Table => {
+            return write_out(&signalql_engine::explain::render(&p));
+        }
+        Answer::Plan(p) => return write_json(&*p),
+    };
+    if let Some(p) = plot {
+        write_plot(&p, text, &envelope)?;
+    }
+    write_envelope(&envelope, format)
+}
+
 fn write_envelope(envelope: &signalql::Envelope, format: Format) -> Result<(), Error> {
     let out = match format {
         Format::Json => signalql::stdout::json_text(envelope)?,
@@ -573,37 +614,11 @@ fn run(cli: Cli) -> Result<(), Error> {
         } => {
             let text = read_query(query)?;
             let engine = open(data, now, &reach)?;
-            let rt = runtime()?;
-            if format == Format::Parquet {
-                let Some(out) = out else {
-                    return Err(Error::type_error(
-                        "--format parquet writes a file: add --out FILE",
-                    ));
-                };
-                let (envelope, batches) = rt.block_on(engine.query_batches(&text))?;
-                write_parquet(&out, &batches)?;
-                if let Some(p) = plot {
-                    write_plot(&p, &text, &envelope)?;
-                }
-                return write_out(&format!(
-                    "wrote {} row(s) to {}\n",
-                    envelope.rows.len(),
-                    out.display()
-                ));
-            }
-            let envelope = match rt.block_on(engine.answer(&text))? {
-                Answer::Envelope(e) => *e,
-                Answer::Bundle(b) => return write_json(&*b),
-                Answer::Explanation(x) => return write_json(&*x),
-                Answer::Plan(p) if format == Format::Table => {
-                    return write_out(&signalql_engine::explain::render(&p));
-                }
-                Answer::Plan(p) => return write_json(&*p),
-            };
-            if let Some(p) = plot {
-                write_plot(&p, &text, &envelope)?;
-            }
-            write_envelope(&envelope, format)
+            let result = answer_query(&engine, &text, format, out, plot);
+            // The process ends after this answer: what the engine holds (a resident
+            // generation's structures) is left to the system instead of freed piece by piece.
+            std::mem::forget(engine);
+            result
         }
         Command::Bench {
             data,

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use datafusion::common::HashMap;
 
+use super::keep::{In, Out};
 use super::select::{Edge, utf16_cmp};
 
 /// How an object's relevance was reached by expansion.
@@ -104,6 +105,63 @@ impl Graph {
             start,
             pairs: pairs.into_iter().map(|(_, v, r, o)| (v, r, o)).collect(),
         }
+    }
+
+    /// The graph in [`keep`](super::keep)'s form, for [`from_kept`](Self::from_kept).
+    pub(crate) fn keep(&self, out: &mut Out) {
+        out.strs(self.names.iter().map(|n| &**n));
+        out.strs(self.rels.iter().map(|n| &**n));
+        out.u32s(self.rel16.iter().copied());
+        out.u64s(self.start.iter().map(|&s| s as u64));
+        out.u32s(self.pairs.iter().flat_map(|&(v, r, o)| [v, r, o]));
+        out.u32s([self.astral as u32, self.objects.start, self.objects.end]);
+    }
+
+    /// A graph [`keep`](Self::keep) wrote, whose owners are ordinals under `objects` (or
+    /// [`NO_OWNER`]); `None` when the bytes do not hold one (every index is checked, so
+    /// nothing read from them can index outside the graph).
+    pub(crate) fn from_kept(r: &mut In<'_>, objects: usize) -> Option<Graph> {
+        let names: Vec<Box<str>> = r.strs()?.into_iter().map(Box::from).collect();
+        let rels: Vec<Box<str>> = r.strs()?.into_iter().map(Box::from).collect();
+        let rel16 = r.u32s()?;
+        let start = r
+            .u64s()?
+            .into_iter()
+            .map(usize::try_from)
+            .collect::<Result<Vec<usize>, _>>()
+            .ok()?;
+        let flat = r.u32s()?;
+        let [astral, first, after] = r.u32s()?.try_into().ok()?;
+        let nodes = names.len();
+        let sorted = |v: &[Box<str>]| v.windows(2).all(|w| w[0] < w[1]);
+        let pairs: Vec<(u32, u32, u32)> =
+            flat.chunks_exact(3).map(|c| (c[0], c[1], c[2])).collect();
+        let ok = flat.len() % 3 == 0
+            && sorted(&names)
+            && sorted(&rels)
+            && rel16.len() == rels.len()
+            && rel16.iter().all(|&r| (r as usize) < rels.len())
+            && start.len() == nodes + 1
+            && start.first() == Some(&0)
+            && start.windows(2).all(|w| w[0] <= w[1])
+            && start.last() == Some(&pairs.len())
+            && pairs.iter().all(|&(v, rel, o)| {
+                (v as usize) < nodes
+                    && (rel as usize) < rels.len()
+                    && (o == NO_OWNER || (o as usize) < objects)
+            })
+            && first <= after
+            && after as usize <= nodes
+            && astral <= 1;
+        ok.then_some(Graph {
+            names,
+            rels,
+            rel16,
+            start,
+            pairs,
+            astral: astral == 1,
+            objects: first..after,
+        })
     }
 
     /// The nodes, by name.

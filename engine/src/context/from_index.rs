@@ -28,6 +28,7 @@ use signalql_udfs::scalar::token_estimate::Estimator;
 use signalql_udfs::strings::StringColumn;
 
 use super::expand::{Expansion, Graph};
+use super::keep::{In, Out};
 use super::pack::{Decisions, Key, PackParams, pack_ranked, satisfied};
 use super::select::{CHARS_DIV_4, Candidate, Reason, Rep, STORED, boost};
 use crate::error::Result;
@@ -66,15 +67,7 @@ impl Facts {
     /// `None` when the generation holds no graph or its columns are not read as expected.
     fn build(g: &Generation) -> Option<Facts> {
         let edges = g.edges()?;
-        let ids = StringColumn::try_new(g.column("object_id")?.as_ref()).ok()?;
-        let revision = g
-            .numbers("revision")?
-            .into_iter()
-            .collect::<Option<Vec<_>>>()?;
-        let created = g
-            .numbers("created_at")?
-            .into_iter()
-            .collect::<Option<Vec<_>>>()?;
+        let (ids, revision, created) = identity(g)?;
         let n = g.objects();
         let mut projects: HashMap<String, u32> = HashMap::new();
         let project_col = StringColumn::cast_from(g.column("project")?.as_ref()).ok()?;
@@ -163,6 +156,93 @@ impl Facts {
         })
     }
 
+    /// The facts of `g`: read from what its snapshot file kept when it holds them (see
+    /// [`keep`](Self::keep)), else built.
+    fn of(g: &Generation) -> Option<Facts> {
+        g.kept(FACTS)
+            .and_then(|b| Facts::from_kept(g, b))
+            .or_else(|| Facts::build(g))
+    }
+
+    /// The facts in [`keep`](super::keep)'s form, kept in the generation's snapshot file.
+    /// The columns the generation holds itself (ids, revisions, times) are not kept.
+    fn keep(&self) -> Vec<u8> {
+        let mut out = Out::default();
+        out.bytes(KEPT);
+        out.u32s(self.project.iter().copied());
+        let mut projects: Vec<(&str, u32)> = self
+            .projects
+            .iter()
+            .map(|(p, &c)| (p.as_str(), c))
+            .collect();
+        projects.sort_unstable_by_key(|&(_, c)| c);
+        out.strs(projects.iter().map(|&(p, _)| p));
+        out.u32s(self.codes.iter().flatten().copied());
+        out.strs(self.names.iter().map(|n| &**n));
+        out.bytes(&self.flags);
+        out.u32s([u32::from(self.roles_seen)]);
+        self.graph.keep(&mut out);
+        out.u32s(self.node_ordinal.iter().copied());
+        out.u32s(self.ordinal_node.iter().copied());
+        out.into_bytes()
+    }
+
+    /// The facts [`keep`](Self::keep) wrote for `g`; `None` when `bytes` are not that (another
+    /// version of the form, or a value out of its range: nothing read can index outside `g`).
+    fn from_kept(g: &Generation, bytes: &[u8]) -> Option<Facts> {
+        let mut r = In::new(bytes);
+        if r.bytes()? != KEPT {
+            return None;
+        }
+        let (ids, revision, created) = identity(g)?;
+        let n = g.objects();
+        let project = r.u32s()?;
+        let projects = r.strs()?;
+        let codes = r.u32s()?;
+        let names = r.strs()?;
+        let flags = r.bytes()?.to_vec();
+        let [roles_seen] = r.u32s()?.try_into().ok()?;
+        let graph = Graph::from_kept(&mut r, n)?;
+        let node_ordinal = r.u32s()?;
+        let ordinal_node = r.u32s()?;
+        let nodes = graph.names().len();
+        let under = |v: &[u32], bound: usize| v.iter().all(|&x| x == NONE || (x as usize) < bound);
+        let ok = r.is_empty()
+            && project.len() == n
+            && under(&project, projects.len())
+            && codes.len() == 4 * n
+            && codes.iter().all(|&c| (c as usize) < names.len())
+            && flags.len() == n
+            && node_ordinal.len() == nodes
+            && under(&node_ordinal, n)
+            && ordinal_node.len() == n
+            && under(&ordinal_node, nodes);
+        if !ok {
+            return None;
+        }
+        Some(Facts {
+            ids,
+            revision,
+            created,
+            project,
+            projects: projects
+                .into_iter()
+                .enumerate()
+                .map(|(c, p)| (p.to_string(), c as u32))
+                .collect(),
+            codes: codes
+                .chunks_exact(4)
+                .map(|c| [c[0], c[1], c[2], c[3]])
+                .collect(),
+            names: names.into_iter().map(Arc::from).collect(),
+            flags,
+            roles_seen: u16::try_from(roles_seen).ok()?,
+            graph: Arc::new(graph),
+            node_ordinal,
+            ordinal_node,
+        })
+    }
+
     fn name(&self, o: usize, which: usize) -> &Arc<str> {
         &self.names[self.codes[o][which] as usize]
     }
@@ -171,6 +251,34 @@ impl Facts {
     fn ordinal(&self, id: &str) -> Option<u32> {
         ordinal_of(&self.ids, self.revision.len(), id)
     }
+}
+
+/// The name of the facts' part of a snapshot file.
+pub(crate) const FACTS: &str = "facts";
+
+/// The form [`Facts::keep`] writes, first in its bytes (a snapshot written by another version
+/// of it is derived again).
+const KEPT: &[u8] = b"signalql-facts-1";
+
+/// The ids, revision numbers and creation times (µs) of `g`'s objects, by ordinal.
+fn identity(g: &Generation) -> Option<(StringColumn, Vec<i64>, Vec<i64>)> {
+    let ids = StringColumn::try_new(g.column("object_id")?.as_ref()).ok()?;
+    let revision = g
+        .numbers("revision")?
+        .into_iter()
+        .collect::<Option<Vec<_>>>()?;
+    let created = g
+        .numbers("created_at")?
+        .into_iter()
+        .collect::<Option<Vec<_>>>()?;
+    Some((ids, revision, created))
+}
+
+/// What CONTEXT FOR derives from `g`, in the form its snapshot file keeps (see
+/// [`Generation::to_snapshot`]); `None` when `g` cannot answer CONTEXT FOR (no graph).
+pub(crate) fn kept_facts(g: &Generation) -> Option<Vec<u8>> {
+    let facts = g.derived(Facts::of)?;
+    facts.as_ref().as_ref().map(Facts::keep)
 }
 
 /// The ordinal of the object `id` among the `n` ids of a generation (its ordinals are the ids
@@ -202,7 +310,7 @@ pub(crate) fn decide(
     if p.subject.is_some() || p.compress || p.estimator != Estimator::CharsDiv4 {
         return Ok(None);
     }
-    let Some(facts) = g.derived(Facts::build) else {
+    let Some(facts) = g.derived(Facts::of) else {
         return Ok(None);
     };
     let Some(f) = facts.as_ref() else {

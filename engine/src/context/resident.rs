@@ -63,6 +63,10 @@ pub struct Resident {
     contexts: std::sync::atomic::AtomicU64,
 }
 
+/// The name of the part of a snapshot file that keeps the representations' key hashes
+/// (`ContentFiles::keep`), so a new process reads packed content without reading them.
+const KEYS: &str = "content_keys";
+
 /// Where snapshot files are, under the dataset root.
 pub const SNAPSHOTS: &str = "_signalql/resident";
 
@@ -83,8 +87,13 @@ fn snapshot_name(key: &[String]) -> String {
 /// written for `key`. A file that cannot be read or is not a snapshot is not used (the
 /// statement reads the tables instead); it never gives an answer.
 fn load_snapshot(root: &signalql_catalog::Root, key: &[String]) -> Option<Generation> {
-    let bytes = root.read(&snapshot_name(key)).ok()??;
-    let (stored, generation) = Generation::from_snapshot(bytes.into()).ok()?;
+    let name = snapshot_name(key);
+    // A local file is mapped (only the parts a statement uses are read); S3's is read whole.
+    let bytes = match root.local() {
+        Some(dir) => signalql_catalog::objects::resident::snapshot::map(&dir.join(&name)).ok()?,
+        None => root.read(&name).ok()??.into(),
+    };
+    let (stored, generation) = Generation::from_snapshot(bytes).ok()?;
     (stored == key).then_some(generation)
 }
 
@@ -249,7 +258,14 @@ impl Resident {
             false => None,
         };
         let (generation, built) = match snapshot {
-            Some(g) => (Some(Arc::new(g)), false),
+            Some(g) => {
+                // Where the packed content lies, as the file kept it (the representations'
+                // files are in the key, so these are the files it was written for).
+                if let Some(kept) = g.kept(KEYS) {
+                    catalog.dataset().content_files().adopt(kept);
+                }
+                (Some(Arc::new(g)), false)
+            }
             None if !build => (None, false),
             None => (
                 build_generation(exec, &tables, graph_held)
@@ -312,10 +328,28 @@ impl Resident {
         }
         let root = catalog.dataset().root();
         let name = snapshot_name(&key);
-        let bytes = generation.to_snapshot(&key)?;
+        let facts = super::from_index::kept_facts(&generation);
+        let representations = catalog.table(ctx, REPRESENTATIONS).await?;
+        let keys = catalog
+            .dataset()
+            .content_files()
+            .keep(&representations.files);
+        let mut kept: Vec<(&str, &[u8])> = Vec::new();
+        if let Some(f) = &facts {
+            kept.push((super::from_index::FACTS, f));
+        }
+        if let Some(k) = &keys {
+            kept.push((KEYS, k));
+        }
+        let bytes = generation.to_snapshot(&key, &kept)?;
         let size = bytes.len() as u64;
-        root.put_new(&name, bytes)
-            .map_err(|e| crate::error::Error::io(e.to_string()))?;
+        let io = |e: signalql_catalog::StorageError| crate::error::Error::io(e.to_string());
+        // A file already under the name stands unless it cannot be opened for the key (cut
+        // short or damaged): then it is replaced.
+        if load_snapshot(root, &key).is_none() {
+            root.delete(&name).map_err(io)?;
+            root.put_new(&name, bytes).map_err(io)?;
+        }
         for (other, _) in root
             .list_names(SNAPSHOTS)
             .map_err(|e| crate::error::Error::io(e.to_string()))?

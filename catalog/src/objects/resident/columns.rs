@@ -1,12 +1,16 @@
 //! Column readers the resident index's build and snapshot share: a column of a batch by
-//! name as strings, integers or microseconds, and the error of a snapshot that is not whole.
+//! name as strings, integers or microseconds, a batch to and from an Arrow IPC stream, and
+//! the error of a snapshot that is not whole.
 
 use datafusion::arrow::array::{Array, AsArray, RecordBatch};
+use datafusion::arrow::buffer::Buffer;
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Int64Type, TimeUnit, TimestampMicrosecondType};
+use datafusion::arrow::ipc::reader::StreamDecoder;
+use datafusion::arrow::ipc::writer::StreamWriter;
 use signalql_udfs::strings::StringColumn;
 
-use crate::error::CatalogError;
+use crate::error::{CatalogError, Result};
 
 pub(super) fn corrupt(what: &str) -> CatalogError {
     CatalogError::Invalid(format!("a resident index snapshot is corrupt: {what}"))
@@ -47,4 +51,25 @@ pub(super) fn read<T>(
     read: impl Fn(&dyn Array) -> Option<T>,
 ) -> Option<T> {
     read(batch.column_by_name(name)?.as_ref())
+}
+
+/// `batch` as an Arrow IPC stream.
+pub(super) fn ipc(batch: &RecordBatch) -> Result<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut w = StreamWriter::try_new(&mut out, &batch.schema())?;
+    w.write(batch)?;
+    w.finish()?;
+    drop(w);
+    Ok(out)
+}
+
+/// The one batch of an Arrow IPC stream held in `part` (`what`: for the error); its arrays
+/// point into `part` where it is aligned.
+pub(super) fn from_ipc(part: bytes::Bytes, what: &str) -> Result<RecordBatch> {
+    let mut buffer = Buffer::from(part);
+    let mut decoder = StreamDecoder::new();
+    let batch = decoder
+        .decode(&mut buffer)?
+        .ok_or_else(|| corrupt(&format!("it has no {what}")))?;
+    Ok(batch)
 }

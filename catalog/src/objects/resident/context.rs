@@ -13,7 +13,7 @@
 //!   at T decides whether the edge counts) and its two node names and relation.
 
 use std::ops::Range;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, BooleanArray, Int64Array, ListArray, ListBuilder, RecordBatch,
@@ -22,7 +22,7 @@ use datafusion::arrow::array::{
 use datafusion::arrow::datatypes::{DataType, Field, Schema, UInt32Type};
 use signalql_udfs::strings::StringColumn;
 
-use super::columns::{corrupt, integers, read, strings};
+use super::columns::{corrupt, from_ipc, integers, read, strings};
 use crate::error::Result;
 use crate::objects::ROLES;
 use crate::objects::index::packable;
@@ -392,4 +392,56 @@ pub(super) fn edges_of(
         });
     }
     Some(out)
+}
+
+/// The edges of a generation opened from a snapshot: decoded from their part on first use.
+#[derive(Debug)]
+pub(super) struct LazyEdges {
+    part: Option<(bytes::Bytes, u32)>,
+    objects: usize,
+    edges: OnceLock<Option<Edges>>,
+}
+
+impl LazyEdges {
+    /// The edges in `part` (an Arrow IPC stream whose CRC-32 is `crc32`) of a generation of
+    /// `objects` objects, decoded on first use.
+    pub(super) fn of(part: bytes::Bytes, crc32: u32, objects: usize) -> LazyEdges {
+        LazyEdges {
+            part: Some((part, crc32)),
+            objects,
+            edges: OnceLock::new(),
+        }
+    }
+
+    /// Edges already decoded (or `None`: not held).
+    pub(super) fn held(edges: Option<Edges>) -> LazyEdges {
+        LazyEdges {
+            part: None,
+            objects: 0,
+            edges: OnceLock::from(edges),
+        }
+    }
+
+    /// The edges, decoded now if they were not; `None` when not held, or when their part
+    /// does not match its checksum or cannot be decoded.
+    pub(super) fn get(&self) -> Option<&Edges> {
+        self.edges
+            .get_or_init(|| {
+                let (part, crc32) = self.part.as_ref()?;
+                if crc32fast::hash(part) != *crc32 {
+                    return None;
+                }
+                let batch = from_ipc(part.clone(), "edges").ok()?;
+                Edges::open(batch, self.objects).ok()
+            })
+            .as_ref()
+    }
+
+    /// The decoded edges' memory (none before they are decoded).
+    pub(super) fn memory_bytes(&self) -> usize {
+        self.edges
+            .get()
+            .and_then(Option::as_ref)
+            .map_or(0, Edges::memory_bytes)
+    }
 }

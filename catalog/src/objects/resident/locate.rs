@@ -25,7 +25,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
-use std::hash::{Hash, Hasher};
+use std::hash::Hasher;
 use std::sync::{Arc, Mutex};
 
 use datafusion::arrow::array::RecordBatch;
@@ -58,13 +58,21 @@ struct Keyed {
     rows: Vec<u32>,
 }
 
+/// A key's hash: XxHash64 (seed 0) of the id's and name's lengths and bytes and the
+/// revision, little-endian. A specified function, so hashes kept in a snapshot file by one
+/// build are another's ([`ContentFiles::keep`]).
 fn key_hash(id: &str, revision: i64, name: &str) -> u64 {
-    let mut h = std::hash::DefaultHasher::new();
-    id.hash(&mut h);
-    revision.hash(&mut h);
-    name.hash(&mut h);
+    let mut h = twox_hash::XxHash64::with_seed(0);
+    h.write(&(id.len() as u64).to_le_bytes());
+    h.write(id.as_bytes());
+    h.write(&revision.to_le_bytes());
+    h.write(&(name.len() as u64).to_le_bytes());
+    h.write(name.as_bytes());
     h.finish()
 }
+
+/// The first bytes of [`ContentFiles::keep`]'s form.
+const KEPT: &[u8; 16] = b"signalql-keys-1\n";
 
 impl ContentFiles {
     /// The non-null content of each of `keys` found in the local Parquet `files` (location,
@@ -169,6 +177,86 @@ impl ContentFiles {
             .sum()
     }
 
+    /// The key hashes of `files` (location, size), read now where they are not held, in a
+    /// form [`adopt`](Self::adopt) takes back in another process (a snapshot file keeps it):
+    /// [`KEPT`], then per file its location's length and bytes, its size, its row count and
+    /// the hashes and rows, all little-endian. `None` when a file cannot be read by locator.
+    pub fn keep(&self, files: &[(String, u64)]) -> Option<Vec<u8>> {
+        let mut out = KEPT.to_vec();
+        for (location, size) in files {
+            let k = self.keyed(location, *size)?;
+            out.extend_from_slice(&(location.len() as u64).to_le_bytes());
+            out.extend_from_slice(location.as_bytes());
+            out.extend_from_slice(&size.to_le_bytes());
+            out.extend_from_slice(&(k.hashes.len() as u64).to_le_bytes());
+            k.hashes
+                .iter()
+                .for_each(|h| out.extend_from_slice(&h.to_le_bytes()));
+            k.rows
+                .iter()
+                .for_each(|r| out.extend_from_slice(&r.to_le_bytes()));
+        }
+        Some(out)
+    }
+
+    /// Takes the key hashes [`keep`](Self::keep) wrote, for the files not yet held that are
+    /// still there with their size: only their footers are read. Bytes not in that form, and
+    /// a file that cannot be opened, are passed over (its keys are read when first wanted).
+    pub fn adopt(&self, bytes: &[u8]) {
+        let Some(mut rest) = bytes.strip_prefix(KEPT) else {
+            return;
+        };
+        let mut take = |n: usize| -> Option<&[u8]> {
+            let (a, b) = rest.split_at_checked(n)?;
+            rest = b;
+            Some(a)
+        };
+        let u64_of = |b: &[u8]| u64::from_le_bytes(b.try_into().unwrap_or_default());
+        while let Some(len) = take(8) {
+            let len = u64_of(len) as usize;
+            let (Some(location), Some(size), Some(n)) = (take(len), take(8), take(8)) else {
+                return;
+            };
+            let (Ok(location), size) = (std::str::from_utf8(location), u64_of(size)) else {
+                return;
+            };
+            let n = u64_of(n) as usize;
+            let (Some(hashes), Some(rows)) = (
+                n.checked_mul(8).and_then(&mut take),
+                n.checked_mul(4).and_then(&mut take),
+            ) else {
+                return;
+            };
+            let name = (location.to_string(), size);
+            if self.files.lock().is_ok_and(|m| m.contains_key(&name)) {
+                continue;
+            }
+            let hashes: Vec<u64> = hashes
+                .chunks_exact(8)
+                .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()))
+                .collect();
+            let rows: Vec<u32> = rows
+                .chunks_exact(4)
+                .map(|c| u32::from_le_bytes(c.try_into().unwrap_or_default()))
+                .collect();
+            let Some(metadata) = open(location, size).and_then(|f| footer(&f)) else {
+                continue;
+            };
+            let count = metadata.metadata().file_metadata().num_rows() as u64;
+            let whole = hashes.is_sorted() && rows.iter().all(|&r| u64::from(r) < count);
+            if let (true, Ok(mut m)) = (whole, self.files.lock()) {
+                m.insert(
+                    name,
+                    Arc::new(Keyed {
+                        metadata,
+                        hashes,
+                        rows,
+                    }),
+                );
+            }
+        }
+    }
+
     fn keyed(&self, location: &str, size: u64) -> Option<Arc<Keyed>> {
         let name = (location.to_string(), size);
         if let Some(k) = self.files.lock().ok()?.get(&name) {
@@ -189,14 +277,18 @@ fn open(location: &str, size: u64) -> Option<File> {
     (file.metadata().ok()?.len() == size).then_some(file)
 }
 
+/// A file's footer with its page index; `None` when it cannot be read, or the file has more
+/// rows than a u32 counts.
+fn footer(file: &File) -> Option<ArrowReaderMetadata> {
+    let options = ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Optional);
+    let metadata = ArrowReaderMetadata::load(file, options).ok()?;
+    (metadata.metadata().file_metadata().num_rows() <= u32::MAX as i64).then_some(metadata)
+}
+
 /// Reads the footer (with the page index) and the key of every row of a file.
 fn key_file(location: &str, size: u64) -> Option<Keyed> {
     let file = open(location, size)?;
-    let options = ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Optional);
-    let metadata = ArrowReaderMetadata::load(&file, options).ok()?;
-    if metadata.metadata().file_metadata().num_rows() > u32::MAX as i64 {
-        return None;
-    }
+    let metadata = footer(&file)?;
     let mask = ProjectionMask::columns(
         metadata.metadata().file_metadata().schema_descr(),
         KEY_COLUMNS,
@@ -374,6 +466,27 @@ mod tests {
         .collect();
         assert_eq!(got, expected);
         assert!(content.memory_bytes() > 0);
+        // The key hashes kept, as a snapshot file keeps them, and taken back by another
+        // holder: both files held at once (only their footers read), the same content. Any
+        // cut of the kept bytes, or bytes of another form, are passed over without harm.
+        let kept = content.keep(&files).unwrap();
+        let other = ContentFiles::default();
+        other.adopt(&kept);
+        assert_eq!(other.files.lock().unwrap().len(), 2);
+        assert_eq!(other.contents(&files, &keys).unwrap(), expected);
+        for cut in (0..kept.len()).step_by(97) {
+            let partial = ContentFiles::default();
+            partial.adopt(&kept[..cut]);
+            assert_eq!(
+                partial.contents(&files, &keys).unwrap(),
+                expected,
+                "cut {cut}"
+            );
+        }
+        let mut wrong = kept.clone();
+        wrong[20] ^= 0x40;
+        ContentFiles::default().adopt(&wrong);
+        ContentFiles::default().adopt(b"not kept keys");
         // A listing without the second file forgets it.
         let got = content.contents(&files[..1], &keys[3..4]).unwrap();
         assert_eq!(got[&keys[3]], "body of 3");

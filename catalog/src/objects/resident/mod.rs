@@ -32,9 +32,7 @@ use datafusion::arrow::array::{
     UInt32Array,
 };
 use datafusion::arrow::compute::take;
-use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef, UInt32Type};
-use datafusion::arrow::ipc::reader::StreamReader;
-use datafusion::arrow::ipc::writer::StreamWriter;
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::common::HashMap;
 pub use roaring::RoaringBitmap;
 use signalql_udfs::scalar::lexical::{SUMMARY_WEIGHT, TEXT_WEIGHT, TITLE_WEIGHT};
@@ -46,9 +44,10 @@ use crate::error::{CatalogError, Result};
 mod columns;
 mod context;
 pub mod locate;
+pub mod snapshot;
 use columns::{corrupt, integers, micros, read, strings};
 pub use context::{DERIVATION_COLUMNS, Edges, LINK_COLUMNS, PACKABLE, Reps, SECRET, role_bit};
-use context::{EdgeRow, RepRow};
+use context::{EdgeRow, LazyEdges, RepRow};
 
 /// FIND OBJECT's columns, in order, as the generation keeps them per ordinal: from the
 /// object's record (`object_id`, `project`, `kind`, `title`) and its revision (the rest).
@@ -129,13 +128,15 @@ pub struct Generation {
     reps: Reps,
     /// The edges of the selected revisions; `None` when the graph tables could not be held,
     /// or a representation has no name or hash (CONTEXT FOR then keeps the Parquet plan).
-    edges: Option<Edges>,
+    edges: LazyEdges,
+    /// What the engine kept with the generation in its snapshot file, by name.
+    kept: std::collections::BTreeMap<String, bytes::Bytes>,
     /// What an engine derives from the generation and keeps with it (built on first use).
     derived: OnceLock<Arc<dyn Any + Send + Sync>>,
 }
 
 /// The bytes a snapshot file starts with.
-pub const SNAPSHOT_MAGIC: &[u8; 20] = b"signalql-resident-3\n";
+pub const SNAPSHOT_MAGIC: &[u8; 20] = b"signalql-resident-4\n";
 
 /// A directory entry of [`Postings`]: the term's offset and length in the pool (little-endian
 /// u64, u32), then per tier [`TIER`] bytes: its bitmap's offset and length in the blob and
@@ -154,25 +155,6 @@ struct Postings {
     /// Where the pool and the blob start.
     pool: usize,
     blob: usize,
-}
-
-/// `batch` as an Arrow IPC stream.
-fn ipc(batch: &RecordBatch) -> Result<Vec<u8>> {
-    let mut out = Vec::new();
-    let mut w = StreamWriter::try_new(&mut out, &batch.schema())?;
-    w.write(batch)?;
-    w.finish()?;
-    drop(w);
-    Ok(out)
-}
-
-/// The one batch of an Arrow IPC stream (`what`: for the error).
-fn from_ipc(bytes: &[u8], what: &str) -> Result<RecordBatch> {
-    let mut reader = StreamReader::try_new(std::io::Cursor::new(bytes), None)?;
-    reader
-        .next()
-        .ok_or_else(|| corrupt(&format!("it has no {what}")))?
-        .map_err(Into::into)
 }
 
 fn u64_at(b: &[u8], at: usize) -> u64 {
@@ -345,150 +327,8 @@ impl Generation {
             + self.kinds.iter().map(String::len).sum::<usize>()
             + self.postings.bytes.len()
             + self.reps.memory_bytes()
-            + self.edges.as_ref().map_or(0, Edges::memory_bytes)
-    }
-
-    /// The generation as a snapshot file's bytes, for the tables `key` names (the engine's
-    /// fingerprints of them): [`SNAPSHOT_MAGIC`], a little-endian u64 length and a JSON
-    /// header (with the lengths and CRC-32 of each part; each bitmap's is in the postings'
-    /// directory), the per-object columns, the representations and the edges (when held),
-    /// each as an Arrow IPC stream, then the postings.
-    pub fn to_snapshot(&self, key: &[String]) -> Result<Vec<u8>> {
-        let mut fields = self.column_fields();
-        fields.push(Field::new(TOMBSTONED, DataType::Int64, false));
-        fields.push(Field::new(KIND, DataType::UInt32, false));
-        let mut arrays = self.columns.columns().to_vec();
-        arrays.push(Arc::new(Int64Array::from(self.tombstoned.clone())));
-        arrays.push(Arc::new(UInt32Array::from(self.kind.clone())));
-        let batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)?;
-        let columns = ipc(&batch)?;
-        let reps = ipc(self.reps.batch())?;
-        let edges = match &self.edges {
-            Some(e) => Some(ipc(e.batch())?),
-            None => None,
-        };
-        let part = |b: &[u8]| serde_json::json!({"len": b.len(), "crc32": crc32fast::hash(b)});
-        let header = serde_json::json!({
-            "directory_crc32": crc32fast::hash(&self.postings.bytes[..self.postings.blob]),
-            "key": key,
-            "horizon": self.horizon,
-            "kinds": self.kinds,
-            "terms": self.postings.count,
-            "columns": part(&columns),
-            "reps": part(&reps),
-            "edges": edges.as_deref().map(part),
-        })
-        .to_string();
-        let mut out = Vec::with_capacity(
-            SNAPSHOT_MAGIC.len()
-                + 8
-                + header.len()
-                + columns.len()
-                + reps.len()
-                + edges.as_ref().map_or(0, Vec::len)
-                + self.postings.bytes.len(),
-        );
-        out.extend_from_slice(SNAPSHOT_MAGIC);
-        out.extend_from_slice(&(header.len() as u64).to_le_bytes());
-        out.extend_from_slice(header.as_bytes());
-        out.extend_from_slice(&columns);
-        out.extend_from_slice(&reps);
-        out.extend_from_slice(edges.as_deref().unwrap_or_default());
-        out.extend_from_slice(&self.postings.bytes);
-        Ok(out)
-    }
-
-    /// A generation read from a snapshot file's bytes, with the key it was written for; an
-    /// error when the bytes are not a whole snapshot.
-    pub fn from_snapshot(bytes: bytes::Bytes) -> Result<(Vec<String>, Generation)> {
-        let magic = SNAPSHOT_MAGIC.len();
-        if bytes.len() < magic + 8 || &bytes[..magic] != SNAPSHOT_MAGIC {
-            return Err(corrupt("it does not start as one"));
-        }
-        let header_len = u64_at(&bytes, magic) as usize;
-        let header_end = (magic + 8)
-            .checked_add(header_len)
-            .filter(|&n| n <= bytes.len())
-            .ok_or_else(|| corrupt("its header is cut short"))?;
-        #[derive(serde::Deserialize)]
-        struct Part {
-            len: usize,
-            crc32: u32,
-        }
-        #[derive(serde::Deserialize)]
-        struct Header {
-            /// Of the postings' directory and terms (each bitmap has its own, checked when it
-            /// is decoded).
-            directory_crc32: u32,
-            key: Vec<String>,
-            horizon: Option<i64>,
-            kinds: Vec<String>,
-            terms: usize,
-            columns: Part,
-            reps: Part,
-            edges: Option<Part>,
-        }
-        let h: Header = serde_json::from_slice(&bytes[magic + 8..header_end])
-            .map_err(|e| corrupt(&format!("its header: {e}")))?;
-        let mut at = header_end;
-        let mut next = |p: &Part, what: &str| -> Result<RecordBatch> {
-            let end = at
-                .checked_add(p.len)
-                .filter(|&n| n <= bytes.len())
-                .ok_or_else(|| corrupt(&format!("its {what} are cut short")))?;
-            let part = &bytes[at..end];
-            at = end;
-            if crc32fast::hash(part) != p.crc32 {
-                return Err(corrupt(&format!("its {what}' checksum does not match")));
-            }
-            from_ipc(part, what)
-        };
-        let batch = next(&h.columns, "columns")?;
-        let reps = next(&h.reps, "representations")?;
-        let edges = match &h.edges {
-            Some(p) => Some(next(p, "edges")?),
-            None => None,
-        };
-        let n = batch.num_columns();
-        if n != FIND_COLUMNS.len() + 2 {
-            return Err(corrupt("its columns"));
-        }
-        let tombstoned = batch.column(n - 2).as_primitive_opt::<Int64Type>();
-        let kind = batch.column(n - 1).as_primitive_opt::<UInt32Type>();
-        let (Some(tombstoned), Some(kind)) = (tombstoned, kind) else {
-            return Err(corrupt("its columns"));
-        };
-        if kind
-            .values()
-            .iter()
-            .any(|&k| k != NO_KIND && k as usize >= h.kinds.len())
-        {
-            return Err(corrupt("a kind"));
-        }
-        let (tombstoned, kind) = (tombstoned.values().to_vec(), kind.values().to_vec());
-        let columns = batch.project(&(0..n - 2).collect::<Vec<_>>())?;
-        let objects = tombstoned.len();
-        let postings = Postings::open(bytes.slice(at..), h.terms)?;
-        if crc32fast::hash(&postings.bytes[..postings.blob]) != h.directory_crc32 {
-            return Err(corrupt("its terms' checksum does not match"));
-        }
-        Ok((
-            h.key,
-            Generation {
-                columns,
-                tombstoned,
-                kind,
-                kinds: h.kinds,
-                postings,
-                horizon: h.horizon,
-                reps: Reps::open(reps, objects)?,
-                edges: match edges {
-                    Some(e) => Some(Edges::open(e, objects)?),
-                    None => None,
-                },
-                derived: OnceLock::new(),
-            },
-        ))
+            + self.edges.memory_bytes()
+            + self.kept.values().map(bytes::Bytes::len).sum::<usize>()
     }
 
     /// The representations of the selected revisions.
@@ -498,7 +338,7 @@ impl Generation {
 
     /// The edges of the selected revisions, `None` when the graph tables are not held.
     pub fn edges(&self) -> Option<&Edges> {
-        self.edges.as_ref()
+        self.edges.get()
     }
 
     /// The per-object column `name` of [`FIND_COLUMNS`].
@@ -1074,10 +914,11 @@ impl Builder {
             postings: Postings::build(postings)?,
             horizon: self.horizon,
             reps: Reps::build(self.reps, objects)?,
-            edges: match self.edges {
+            edges: LazyEdges::held(match self.edges {
                 Some(e) => Some(Edges::build(e, objects)?),
                 None => None,
-            },
+            }),
+            kept: Default::default(),
             derived: OnceLock::new(),
         })
     }

@@ -1,0 +1,253 @@
+//! A generation's snapshot file (docs/index.md, "Snapshot files"): what `signalql index`
+//! writes so that a new process opens the resident index instead of building it.
+//!
+//! The file is [`SNAPSHOT_MAGIC`], a little-endian u64 length, a JSON header, then its parts,
+//! each starting at a multiple of [`ALIGN`] bytes from the file's start (the header gives
+//! their places counted from the first one's): the per-object
+//! columns, the representations and the edges (when held), each an Arrow IPC stream; what the
+//! engine asked to keep with the generation, by name (what it derived from it, where the
+//! packed content lies in the representations' files); and the postings as they are in
+//! memory. The header gives each part's place, length and CRC-32
+//! (each bitmap's CRC-32 is in the postings' directory).
+//!
+//! A file is read by mapping it ([`map`]), and its parts are used where they lie: the Arrow
+//! arrays point into the mapping (the IPC streams are written 64-byte aligned, so decoding
+//! copies nothing; Arrow still validates them), a posting list is decoded when a query names
+//! its term, and the edges are decoded on first use (a process that finds the engine's derived
+//! part never does). So a one-shot command touches the pages of the parts it uses only.
+//! Checksums are checked when a part is first used; a part that fails it is an error at
+//! opening (columns, representations, the postings' directory) or is not used (the edges:
+//! CONTEXT FOR then keeps the Parquet plan; a kept part: the engine does without it).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
+
+use datafusion::arrow::array::{AsArray, Int64Array, RecordBatch, UInt32Array};
+use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, UInt32Type};
+
+use super::columns::{corrupt, from_ipc, ipc};
+use super::context::LazyEdges;
+use super::{
+    FIND_COLUMNS, Generation, KIND, NO_KIND, Postings, Reps, SNAPSHOT_MAGIC, TOMBSTONED, u64_at,
+};
+use crate::error::{CatalogError, Result};
+
+/// Where each part starts: a multiple of this many bytes from the file's start (the mapping
+/// starts on a page), the alignment Arrow's IPC writer gives the buffers inside a stream.
+const ALIGN: usize = 64;
+
+/// The bytes of the file at `path`, mapped: only the pages used are read.
+///
+/// Decided (docs/index.md, "Snapshot files"): a snapshot file is written once under a name of
+/// its own (the tables' key) and is only ever removed, never rewritten in place, so a mapping
+/// of it stays whole while it is used (a removed file's pages stay mapped).
+pub fn map(path: &Path) -> std::io::Result<bytes::Bytes> {
+    let file = std::fs::File::open(path)?;
+    // SAFETY: the mapping is read-only and the file is never modified in place (above); a
+    // process that truncates it by hand while it is mapped is outside what signalql writes.
+    #[allow(unsafe_code)]
+    let mapped = unsafe { memmap2::Mmap::map(&file)? };
+    Ok(bytes::Bytes::from_owner(mapped))
+}
+
+/// A part's place in the file, as the header gives it.
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
+struct Part {
+    at: usize,
+    len: usize,
+    crc32: u32,
+}
+
+impl Part {
+    /// The part's bytes, checked against the file's length (not its checksum).
+    fn of(&self, bytes: &bytes::Bytes, what: &str) -> Result<bytes::Bytes> {
+        let end = self
+            .at
+            .checked_add(self.len)
+            .filter(|&n| n <= bytes.len())
+            .ok_or_else(|| corrupt(&format!("its {what} are cut short")))?;
+        Ok(bytes.slice(self.at..end))
+    }
+
+    /// The part's bytes, checked against the file's length and its checksum.
+    fn checked(&self, bytes: &bytes::Bytes, what: &str) -> Result<bytes::Bytes> {
+        let part = self.of(bytes, what)?;
+        if crc32fast::hash(&part) != self.crc32 {
+            return Err(corrupt(&format!("its {what}' checksum does not match")));
+        }
+        Ok(part)
+    }
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Header {
+    key: Vec<String>,
+    horizon: Option<i64>,
+    kinds: Vec<String>,
+    terms: usize,
+    columns: Part,
+    reps: Part,
+    edges: Option<Part>,
+    kept: BTreeMap<String, Part>,
+    postings: Part,
+    /// Of the postings' directory and terms (each bitmap has its own, checked when it is
+    /// decoded).
+    directory_crc32: u32,
+}
+
+impl Generation {
+    /// The generation as a snapshot file's bytes, for the tables `key` names (the engine's
+    /// fingerprints of them), with `kept`: what the engine keeps with it, by name
+    /// ([`Generation::kept`] gives each back).
+    pub fn to_snapshot(&self, key: &[String], kept: &[(&str, &[u8])]) -> Result<Vec<u8>> {
+        let mut fields = self.column_fields();
+        fields.push(Field::new(TOMBSTONED, DataType::Int64, false));
+        fields.push(Field::new(KIND, DataType::UInt32, false));
+        let mut arrays = self.columns.columns().to_vec();
+        arrays.push(Arc::new(Int64Array::from(self.tombstoned.clone())));
+        arrays.push(Arc::new(UInt32Array::from(self.kind.clone())));
+        let batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)?;
+        let columns = ipc(&batch)?;
+        let reps = ipc(self.reps.batch())?;
+        let edges = match self.edges() {
+            Some(e) => Some(ipc(e.batch())?),
+            None => None,
+        };
+        let postings = &self.postings.bytes[..];
+        let mut parts: Vec<Option<&[u8]>> = vec![Some(&columns), Some(&reps), edges.as_deref()];
+        parts.extend(kept.iter().map(|(_, b)| Some(*b)));
+        parts.push(Some(postings));
+        // Places are counted from the first part's start, the first multiple of ALIGN after
+        // the header, so the header does not depend on its own length.
+        let mut at = 0usize;
+        let places: Vec<Option<Part>> = parts
+            .iter()
+            .map(|b| {
+                b.map(|b| {
+                    at = at.next_multiple_of(ALIGN);
+                    let part = Part {
+                        at,
+                        len: b.len(),
+                        crc32: crc32fast::hash(b),
+                    };
+                    at += b.len();
+                    part
+                })
+            })
+            .collect();
+        let (c, r, e, p) = (places[0], places[1], places[2], places[places.len() - 1]);
+        let none = Part {
+            at: 0,
+            len: 0,
+            crc32: 0,
+        };
+        let header = serde_json::to_string(&Header {
+            key: key.to_vec(),
+            horizon: self.horizon,
+            kinds: self.kinds.clone(),
+            terms: self.postings.count,
+            columns: c.unwrap_or(none),
+            reps: r.unwrap_or(none),
+            edges: e,
+            kept: kept
+                .iter()
+                .zip(&places[3..])
+                .filter_map(|((name, _), p)| Some((name.to_string(), (*p)?)))
+                .collect(),
+            postings: p.unwrap_or(none),
+            directory_crc32: crc32fast::hash(&postings[..self.postings.blob]),
+        })
+        .map_err(|e| CatalogError::Invalid(e.to_string()))?;
+        let first = (SNAPSHOT_MAGIC.len() + 8 + header.len()).next_multiple_of(ALIGN);
+        let mut out = Vec::with_capacity(first + at);
+        out.extend_from_slice(SNAPSHOT_MAGIC);
+        out.extend_from_slice(&(header.len() as u64).to_le_bytes());
+        out.extend_from_slice(header.as_bytes());
+        for (b, part) in parts.iter().zip(places) {
+            if let (Some(b), Some(part)) = (b, part) {
+                out.resize(first + part.at, 0);
+                out.extend_from_slice(b);
+            }
+        }
+        Ok(out)
+    }
+
+    /// A generation opened from a snapshot file's bytes (as [`map`] gives them), with the key
+    /// it was written for; an error when the bytes are not a whole snapshot.
+    pub fn from_snapshot(bytes: bytes::Bytes) -> Result<(Vec<String>, Generation)> {
+        let magic = SNAPSHOT_MAGIC.len();
+        if bytes.len() < magic + 8 || &bytes[..magic] != SNAPSHOT_MAGIC {
+            return Err(corrupt("it does not start as one"));
+        }
+        let header_len = u64_at(&bytes, magic) as usize;
+        let header_end = (magic + 8)
+            .checked_add(header_len)
+            .filter(|&n| n <= bytes.len())
+            .ok_or_else(|| corrupt("its header is cut short"))?;
+        let h: Header = serde_json::from_slice(&bytes[magic + 8..header_end])
+            .map_err(|e| corrupt(&format!("its header: {e}")))?;
+        // The parts' places count from the first multiple of ALIGN after the header.
+        let bytes = bytes.slice(header_end.next_multiple_of(ALIGN).min(bytes.len())..);
+        let batch = from_ipc(h.columns.checked(&bytes, "columns")?, "columns")?;
+        let reps = from_ipc(
+            h.reps.checked(&bytes, "representations")?,
+            "representations",
+        )?;
+        let n = batch.num_columns();
+        if n != FIND_COLUMNS.len() + 2 {
+            return Err(corrupt("its columns"));
+        }
+        let tombstoned = batch.column(n - 2).as_primitive_opt::<Int64Type>();
+        let kind = batch.column(n - 1).as_primitive_opt::<UInt32Type>();
+        let (Some(tombstoned), Some(kind)) = (tombstoned, kind) else {
+            return Err(corrupt("its columns"));
+        };
+        if kind
+            .values()
+            .iter()
+            .any(|&k| k != NO_KIND && k as usize >= h.kinds.len())
+        {
+            return Err(corrupt("a kind"));
+        }
+        let (tombstoned, kind) = (tombstoned.values().to_vec(), kind.values().to_vec());
+        let columns = batch.project(&(0..n - 2).collect::<Vec<_>>())?;
+        let objects = tombstoned.len();
+        let postings = Postings::open(h.postings.of(&bytes, "postings")?, h.terms)?;
+        if crc32fast::hash(&postings.bytes[..postings.blob]) != h.directory_crc32 {
+            return Err(corrupt("its terms' checksum does not match"));
+        }
+        let edges = match &h.edges {
+            Some(p) => LazyEdges::of(p.of(&bytes, "edges")?, p.crc32, objects),
+            None => LazyEdges::held(None),
+        };
+        // A kept part that does not match its checksum is left out.
+        let kept = h
+            .kept
+            .iter()
+            .filter_map(|(name, p)| Some((name.clone(), p.checked(&bytes, name).ok()?)))
+            .collect();
+        Ok((
+            h.key,
+            Generation {
+                columns,
+                tombstoned,
+                kind,
+                kinds: h.kinds,
+                postings,
+                horizon: h.horizon,
+                reps: Reps::open(reps, objects)?,
+                edges,
+                kept,
+                derived: OnceLock::new(),
+            },
+        ))
+    }
+
+    /// What the engine kept with the generation in its snapshot file under `name` (see
+    /// [`to_snapshot`](Self::to_snapshot)); `None` for a generation built in this process, or
+    /// when its part does not match its checksum.
+    pub fn kept(&self, name: &str) -> Option<&bytes::Bytes> {
+        self.kept.get(name)
+    }
+}
