@@ -247,33 +247,51 @@ impl Postings {
         &self.bytes[at..at + u32_at(&self.bytes, e + 8) as usize]
     }
 
-    /// The tiers of `term`, `None` when no object holds it.
-    fn tiers(&self, term: &str) -> Result<Option<[RoaringBitmap; 3]>> {
-        let mut lo = 0usize;
-        let mut hi = self.count;
+    /// The entry of `term` in the directory, `None` when no object holds it.
+    fn entry(&self, term: &str) -> Option<usize> {
+        let (mut lo, mut hi) = (0usize, self.count);
         while lo < hi {
             let mid = (lo + hi) / 2;
             match self.term(mid).cmp(term.as_bytes()) {
                 std::cmp::Ordering::Less => lo = mid + 1,
                 std::cmp::Ordering::Greater => hi = mid,
-                std::cmp::Ordering::Equal => {
-                    let mut tiers: [RoaringBitmap; 3] = Default::default();
-                    for (t, tier) in tiers.iter_mut().enumerate() {
-                        let e = mid * ENTRY + 12 + t * TIER;
-                        let at = self.blob + u64_at(&self.bytes, e) as usize;
-                        let end = at + u32_at(&self.bytes, e + 8) as usize;
-                        let stored = &self.bytes[at..end];
-                        if crc32fast::hash(stored) != u32_at(&self.bytes, e + 12) {
-                            return Err(corrupt("a posting list's checksum does not match"));
-                        }
-                        *tier = RoaringBitmap::deserialize_from(stored)
-                            .map_err(|_| corrupt("a posting list"))?;
-                    }
-                    return Ok(Some(tiers));
-                }
+                std::cmp::Ordering::Equal => return Some(mid),
             }
         }
-        Ok(None)
+        None
+    }
+
+    /// The stored bytes of tier `t` of entry `i`, an error when they do not match their
+    /// checksum.
+    fn stored(&self, i: usize, t: usize) -> Result<&[u8]> {
+        let e = i * ENTRY + 12 + t * TIER;
+        let at = self.blob + u64_at(&self.bytes, e) as usize;
+        let end = at + u32_at(&self.bytes, e + 8) as usize;
+        let stored = &self.bytes[at..end];
+        if crc32fast::hash(stored) != u32_at(&self.bytes, e + 12) {
+            return Err(corrupt("a posting list's checksum does not match"));
+        }
+        Ok(stored)
+    }
+
+    /// The tiers of `term`, `None` when no object holds it.
+    fn tiers(&self, term: &str) -> Result<Option<[RoaringBitmap; 3]>> {
+        let Some(i) = self.entry(term) else {
+            return Ok(None);
+        };
+        let mut tiers: [RoaringBitmap; 3] = Default::default();
+        for (t, tier) in tiers.iter_mut().enumerate() {
+            *tier = RoaringBitmap::deserialize_from(self.stored(i, t)?)
+                .map_err(|_| corrupt("a posting list"))?;
+        }
+        Ok(Some(tiers))
+    }
+
+    /// Whether the stored tiers of `term` match their checksums (true when no object holds
+    /// it), without decoding them.
+    fn checked(&self, term: &str) -> bool {
+        self.entry(term)
+            .is_none_or(|i| (0..3).all(|t| self.stored(i, t).is_ok()))
     }
 }
 
@@ -302,11 +320,12 @@ impl Generation {
         self.horizon.is_none_or(|h| t >= h)
     }
 
-    /// Whether the postings of `terms` decode whole (a snapshot's bitmaps are checked when
-    /// decoded): a statement asks before it takes the generation's path, and takes the
-    /// Parquet plan's when not.
+    /// Whether the postings of `terms` match their checksums (a snapshot's bitmaps are
+    /// checked when decoded): a statement asks before it takes the generation's path, and
+    /// takes the Parquet plan's when not. Checked, not decoded: bytes that match the checksum
+    /// written with them are the bitmap that was serialised, so they decode.
     pub fn reads(&self, terms: &[String]) -> bool {
-        terms.iter().all(|t| self.postings.tiers(t).is_ok())
+        terms.iter().all(|t| self.postings.checked(t))
     }
 
     /// The objects it holds.
