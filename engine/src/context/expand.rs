@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use datafusion::common::HashMap;
 
-use super::keep::{In, Out};
 use super::select::{Edge, utf16_cmp};
+use signalql_catalog::objects::resident::keep::{In, Out};
 
 /// How an object's relevance was reached by expansion.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -107,7 +107,7 @@ impl Graph {
         }
     }
 
-    /// The graph in [`keep`](super::keep)'s form, for [`from_kept`](Self::from_kept).
+    /// The graph in [`keep`](signalql_catalog::objects::resident::keep)'s form, for [`from_kept`](Self::from_kept).
     pub(crate) fn keep(&self, out: &mut Out) {
         out.strs(self.names.iter().map(|n| &**n));
         out.strs(self.rels.iter().map(|n| &**n));

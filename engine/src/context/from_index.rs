@@ -28,11 +28,11 @@ use signalql_udfs::scalar::token_estimate::Estimator;
 use signalql_udfs::strings::StringColumn;
 
 use super::expand::{Expansion, Graph};
-use super::keep::{In, Out};
 use super::pack::{Decisions, Key, PackParams, pack_ranked, satisfied};
 use super::select::{CHARS_DIV_4, Candidate, Reason, Rep, STORED, boost};
 use crate::error::Result;
 use crate::syntax::ast::{ContextQuery, ExcludeItem};
+use signalql_catalog::objects::resident::keep::{In, Out};
 
 /// No node, or no ordinal.
 const NONE: u32 = u32::MAX;
@@ -164,7 +164,7 @@ impl Facts {
             .or_else(|| Facts::build(g))
     }
 
-    /// The facts in [`keep`](super::keep)'s form, kept in the generation's snapshot file.
+    /// The facts in [`keep`](signalql_catalog::objects::resident::keep)'s form, kept in the generation's snapshot file.
     /// The columns the generation holds itself (ids, revisions, times) are not kept.
     fn keep(&self) -> Vec<u8> {
         let mut out = Out::default();

@@ -19,7 +19,6 @@ pub(crate) mod expand;
 pub(crate) mod find;
 pub(crate) mod from_index;
 pub(crate) mod indexed;
-pub(crate) mod keep;
 pub(crate) mod load;
 pub(crate) mod pack;
 pub(crate) mod packing;

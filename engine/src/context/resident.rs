@@ -328,36 +328,39 @@ impl Resident {
         }
         let root = catalog.dataset().root();
         let name = snapshot_name(&key);
-        let facts = super::from_index::kept_facts(&generation);
-        let representations = catalog.table(ctx, REPRESENTATIONS).await?;
-        let keys = catalog
-            .dataset()
-            .content_files()
-            .keep(&representations.files);
-        let mut kept: Vec<(&str, &[u8])> = Vec::new();
-        if let Some(f) = &facts {
-            kept.push((super::from_index::FACTS, f));
-        }
-        if let Some(k) = &keys {
-            kept.push((KEYS, k));
-        }
-        let bytes = generation.to_snapshot(&key, &kept)?;
-        let size = bytes.len() as u64;
         let io = |e: signalql_catalog::StorageError| crate::error::Error::io(e.to_string());
+        let names = root.list_names(SNAPSHOTS).map_err(io)?;
+        let file = name.strip_prefix(&format!("{SNAPSHOTS}/")).unwrap_or(&name);
         // A file already under the name stands unless it cannot be opened for the key (cut
-        // short or damaged): then it is replaced.
-        if load_snapshot(root, &key).is_none() {
-            root.delete(&name).map_err(io)?;
-            root.put_new(&name, bytes).map_err(io)?;
-        }
-        for (other, _) in root
-            .list_names(SNAPSHOTS)
-            .map_err(|e| crate::error::Error::io(e.to_string()))?
-        {
+        // short or damaged): then it is written again.
+        let standing = names.iter().find(|(n, _)| n == file).map(|(_, size)| *size);
+        let size = match standing.filter(|_| load_snapshot(root, &key).is_some()) {
+            Some(size) => size,
+            None => {
+                let facts = super::from_index::kept_facts(&generation);
+                let representations = catalog.table(ctx, REPRESENTATIONS).await?;
+                let keys = catalog
+                    .dataset()
+                    .content_files()
+                    .keep(&representations.files);
+                let mut kept: Vec<(&str, &[u8])> = Vec::new();
+                if let Some(f) = &facts {
+                    kept.push((super::from_index::FACTS, f));
+                }
+                if let Some(k) = &keys {
+                    kept.push((KEYS, k));
+                }
+                let bytes = generation.to_snapshot(&key, &kept)?;
+                let size = bytes.len() as u64;
+                root.delete(&name).map_err(io)?;
+                root.put_new(&name, bytes).map_err(io)?;
+                size
+            }
+        };
+        for (other, _) in names {
             let rel = format!("{SNAPSHOTS}/{other}");
             if rel != name && other.ends_with(".snapshot") {
-                root.delete(&rel)
-                    .map_err(|e| crate::error::Error::io(e.to_string()))?;
+                root.delete(&rel).map_err(io)?;
             }
         }
         Ok(Some(Snapshot {

@@ -37,6 +37,7 @@ use datafusion::parquet::arrow::arrow_reader::{
 use datafusion::parquet::file::metadata::PageIndexPolicy;
 
 use super::columns::{integers, read, strings};
+use super::keep::{In, Out};
 
 /// A representation's key: object id, revision, name.
 pub type RepKey = (String, i64, String);
@@ -72,7 +73,7 @@ fn key_hash(id: &str, revision: i64, name: &str) -> u64 {
 }
 
 /// The first bytes of [`ContentFiles::keep`]'s form.
-const KEPT: &[u8; 16] = b"signalql-keys-1\n";
+const KEPT: &[u8] = b"signalql-keys-2";
 
 impl ContentFiles {
     /// The non-null content of each of `keys` found in the local Parquet `files` (location,
@@ -179,71 +180,49 @@ impl ContentFiles {
 
     /// The key hashes of `files` (location, size), read now where they are not held, in a
     /// form [`adopt`](Self::adopt) takes back in another process (a snapshot file keeps it):
-    /// [`KEPT`], then per file its location's length and bytes, its size, its row count and
-    /// the hashes and rows, all little-endian. `None` when a file cannot be read by locator.
+    /// [`KEPT`], then per file its location, size, hashes and rows, in [`keep`](super::keep)'s
+    /// sections. `None` when a file cannot be read by locator.
     pub fn keep(&self, files: &[(String, u64)]) -> Option<Vec<u8>> {
-        let mut out = KEPT.to_vec();
+        let mut out = Out::default();
+        out.bytes(KEPT);
         for (location, size) in files {
             let k = self.keyed(location, *size)?;
-            out.extend_from_slice(&(location.len() as u64).to_le_bytes());
-            out.extend_from_slice(location.as_bytes());
-            out.extend_from_slice(&size.to_le_bytes());
-            out.extend_from_slice(&(k.hashes.len() as u64).to_le_bytes());
-            k.hashes
-                .iter()
-                .for_each(|h| out.extend_from_slice(&h.to_le_bytes()));
-            k.rows
-                .iter()
-                .for_each(|r| out.extend_from_slice(&r.to_le_bytes()));
+            out.bytes(location.as_bytes());
+            out.u64s([*size]);
+            out.u64s(k.hashes.iter().copied());
+            out.u32s(k.rows.iter().copied());
         }
-        Some(out)
+        Some(out.into_bytes())
     }
 
     /// Takes the key hashes [`keep`](Self::keep) wrote, for the files not yet held that are
     /// still there with their size: only their footers are read. Bytes not in that form, and
     /// a file that cannot be opened, are passed over (its keys are read when first wanted).
     pub fn adopt(&self, bytes: &[u8]) {
-        let Some(mut rest) = bytes.strip_prefix(KEPT) else {
+        let mut r = In::new(bytes);
+        if r.bytes() != Some(KEPT) {
             return;
-        };
-        let mut take = |n: usize| -> Option<&[u8]> {
-            let (a, b) = rest.split_at_checked(n)?;
-            rest = b;
-            Some(a)
-        };
-        let u64_of = |b: &[u8]| u64::from_le_bytes(b.try_into().unwrap_or_default());
-        while let Some(len) = take(8) {
-            let len = u64_of(len) as usize;
-            let (Some(location), Some(size), Some(n)) = (take(len), take(8), take(8)) else {
+        }
+        while !r.is_empty() {
+            let (Some(location), Some(size), Some(hashes), Some(rows)) =
+                (r.bytes(), r.u64s(), r.u64s(), r.u32s())
+            else {
                 return;
             };
-            let (Ok(location), size) = (std::str::from_utf8(location), u64_of(size)) else {
-                return;
-            };
-            let n = u64_of(n) as usize;
-            let (Some(hashes), Some(rows)) = (
-                n.checked_mul(8).and_then(&mut take),
-                n.checked_mul(4).and_then(&mut take),
-            ) else {
+            let (Ok(location), &[size]) = (std::str::from_utf8(location), &size[..]) else {
                 return;
             };
             let name = (location.to_string(), size);
             if self.files.lock().is_ok_and(|m| m.contains_key(&name)) {
                 continue;
             }
-            let hashes: Vec<u64> = hashes
-                .chunks_exact(8)
-                .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()))
-                .collect();
-            let rows: Vec<u32> = rows
-                .chunks_exact(4)
-                .map(|c| u32::from_le_bytes(c.try_into().unwrap_or_default()))
-                .collect();
             let Some(metadata) = open(location, size).and_then(|f| footer(&f)) else {
                 continue;
             };
             let count = metadata.metadata().file_metadata().num_rows() as u64;
-            let whole = hashes.is_sorted() && rows.iter().all(|&r| u64::from(r) < count);
+            let whole = hashes.len() == rows.len()
+                && hashes.is_sorted()
+                && rows.iter().all(|&r| u64::from(r) < count);
             if let (true, Ok(mut m)) = (whole, self.files.lock()) {
                 m.insert(
                     name,

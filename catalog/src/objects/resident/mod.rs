@@ -43,6 +43,7 @@ use crate::error::{CatalogError, Result};
 
 mod columns;
 mod context;
+pub mod keep;
 pub mod locate;
 pub mod snapshot;
 use columns::{corrupt, integers, micros, read, strings};

@@ -1,20 +1,20 @@
-//! A plain byte form for what the engine derives from a resident generation and keeps in its
-//! snapshot file (`Generation::to_snapshot`'s derived part), so that a new process reads it
-//! instead of deriving it again: a sequence of sections, each a little-endian u64 length and
+//! A plain byte form for what is kept with a resident generation in its snapshot file
+//! (`Generation::to_snapshot`'s kept parts: the engine's facts, the locator's key hashes), so
+//! that a new process reads it instead of deriving it again: a sequence of sections, each a little-endian u64 length and
 //! that many bytes; integers little-endian, strings as their end offsets then their bytes.
 //! Reading checks every length against the bytes (a short or malformed section is `None`);
 //! the caller checks what the values mean (ranges, counts).
 
 /// The bytes being written.
 #[derive(Debug, Default)]
-pub(crate) struct Out(Vec<u8>);
+pub struct Out(Vec<u8>);
 
 impl Out {
-    pub(crate) fn into_bytes(self) -> Vec<u8> {
+    pub fn into_bytes(self) -> Vec<u8> {
         self.0
     }
 
-    pub(crate) fn bytes(&mut self, b: &[u8]) {
+    pub fn bytes(&mut self, b: &[u8]) {
         self.0.extend_from_slice(&(b.len() as u64).to_le_bytes());
         self.0.extend_from_slice(b);
     }
@@ -28,24 +28,16 @@ impl Out {
         self.0[at..at + 8].copy_from_slice(&len.to_le_bytes());
     }
 
-    pub(crate) fn u32s(&mut self, values: impl IntoIterator<Item = u32>) {
-        self.section(|b| {
-            values
-                .into_iter()
-                .for_each(|v| b.extend_from_slice(&v.to_le_bytes()))
-        });
+    pub fn u32s(&mut self, values: impl IntoIterator<Item = u32>) {
+        self.section(|b| values.into_iter().for_each(|v| b.extend(v.to_le_bytes())));
     }
 
-    pub(crate) fn u64s(&mut self, values: impl IntoIterator<Item = u64>) {
-        self.section(|b| {
-            values
-                .into_iter()
-                .for_each(|v| b.extend_from_slice(&v.to_le_bytes()))
-        });
+    pub fn u64s(&mut self, values: impl IntoIterator<Item = u64>) {
+        self.section(|b| values.into_iter().for_each(|v| b.extend(v.to_le_bytes())));
     }
 
     /// Strings: their end offsets in the pool, then the pool.
-    pub(crate) fn strs<'a>(&mut self, values: impl Iterator<Item = &'a str> + Clone) {
+    pub fn strs<'a>(&mut self, values: impl Iterator<Item = &'a str> + Clone) {
         let mut end = 0u64;
         let ends: Vec<u64> = values
             .clone()
@@ -65,21 +57,21 @@ impl Out {
 
 /// The bytes being read.
 #[derive(Debug)]
-pub(crate) struct In<'a> {
+pub struct In<'a> {
     bytes: &'a [u8],
 }
 
 impl<'a> In<'a> {
-    pub(crate) fn new(bytes: &'a [u8]) -> In<'a> {
+    pub fn new(bytes: &'a [u8]) -> In<'a> {
         In { bytes }
     }
 
     /// Whether every section has been read.
-    pub(crate) fn is_empty(&self) -> bool {
+    pub fn is_empty(&self) -> bool {
         self.bytes.is_empty()
     }
 
-    pub(crate) fn bytes(&mut self) -> Option<&'a [u8]> {
+    pub fn bytes(&mut self) -> Option<&'a [u8]> {
         let (len, rest) = self.bytes.split_first_chunk::<8>()?;
         let len = usize::try_from(u64::from_le_bytes(*len)).ok()?;
         if len > rest.len() {
@@ -90,33 +82,31 @@ impl<'a> In<'a> {
         Some(section)
     }
 
-    pub(crate) fn u32s(&mut self) -> Option<Vec<u32>> {
-        let b = self.bytes()?;
-        if b.len() % 4 != 0 {
-            return None;
-        }
-        Some(
-            b.chunks_exact(4)
-                .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect(),
-        )
+    pub fn u32s(&mut self) -> Option<Vec<u32>> {
+        self.words(u32::from_le_bytes)
     }
 
-    pub(crate) fn u64s(&mut self) -> Option<Vec<u64>> {
+    pub fn u64s(&mut self) -> Option<Vec<u64>> {
+        self.words(u64::from_le_bytes)
+    }
+
+    /// A section of little-endian words of `N` bytes; `None` when its length is not a
+    /// multiple of `N`.
+    fn words<const N: usize, T>(&mut self, from: fn([u8; N]) -> T) -> Option<Vec<T>> {
         let b = self.bytes()?;
-        if b.len() % 8 != 0 {
+        if b.len() % N != 0 {
             return None;
         }
         Some(
-            b.chunks_exact(8)
-                .map(|c| u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
+            b.chunks_exact(N)
+                .map(|c| from(c.try_into().unwrap_or([0; N])))
                 .collect(),
         )
     }
 
     /// Strings written by [`Out::strs`]; `None` when an offset is out of order or outside
     /// the pool, or a string is not UTF-8.
-    pub(crate) fn strs(&mut self) -> Option<Vec<&'a str>> {
+    pub fn strs(&mut self) -> Option<Vec<&'a str>> {
         let ends = self.u64s()?;
         let pool = std::str::from_utf8(self.bytes()?).ok()?;
         let mut start = 0usize;
