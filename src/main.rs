@@ -335,6 +335,11 @@ enum IngestWhat {
         /// The ingest time (RFC 3339), for reproducible stores; default now.
         #[arg(long)]
         now: Option<String>,
+        /// Do not write the resident context index's snapshot of the new commit (it is built
+        /// from every object's content; without it the one-shot commands read the tables
+        /// until the next `signalql index`).
+        #[arg(long)]
+        no_snapshot: bool,
     },
 }
 
@@ -574,6 +579,27 @@ impl Reach {
             ..Default::default()
         })
     }
+}
+
+/// Writes the resident context index's snapshot file of the object tables under `data` as
+/// they are now (`signalql index`, `ingest objects`; docs/index.md, "Snapshot files") and
+/// says what was written, or why nothing was.
+fn resident_snapshot(data: PathBuf, reach: &Reach) -> Result<String, Error> {
+    let engine = open(Some(data), None, reach)?;
+    Ok(
+        match runtime()?.block_on(engine.write_resident_snapshot())? {
+            Some(snap) => format!(
+                "resident index snapshot: {} objects, {} terms, {:.1} MB ({})\n",
+                snap.objects,
+                snap.terms,
+                snap.bytes as f64 / 1e6,
+                snap.name
+            ),
+            None => "no resident index snapshot: the object tables are mapped, restricted, hold \
+                 tied records or need more than [limits] resident_memory_bytes (docs/index.md)\n"
+                .to_string(),
+        },
+    )
 }
 
 fn open(data: Option<PathBuf>, now: Option<String>, reach: &Reach) -> Result<Engine, Error> {
@@ -824,6 +850,7 @@ fn run(cli: Cli) -> Result<(), Error> {
                     roles,
                     no_secret_detection,
                     now,
+                    no_snapshot,
                 },
         } => {
             use signalql::catalog::objects::ingest::{
@@ -868,6 +895,11 @@ fn run(cli: Cli) -> Result<(), Error> {
             for (path, why) in &s.skipped {
                 out.push_str(&format!("skipped {}: {why}\n", path.display()));
             }
+            // The resident context index's snapshot of the commit just made, so the next
+            // one-shot FIND OBJECT or CONTEXT FOR maps it instead of reading the tables.
+            if !no_snapshot {
+                out.push_str(&resident_snapshot(data, &reach)?);
+            }
             write_out(&out)
         }
         Command::Index { data } => {
@@ -884,20 +916,7 @@ fn run(cli: Cli) -> Result<(), Error> {
                 data.display()
             );
             // The resident context index's snapshot, for the one-shot commands' FIND OBJECT.
-            let engine = open(Some(data.clone()), None, &reach)?;
-            match runtime()?.block_on(engine.write_resident_snapshot())? {
-                Some(snap) => out.push_str(&format!(
-                    "resident index snapshot: {} objects, {} terms, {:.1} MB ({})\n",
-                    snap.objects,
-                    snap.terms,
-                    snap.bytes as f64 / 1e6,
-                    snap.name
-                )),
-                None => out.push_str(
-                    "no resident index snapshot: the object tables are mapped, restricted or \
-                     hold tied records (docs/index.md)\n",
-                ),
-            }
+            out.push_str(&resident_snapshot(data, &reach)?);
             write_out(&out)
         }
         Command::Gen {

@@ -19,4 +19,6 @@ pub struct LimitsConfig {
     pub max_budget_tokens: Option<u64>,
     /// Requests one principal may have running at once on `signalql serve`.
     pub max_concurrent_requests: Option<u64>,
+    /// What the resident context index may hold, in all (docs/index.md, "Memory").
+    pub resident_memory_bytes: Option<u64>,
 }

@@ -26,6 +26,10 @@ pub struct Limits {
     pub max_budget_tokens: u64,
     /// Requests of one principal running at once on `signalql serve` (beyond: HTTP 429).
     pub max_concurrent_requests: u64,
+    /// The memory of the resident context index's generations held at once (docs/index.md,
+    /// "Memory"): the least recently used are dropped to stay under it, and a generation
+    /// larger than it is not held (the Parquet plan answers).
+    pub resident_memory_bytes: u64,
 }
 
 impl Default for Limits {
@@ -41,6 +45,7 @@ impl Default for Limits {
             timeout_seconds: 60,
             max_budget_tokens: crate::context::MAX_BUDGET,
             max_concurrent_requests: 8,
+            resident_memory_bytes: 2 << 30,
         }
     }
 }
@@ -63,6 +68,7 @@ impl Limits {
         set(&mut self.timeout_seconds, c.timeout_seconds);
         set(&mut self.max_budget_tokens, c.max_budget_tokens);
         set(&mut self.max_concurrent_requests, c.max_concurrent_requests);
+        set(&mut self.resident_memory_bytes, c.resident_memory_bytes);
         self
     }
 

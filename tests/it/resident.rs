@@ -521,6 +521,61 @@ fn small_store(root: &Path) -> Vec<Object> {
     objects
 }
 
+/// The store under `root` replaced by `objects` (`split`: as [`write`] takes it).
+fn rewrite(root: &Path, objects: &[Object], split: bool) {
+    for t in [
+        "objects",
+        "revisions",
+        "representations",
+        "links",
+        "derivations",
+    ] {
+        let _ = std::fs::remove_dir_all(root.join(t));
+    }
+    write(root, objects, split);
+}
+
+/// A fourth object for [`small_store`]'s three, so the tables have a new version.
+fn fourth(objects: &[Object]) -> Vec<Object> {
+    let mut more = objects.to_vec();
+    more.push(Object {
+        records: vec![(5, 1, 0, vec![3], None)],
+        revisions: vec![(1, 5, false, 0, 0)],
+        reps: vec![(1, 0, 0, Some(vec![0, 3]), false, 0, None)],
+        links: Vec::new(),
+    });
+    more
+}
+
+/// A folder of notes under `tmp` holding "storage.md" and "layout.md", both about object
+/// storage, and the folder of the store to ingest them into.
+fn notes(tmp: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let (notes, root) = (tmp.join("notes"), tmp.join("store"));
+    std::fs::create_dir_all(&notes).unwrap();
+    std::fs::write(
+        notes.join("storage.md"),
+        "# Object storage\n\nObjects are Parquet revisions.\n",
+    )
+    .unwrap();
+    std::fs::write(
+        notes.join("layout.md"),
+        "# Layout\n\nThe object storage layout.\n",
+    )
+    .unwrap();
+    (notes, root)
+}
+
+/// Whether `engine` plans the FIND OBJECT `q` over a resident generation.
+fn planned_from_index(rt: &tokio::runtime::Runtime, engine: &Engine, q: &str) -> bool {
+    rt.block_on(engine.compile(q))
+        .unwrap()
+        .lowered
+        .plan
+        .display_indent()
+        .to_string()
+        .contains("resident_objects")
+}
+
 /// The snapshot files under `root`.
 fn snapshot_files(root: &Path) -> Vec<std::path::PathBuf> {
     match std::fs::read_dir(root.join("_signalql/resident")) {
@@ -554,15 +609,7 @@ fn a_snapshot_file_answers_a_new_process_until_the_tables_change_and_a_bad_one_n
         (Some("B"), Some(333_333))
     );
     let one_shot = || engine(dir.path(), Some(Arc::new(Resident::snapshots_only())), None);
-    let from_snapshot = |e: &Engine| {
-        rt.block_on(e.compile(q))
-            .unwrap()
-            .lowered
-            .plan
-            .display_indent()
-            .to_string()
-            .contains("resident_objects")
-    };
+    let from_snapshot = |e: &Engine| planned_from_index(&rt, e, q);
     // No snapshot file yet: the one-shot engine reads the tables.
     assert!(!from_snapshot(&one_shot()));
     let written = rt
@@ -607,23 +654,8 @@ fn a_snapshot_file_answers_a_new_process_until_the_tables_change_and_a_bad_one_n
 
     // New rows: the snapshot is of an older version of the tables, and is not used; a new
     // one replaces it.
-    let mut more = objects.clone();
-    more.push(Object {
-        records: vec![(5, 1, 0, vec![3], None)],
-        revisions: vec![(1, 5, false, 0, 0)],
-        reps: vec![(1, 0, 0, Some(vec![0, 3]), false, 0, None)],
-        links: Vec::new(),
-    });
-    for t in [
-        "objects",
-        "revisions",
-        "representations",
-        "links",
-        "derivations",
-    ] {
-        std::fs::remove_dir_all(dir.path().join(t)).unwrap();
-    }
-    write(dir.path(), &more, true);
+    let more = fourth(&objects);
+    rewrite(dir.path(), &more, true);
     let scan = engine(dir.path(), None, None);
     let changed = rt.block_on(answer(&scan, q));
     assert_ne!(changed, expected);
@@ -1014,16 +1046,7 @@ fn a_pinned_explanation_is_recomputed_while_its_snapshot_lasts() {
         records: vec![(3, 0, 0, vec![], None)],
         ..objects[0].clone()
     });
-    for table in [
-        "objects",
-        "revisions",
-        "representations",
-        "links",
-        "derivations",
-    ] {
-        let _ = std::fs::remove_dir_all(dir.path().join(table));
-    }
-    write(dir.path(), &more, false);
+    rewrite(dir.path(), &more, false);
     let e = rt.block_on(resident.explain_context(&b.id)).unwrap_err();
     let e = &e.to_json()["error"];
     assert_eq!(e["code"], "unknown_context", "{e}");
@@ -1045,14 +1068,8 @@ fn a_pinned_explanation_is_recomputed_while_its_snapshot_lasts() {
 fn a_pinned_explanation_is_recomputed_at_its_commit_position() {
     use signalql::catalog::objects::ingest::{ObjectIngestOptions, ingest_objects};
     let tmp = tempfile::tempdir().unwrap();
-    let (notes, root) = (tmp.path().join("notes"), tmp.path().join("store"));
-    std::fs::create_dir_all(&notes).unwrap();
+    let (notes, root) = notes(tmp.path());
     let note = |name: &str, text: &str| std::fs::write(notes.join(name), text).unwrap();
-    note(
-        "storage.md",
-        "# Object storage\n\nObjects are Parquet revisions.\n",
-    );
-    note("layout.md", "# Layout\n\nThe object storage layout.\n");
     note("other.md", "# Budgets\n\nNothing of the kind.\n");
     let ingest = || {
         let opts = ObjectIngestOptions {
@@ -1111,4 +1128,165 @@ fn a_pinned_explanation_is_recomputed_at_its_commit_position() {
         item.as_object_mut().unwrap().remove("scored_by");
     }
     assert_eq!(x, before["explanation"]);
+}
+
+/// `signalql ingest objects` writes the snapshot of the commit it made (DESIGN.md §5), so the
+/// next one-shot CONTEXT FOR is decided from it (its record is pinned to that generation),
+/// and a later ingest replaces it with the new commit's. Without the file the one-shot
+/// command takes the Parquet plan and gives the same items; `--no-snapshot` writes none.
+#[test]
+fn ingest_objects_writes_the_snapshot_of_its_commit() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (notes, root) = notes(tmp.path());
+    let note = |name: &str, text: &str| std::fs::write(notes.join(name), text).unwrap();
+    let run = |args: &[&str]| {
+        let o = crate::common::signalql_with_stdin(args, "");
+        assert!(o.status.success(), "{args:?}: {o:?}");
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let (notes_arg, root_arg) = (notes.to_str().unwrap(), root.to_str().unwrap());
+    let ingest = |extra: &[&str]| {
+        let mut args = vec![
+            "ingest",
+            "objects",
+            notes_arg,
+            "--data",
+            root_arg,
+            "--now",
+            "2026-01-01T00:00:00Z",
+        ];
+        args.extend_from_slice(extra);
+        run(&args)
+    };
+    // The one-shot answer and the generation its record is pinned to (none: the Parquet plan).
+    let context = || {
+        let _ = std::fs::remove_dir_all(root.join("contexts"));
+        let out = run(&["context", "--data", root_arg, "object storage"]);
+        let b: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let key = b["id"].as_str().unwrap().trim_start_matches("context://");
+        let record: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(root.join(format!("contexts/{key}.json"))).unwrap(),
+        )
+        .unwrap();
+        (b["items"].clone(), record["pin"]["generation"].clone())
+    };
+    let names = || -> Vec<String> {
+        snapshot_files(&root)
+            .iter()
+            .map(|p| {
+                format!(
+                    "_signalql/resident/{}",
+                    p.file_name().unwrap().to_str().unwrap()
+                )
+            })
+            .collect()
+    };
+
+    let out = ingest(&[]);
+    assert!(out.contains("resident index snapshot: 2 objects"), "{out}");
+    let first = names();
+    assert_eq!(first.len(), 1, "{first:?}");
+    let (items, pinned) = context();
+    assert_eq!(
+        pinned,
+        serde_json::json!(first[0]),
+        "decided from the snapshot"
+    );
+    assert_eq!(items.as_array().unwrap().len(), 2, "{items}");
+
+    note(
+        "more.md",
+        "# More object storage\n\nObject storage again.\n",
+    );
+    let out = ingest(&[]);
+    assert!(out.contains("resident index snapshot: 3 objects"), "{out}");
+    let second = names();
+    assert_eq!(
+        second.len(),
+        1,
+        "the older commit's file is removed: {second:?}"
+    );
+    assert_ne!(second, first);
+    let (items, pinned) = context();
+    assert_eq!(pinned, serde_json::json!(second[0]));
+    std::fs::remove_file(root.join(&second[0])).unwrap();
+    let (scanned, unpinned) = context();
+    assert!(unpinned.is_null(), "the Parquet plan: {unpinned}");
+    assert_eq!(scanned, items);
+    assert_eq!(items.as_array().unwrap().len(), 3, "{items}");
+
+    note("last.md", "# Last\n\nObject storage, once more.\n");
+    let out = ingest(&["--no-snapshot"]);
+    assert!(!out.contains("snapshot"), "{out}");
+    assert!(names().is_empty());
+}
+
+/// `[limits] resident_memory_bytes` bounds what the resident index holds: a generation larger
+/// than it is not held (the Parquet plan answers, the same rows), and under a budget that
+/// fits one generation a new version of the tables drops the older one.
+#[test]
+fn the_resident_index_holds_what_resident_memory_bytes_allows() {
+    let dir = tempfile::tempdir().unwrap();
+    let objects = small_store(dir.path());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let q = r#"FIND OBJECT ABOUT "parquet funnel" LIMIT 2"#;
+    let expected = rt.block_on(answer(&engine(dir.path(), None, None), q));
+    let indexed = |e: &Engine| planned_from_index(&rt, e, q);
+    let limit = |bytes: u64| {
+        std::fs::write(
+            dir.path().join("signalql.toml"),
+            format!("[limits]\nresident_memory_bytes = {bytes}\n"),
+        )
+        .unwrap()
+    };
+    let held_bytes = |r: &Resident| -> Vec<u64> {
+        rt.block_on(r.report(0))
+            .generations
+            .iter()
+            .map(|g| g.memory_bytes)
+            .collect()
+    };
+
+    // Unbounded: the generation is held.
+    let unbounded: Arc<Resident> = Default::default();
+    let e = engine(dir.path(), Some(Arc::clone(&unbounded)), None);
+    assert!(indexed(&e));
+    assert_eq!(rt.block_on(answer(&e, q)), expected);
+    let size = held_bytes(&unbounded)[0];
+    assert!(size > 0);
+
+    // One byte less than the generation: none held, the Parquet plan answers the same.
+    limit(size - 1);
+    let small: Arc<Resident> = Default::default();
+    let e = engine(dir.path(), Some(Arc::clone(&small)), None);
+    assert!(!indexed(&e));
+    assert_eq!(rt.block_on(answer(&e, q)), expected);
+    assert!(held_bytes(&small).is_empty());
+
+    // Room for one generation: the tables' next version replaces the older one.
+    limit(size * 3 / 2);
+    let one: Arc<Resident> = Default::default();
+    let e = engine(dir.path(), Some(Arc::clone(&one)), None);
+    assert!(indexed(&e));
+    assert_eq!(held_bytes(&one), vec![size]);
+    let more = fourth(&objects);
+    rewrite(dir.path(), &more, false);
+    let changed = rt.block_on(answer(&engine(dir.path(), None, None), q));
+    let e = engine(dir.path(), Some(Arc::clone(&one)), None);
+    assert!(indexed(&e));
+    assert_eq!(rt.block_on(answer(&e, q)), changed);
+    assert_eq!(held_bytes(&one).len(), 1, "the older generation is dropped");
+    // With room for both, both are held.
+    let two: Arc<Resident> = Default::default();
+    limit(size * 4);
+    rewrite(dir.path(), &objects, false);
+    let e = engine(dir.path(), Some(Arc::clone(&two)), None);
+    assert!(indexed(&e));
+    rewrite(dir.path(), &more, false);
+    let e = engine(dir.path(), Some(Arc::clone(&two)), None);
+    assert!(indexed(&e));
+    assert_eq!(held_bytes(&two).len(), 2);
 }

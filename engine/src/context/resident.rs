@@ -54,7 +54,8 @@ pub const RESIDENT_OBJECTS: &str = "resident_objects";
 /// built from. Shared by the engines of one server (`EngineOptions::resident`).
 #[derive(Debug, Default)]
 pub struct Resident {
-    /// The generations held, the most recently used first (at most [`HELD`]).
+    /// The generations held, the most recently used first (at most [`HELD`], and within
+    /// the caller's `resident_memory_bytes`).
     held: Mutex<Vec<Held>>,
     /// Only generations read from snapshot files are held, none is built: a one-shot
     /// command, which would build one for a single answer.
@@ -165,6 +166,25 @@ fn outside_fingerprint(files: &[(&str, u64)]) -> Option<String> {
     Some(hex::encode(&h.finalize()[..16]))
 }
 
+/// Keeps the generations `held` (the most recently used first) within [`HELD`] and `budget`
+/// bytes in all: the first is always kept (the caller checked its size), the others while
+/// they fit, the least recently used dropped first. A statement still using a dropped
+/// generation keeps it until it ends.
+fn bound(held: &mut Vec<Held>, budget: u64) {
+    held.truncate(HELD);
+    let mut used = 0u64;
+    let mut first = true;
+    held.retain(|h| {
+        let bytes = h.generation.as_ref().map_or(0, |g| g.memory_bytes() as u64);
+        let keep = first || used.saturating_add(bytes) <= budget;
+        if keep {
+            used = used.saturating_add(bytes);
+        }
+        first = false;
+        keep
+    });
+}
+
 impl Resident {
     /// The generation of the object tables as `catalog` opens them now: the one held while
     /// their files are unchanged, else built (once, however many statements ask at once).
@@ -238,11 +258,13 @@ impl Resident {
                 _ => return Ok(None),
             }
         }
+        let budget = exec.limits().resident_memory_bytes;
         let mut held = self.held.lock().await;
         if let Some(i) = held.iter().position(|h| h.key == key) {
             let h = held.remove(i);
             let (generation, built, standing) = (h.generation.clone(), h.built, h.standing.clone());
             held.insert(0, h);
+            bound(&mut held, budget);
             if generation.is_some() || built || !build {
                 return Ok(generation.map(|g| (key, g, standing)));
             }
@@ -274,6 +296,12 @@ impl Resident {
                 true,
             ),
         };
+        // A generation larger than the whole budget is not held, and not built again while
+        // the tables are unchanged: the Parquet plan answers.
+        let (generation, built) = match generation {
+            Some(g) if g.memory_bytes() as u64 > budget => (None, true),
+            other => (other, built),
+        };
         held.retain(|h| h.key != key);
         held.insert(
             0,
@@ -284,7 +312,7 @@ impl Resident {
                 standing: standing.clone(),
             },
         );
-        held.truncate(HELD);
+        bound(&mut held, budget);
         Ok(generation.map(|g| (key, g, standing)))
     }
 
