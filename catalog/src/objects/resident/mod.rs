@@ -43,6 +43,7 @@ use crate::error::{CatalogError, Result};
 
 mod columns;
 mod context;
+mod dense;
 pub mod keep;
 pub mod locate;
 pub mod snapshot;
@@ -288,6 +289,19 @@ impl Postings {
         Ok(Some(tiers))
     }
 
+    /// The stored tiers of `term` (checked against their checksums), `None` when no object
+    /// holds it.
+    fn stored_tiers(&self, term: &str) -> Result<Option<[&[u8]; 3]>> {
+        let Some(i) = self.entry(term) else {
+            return Ok(None);
+        };
+        Ok(Some([
+            self.stored(i, 0)?,
+            self.stored(i, 1)?,
+            self.stored(i, 2)?,
+        ]))
+    }
+
     /// Whether the stored tiers of `term` match their checksums (true when no object holds
     /// it), without decoding them.
     fn checked(&self, term: &str) -> bool {
@@ -449,8 +463,9 @@ impl Generation {
 
     /// The objects holding a term of `terms` that `keep` keeps, scored: per term the weight of
     /// its tier, summed, as lexical-v1's `floor(sum × 1 000 000 / (3 × terms))`; the first
-    /// `fetch` by score descending then ordinal. The cut is a threshold over a histogram of
-    /// the sums (they are small integers), so only the objects at or above it are sorted.
+    /// `fetch` by score descending then ordinal. The sums are counted a word of 64 objects at
+    /// a time from the stored posting lists (`dense`), then walked from the highest down, each
+    /// sum's objects in ordinal order, until `fetch` are kept: only those are tested by `keep`.
     fn top(
         &self,
         terms: &[String],
@@ -460,55 +475,41 @@ impl Generation {
         if terms.is_empty() {
             return Ok((Vec::new(), Vec::new()));
         }
-        let mut sums = vec![0u32; self.objects()];
-        let mut touched: Vec<u32> = Vec::new();
+        let objects = self.objects();
+        let words = objects.div_ceil(64);
+        let most = TITLE_WEIGHT as u32 * terms.len() as u32;
+        let mut sums = dense::Sums::new(words, most);
+        let mut bits = vec![0u64; words];
+        // The highest sum an object can have: per term its heaviest tier holding an object.
+        let mut highest = 0;
         for term in terms {
-            let Some(tiers) = self.postings.tiers(term)? else {
+            let Some(tiers) = self.postings.stored_tiers(term)? else {
                 continue;
             };
-            for (tier, weight) in tiers.iter().zip(TIER_WEIGHTS) {
-                for o in tier {
-                    let Some(s) = sums.get_mut(o as usize) else {
-                        return Err(corrupt("an ordinal past the objects"));
-                    };
-                    if *s == 0 {
-                        touched.push(o);
-                    }
-                    *s += weight;
+            let mut heaviest = 0;
+            for (stored, weight) in tiers.into_iter().zip(TIER_WEIGHTS) {
+                bits.fill(0);
+                let any = dense::set_bits(stored, &mut bits, objects)
+                    .map_err(|why| corrupt(&format!("a posting list: {why}")))?;
+                if any {
+                    sums.add(&bits, weight);
+                    heaviest = heaviest.max(weight);
                 }
             }
+            highest += heaviest;
         }
-        touched.retain(|&o| keep(o));
-        let most = TITLE_WEIGHT as usize * terms.len();
-        // The lowest sum that is in the answer: the highest whose objects at or above it
-        // reach `fetch`.
-        let threshold = match fetch {
-            Some(n) if n < touched.len() => {
-                let mut histogram = vec![0usize; most + 1];
-                for &o in &touched {
-                    histogram[sums[o as usize] as usize] += 1;
-                }
-                let mut seen = 0;
-                let mut at = 1;
-                for s in (1..=most).rev() {
-                    seen += histogram[s];
-                    if seen >= n {
-                        at = s;
-                        break;
-                    }
-                }
-                at as u32
+        let wanted = fetch.unwrap_or(usize::MAX);
+        let mut chosen: Vec<(u32, u32)> = Vec::new();
+        for level in (1..=highest).rev() {
+            if chosen.len() >= wanted {
+                break;
             }
-            _ => 1,
-        };
-        let mut chosen: Vec<(u32, u32)> = touched
-            .iter()
-            .map(|&o| (sums[o as usize], o))
-            .filter(|&(s, _)| s >= threshold)
-            .collect();
-        chosen.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-        if let Some(n) = fetch {
-            chosen.truncate(n);
+            sums.each_at(level, |o| {
+                if keep(o) {
+                    chosen.push((level, o));
+                }
+                chosen.len() < wanted
+            });
         }
         let denominator = 3 * terms.len() as i64;
         let scores = chosen
