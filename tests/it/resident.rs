@@ -576,6 +576,51 @@ fn planned_from_index(rt: &tokio::runtime::Runtime, engine: &Engine, q: &str) ->
         .contains("resident_objects")
 }
 
+/// A copy of the store at `from` under `to` whose objects table is mapped: its files call
+/// `title` `heading`, and signalql.toml maps it back, so the table is read through a view
+/// (which the resident index does not hold: the Parquet plan answers).
+fn mapped_copy(from: &Path, to: &Path) {
+    use datafusion::arrow::datatypes::{Field, Schema};
+    use datafusion::parquet::arrow::ArrowWriter;
+    use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    crate::common::copy_dir(from, to);
+    let _ = std::fs::remove_dir_all(to.join("contexts"));
+    for file in std::fs::read_dir(to.join("objects")).unwrap() {
+        let path = file.unwrap().path();
+        let reader = ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(&path).unwrap())
+            .unwrap()
+            .build()
+            .unwrap();
+        let batches: Vec<RecordBatch> = reader.map(Result::unwrap).collect();
+        let schema = Arc::new(Schema::new(
+            objects_schema()
+                .fields()
+                .iter()
+                .map(|f| match f.name().as_str() {
+                    "title" => Field::new("heading", f.data_type().clone(), f.is_nullable()),
+                    _ => f.as_ref().clone(),
+                })
+                .collect::<Vec<_>>(),
+        ));
+        let mut w = ArrowWriter::try_new(
+            std::fs::File::create(&path).unwrap(),
+            Arc::clone(&schema),
+            None,
+        )
+        .unwrap();
+        for b in batches {
+            w.write(&RecordBatch::try_new(Arc::clone(&schema), b.columns().to_vec()).unwrap())
+                .unwrap();
+        }
+        w.close().unwrap();
+    }
+    std::fs::write(
+        to.join("signalql.toml"),
+        "[tables.objects.columns]\ntitle = \"heading\"\n",
+    )
+    .unwrap();
+}
+
 /// The snapshot files under `root`.
 fn snapshot_files(root: &Path) -> Vec<std::path::PathBuf> {
     match std::fs::read_dir(root.join("_signalql/resident")) {
@@ -758,6 +803,8 @@ fn the_resident_index_changes_no_context_answer() {
         ),
     );
     let totals = std::cell::Cell::new((0usize, 0usize, 0usize));
+    // Answers compared on the mapped copy of each case's store (the Parquet plan's path).
+    let mapped_total = std::cell::Cell::new(0usize);
     // A fixed seed: the counts asserted at the end are then those of these cases.
     let mut runner = proptest::test_runner::TestRunner::new_with_rng(
         ProptestConfig {
@@ -775,11 +822,15 @@ fn the_resident_index_changes_no_context_answer() {
         if governed {
             std::fs::write(dir.path().join("policy.toml"), POLICY).unwrap();
         }
+        let mapped_dir = tempfile::tempdir().unwrap();
+        mapped_copy(dir.path(), mapped_dir.path());
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .unwrap();
         let held: Arc<Resident> = Default::default();
+        // One holder for the mapped copy: it must never answer from a generation.
+        let mapped_held: Arc<Resident> = Default::default();
         let principals: &[Option<&str>] = match governed {
             true => &[Some("default"), Some("narrow")],
             false => &[None],
@@ -839,6 +890,25 @@ fn the_resident_index_changes_no_context_answer() {
             let b = rt.block_on(bundle(&resident, dir.path(), &q));
             let answered = held.contexts_answered() > before;
             from_index += answered as usize;
+            // The same store read through a mapping: the Parquet plan, the same answer.
+            let mapped = engine(mapped_dir.path(), Some(Arc::clone(&mapped_held)), principal);
+            let c = rt.block_on(bundle(&mapped, mapped_dir.path(), &q));
+            prop_assert_eq!(mapped_held.contexts_answered(), 0, "{} mapped", q);
+            // (Its records are stored under its own root.)
+            let unstored = |mut v: serde_json::Value| {
+                if let Some(m) = v["bundle"]["metadata"].as_object_mut() {
+                    m.remove("stored_in");
+                }
+                v
+            };
+            prop_assert_eq!(
+                unstored(c),
+                unstored(a.clone()),
+                "{} ({:?}), mapped",
+                q,
+                principal
+            );
+            mapped_total.set(mapped_total.get() + 1);
             if !holdable(&objects, t) {
                 // Tied records or revisions: the generation is not built (what the narrow
                 // principal sees may have no tie).
@@ -863,13 +933,15 @@ fn the_resident_index_changes_no_context_answer() {
     }
     let (items, answered, expanded) = totals.get();
     let recomputed = RECOMPUTED.load(std::sync::atomic::Ordering::Relaxed);
+    let mapped = mapped_total.get();
     let counts = format!(
         "{items} items packed, {answered} answers from the index, {expanded} with expansion, \
-         {recomputed} rejections recomputed at a pin"
+         {recomputed} rejections recomputed at a pin, {mapped} answers of a mapped store \
+         (the Parquet plan) compared"
     );
     eprintln!("{counts}");
     assert!(
-        items >= 40 && answered >= 150 && expanded >= 5 && recomputed >= 100,
+        items >= 40 && answered >= 150 && expanded >= 5 && recomputed >= 100 && mapped >= 250,
         "{counts}"
     );
 }
