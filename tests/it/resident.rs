@@ -749,6 +749,12 @@ fn a_restricted_principal_writes_no_snapshot_file() {
 /// the record's pin), over the tests of this file.
 static RECOMPUTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
+thread_local! {
+    /// The candidates the last [`bundle`] of this thread had scored through the Parquet text
+    /// index (EXPLAIN CONTEXT's `scoring.index`).
+    static LAST_SCORED_BY_INDEX: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
 async fn bundle(engine: &Engine, root: &Path, q: &str) -> serde_json::Value {
     let b = match engine.answer(q).await {
         Ok(Answer::Bundle(b)) => *b,
@@ -766,6 +772,8 @@ async fn bundle(engine: &Engine, root: &Path, q: &str) -> serde_json::Value {
             RECOMPUTED.fetch_add(listed, std::sync::atomic::Ordering::Relaxed);
         }
     }
+    let scored_by_index = x["scoring"]["index"].as_u64().unwrap_or(0);
+    LAST_SCORED_BY_INDEX.with(|c| c.set(scored_by_index));
     x.as_object_mut().unwrap().remove("scoring");
     for item in x["items"].as_array_mut().unwrap() {
         item.as_object_mut().unwrap().remove("scored_by");
@@ -805,6 +813,8 @@ fn the_resident_index_changes_no_context_answer() {
     let totals = std::cell::Cell::new((0usize, 0usize, 0usize));
     // Answers compared on the mapped copy of each case's store (the Parquet plan's path).
     let mapped_total = std::cell::Cell::new(0usize);
+    // Answers of the text-indexed copy that scored a candidate through the text index.
+    let text_index_total = std::cell::Cell::new(0usize);
     // A fixed seed: the counts asserted at the end are then those of these cases.
     let mut runner = proptest::test_runner::TestRunner::new_with_rng(
         ProptestConfig {
@@ -824,6 +834,14 @@ fn the_resident_index_changes_no_context_answer() {
         }
         let mapped_dir = tempfile::tempdir().unwrap();
         mapped_copy(dir.path(), mapped_dir.path());
+        // And with the Parquet text index written (`signalql index`), read without a
+        // resident index: the Parquet plan scoring through the text index.
+        let indexed_dir = tempfile::tempdir().unwrap();
+        crate::common::copy_dir(dir.path(), indexed_dir.path());
+        signalql::catalog::objects::index::index_root(&signalql::catalog::storage::Root::Local(
+            indexed_dir.path().to_path_buf(),
+        ))
+        .unwrap();
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -909,6 +927,17 @@ fn the_resident_index_changes_no_context_answer() {
                 principal
             );
             mapped_total.set(mapped_total.get() + 1);
+            let text_indexed = engine(indexed_dir.path(), None, principal);
+            let d = rt.block_on(bundle(&text_indexed, indexed_dir.path(), &q));
+            let through_index = LAST_SCORED_BY_INDEX.with(std::cell::Cell::get);
+            prop_assert_eq!(
+                unstored(d),
+                unstored(a.clone()),
+                "{} ({:?}), text index",
+                q,
+                principal
+            );
+            text_index_total.set(text_index_total.get() + (through_index > 0) as usize);
             if !holdable(&objects, t) {
                 // Tied records or revisions: the generation is not built (what the narrow
                 // principal sees may have no tie).
@@ -934,14 +963,20 @@ fn the_resident_index_changes_no_context_answer() {
     let (items, answered, expanded) = totals.get();
     let recomputed = RECOMPUTED.load(std::sync::atomic::Ordering::Relaxed);
     let mapped = mapped_total.get();
+    let text_indexed = text_index_total.get();
     let counts = format!(
         "{items} items packed, {answered} answers from the index, {expanded} with expansion, \
          {recomputed} rejections recomputed at a pin, {mapped} answers of a mapped store \
-         (the Parquet plan) compared"
+         (the Parquet plan) compared, {text_indexed} answers scored through the text index"
     );
     eprintln!("{counts}");
     assert!(
-        items >= 40 && answered >= 150 && expanded >= 5 && recomputed >= 100 && mapped >= 250,
+        items >= 40
+            && answered >= 150
+            && expanded >= 5
+            && recomputed >= 100
+            && mapped >= 250
+            && text_indexed >= 50,
         "{counts}"
     );
 }
