@@ -50,6 +50,84 @@ pub struct Graph {
     astral: bool,
     /// The nodes that are objects (`object:` and an id): one range, names being in order.
     objects: std::ops::Range<u32>,
+    /// Per-node buffers lent to each expansion and given back after it.
+    scratch: Scratch,
+}
+
+/// Buffers of one per node that a graph's expansions borrow and give back, so a statement
+/// over a large graph does not map and fault in megabytes of fresh pages each time (the
+/// process returns blocks over 1 MiB to the system when freed: src/main.rs). A buffer taken
+/// is refilled whole; at most [`KEPT`] of each kind are kept.
+#[derive(Debug, Default)]
+struct Scratch {
+    steps: Pool<NodeStep>,
+    scores: Pool<i64>,
+    ranks: Pool<u32>,
+    marks: Pool<u8>,
+    flags: Pool<bool>,
+}
+
+/// Buffers of each kind a [`Scratch`] keeps (statements expanding at once, usually).
+const KEPT: usize = 2;
+
+#[derive(Debug)]
+struct Pool<T>(std::sync::Mutex<Vec<Vec<T>>>);
+
+impl<T> Default for Pool<T> {
+    fn default() -> Self {
+        Pool(std::sync::Mutex::new(Vec::new()))
+    }
+}
+
+impl<T: Copy> Pool<T> {
+    /// `len` copies of `fill`, in a buffer given back earlier when there is one.
+    fn take(&self, len: usize, fill: T) -> Vec<T> {
+        let kept = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .pop();
+        let mut v = kept.unwrap_or_default();
+        v.clear();
+        v.resize(len, fill);
+        v
+    }
+
+    fn give(&self, v: Vec<T>) {
+        let mut kept = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if kept.len() < KEPT {
+            kept.push(v);
+        }
+    }
+}
+
+/// What [`Graph::scores`] found, per node: the best score ([`UNSCORED`]: not reached) and
+/// whether it came through a hop. Its buffers go back to the graph when it is dropped.
+pub struct Scores<'a> {
+    graph: &'a Graph,
+    score: Vec<i64>,
+    hopped: Vec<bool>,
+}
+
+impl Scores<'_> {
+    pub fn score(&self) -> &[i64] {
+        &self.score
+    }
+
+    pub fn hopped(&self) -> &[bool] {
+        &self.hopped
+    }
+}
+
+impl Drop for Scores<'_> {
+    fn drop(&mut self) {
+        let scratch = &self.graph.scratch;
+        scratch.scores.give(std::mem::take(&mut self.score));
+        scratch.flags.give(std::mem::take(&mut self.hopped));
+    }
 }
 
 impl Graph {
@@ -104,6 +182,7 @@ impl Graph {
             rel16,
             start,
             pairs: pairs.into_iter().map(|(_, v, r, o)| (v, r, o)).collect(),
+            scratch: Scratch::default(),
         }
     }
 
@@ -161,6 +240,7 @@ impl Graph {
             pairs,
             astral: astral == 1,
             objects: first..after,
+            scratch: Scratch::default(),
         })
     }
 
@@ -228,10 +308,10 @@ impl Graph {
         max_depth: u32,
         passable: &impl Fn(u32) -> bool,
         live: &impl Fn(u32) -> bool,
-    ) -> (Vec<i64>, Vec<bool>) {
+    ) -> Scores<'_> {
         let nodes = self.names.len();
-        let mut score: Vec<i64> = vec![UNSCORED; nodes];
-        let mut hopped: Vec<bool> = vec![false; nodes];
+        let mut score = self.scratch.scores.take(nodes, UNSCORED);
+        let mut hopped = self.scratch.flags.take(nodes, false);
         for &(n, s) in seeds {
             score[n as usize] = s;
         }
@@ -252,7 +332,11 @@ impl Graph {
                 better
             },
         );
-        (score, hopped)
+        Scores {
+            graph: self,
+            score,
+            hopped,
+        }
     }
 
     /// Propagation in `max_depth` rounds from `frontier`. Each round offers each frontier
@@ -271,9 +355,9 @@ impl Graph {
         mut offer: impl FnMut(&mut [T], u32, T, u32, u32) -> bool,
     ) {
         let nodes = self.names.len();
-        let mut pass: Vec<u8> = vec![0; nodes];
+        let mut pass = self.scratch.marks.take(nodes, 0);
         // Per node, the last round that listed it in the next frontier (no sort, no hash).
-        let mut listed_in: Vec<u32> = vec![0; nodes];
+        let mut listed_in = self.scratch.ranks.take(nodes, 0);
         frontier.sort_unstable();
         frontier.dedup();
         for round in 1..=max_depth {
@@ -292,6 +376,8 @@ impl Graph {
             }
             frontier = next;
         }
+        self.scratch.marks.give(pass);
+        self.scratch.ranks.give(listed_in);
     }
 
     /// The adjacency of `u`: (neighbour, relation, owner), by neighbour.
@@ -334,7 +420,7 @@ impl Graph {
         // Dense per node: an expansion from ~100 000 seeds meets most nodes, and a hash
         // lookup per edge was most of its time.
         let nodes = self.names.len();
-        let mut best: Vec<NodeStep> = vec![NodeStep::UNREACHED; nodes];
+        let mut best = self.scratch.steps.take(nodes, NodeStep::UNREACHED);
         let mut frontier: Vec<u32> = Vec::new();
         let mut seed_nodes: Vec<u32> = Vec::new();
         for &(n, score) in seeds {
@@ -357,7 +443,7 @@ impl Graph {
         } else {
             seed_nodes.sort_unstable();
         }
-        let mut seed16: Vec<u32> = vec![u32::MAX; nodes];
+        let mut seed16 = self.scratch.ranks.take(nodes, u32::MAX);
         for (r, n) in seed_nodes.iter().enumerate() {
             seed16[*n as usize] = r as u32;
         }
@@ -391,6 +477,7 @@ impl Graph {
                 better
             },
         );
+        self.scratch.ranks.give(seed16);
         Expansion {
             graph: Arc::clone(self),
             best,
@@ -462,6 +549,15 @@ pub struct Expansion {
     graph: Arc<Graph>,
     /// Per node of the graph, how it was best reached ([`NodeStep::UNREACHED`]: not).
     best: Vec<NodeStep>,
+}
+
+impl Drop for Expansion {
+    fn drop(&mut self) {
+        self.graph
+            .scratch
+            .steps
+            .give(std::mem::take(&mut self.best));
+    }
 }
 
 impl Expansion {
@@ -720,7 +816,8 @@ mod tests {
             let open = |_: u32| true;
             let live = |_: u32| true;
             let full = graph.expand_nodes(&seeds, depth, &open, &live);
-            let (score, hopped) = graph.scores(&seeds, depth, &open, &live);
+            let scores = graph.scores(&seeds, depth, &open, &live);
+            let (score, hopped) = (scores.score(), scores.hopped());
             let strong: Vec<(u32, i64)> = seeds
                 .iter()
                 .filter(|(_, s)| crate::context::select::boost(s >> 1, k) >= threshold)

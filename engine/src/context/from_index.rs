@@ -415,8 +415,8 @@ pub(crate) fn decide(
     let mut propagated: Vec<i64> = vec![0; n];
     let mut relevant = held;
     if !graph_seeds.is_empty() {
-        let (score, hopped) = f.graph.scores(&graph_seeds, p.max_depth, &passable, &live);
-        for (node, (score, hopped)) in score.into_iter().zip(hopped).enumerate() {
+        let scores = f.graph.scores(&graph_seeds, p.max_depth, &passable, &live);
+        for (node, (&score, &hopped)) in scores.score().iter().zip(scores.hopped()).enumerate() {
             let o = f.node_ordinal[node];
             if hopped && o != NONE {
                 propagated[o as usize] = score;
