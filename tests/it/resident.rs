@@ -431,6 +431,9 @@ proptest! {
         if governed {
             std::fs::write(dir.path().join("policy.toml"), POLICY).unwrap();
         }
+        // The same store read through a mapping, which no generation stands for.
+        let mapped_dir = tempfile::tempdir().unwrap();
+        mapped_copy(dir.path(), mapped_dir.path());
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         // One resident index for the engines of both principals, as a server has.
         let held: Arc<Resident> = Default::default();
@@ -450,6 +453,7 @@ proptest! {
             let scan = engine(dir.path(), None, principal);
             let resident = engine(dir.path(), Some(Arc::clone(&held)), principal);
             let snapshot = engine(dir.path(), Some(Arc::new(Resident::snapshots_only())), principal);
+            let mapped = engine(mapped_dir.path(), Some(Arc::clone(&held)), principal);
             let mut q = String::from("FIND OBJECT");
             q.push_str(["", " (document)", " (note)"][kind]);
             if let Some(words) = &about {
@@ -473,10 +477,11 @@ proptest! {
             let mut a = rt.block_on(answer(&scan, &q));
             let mut b = rt.block_on(answer(&resident, &q));
             let mut c = rt.block_on(answer(&snapshot, &q));
+            let mut d = rt.block_on(answer(&mapped, &q));
             let expected = holdable(&objects, t) && !(using && about.is_some());
             if !holdable(&objects, t) {
                 // Tied records or revisions give an object twice, in either order.
-                for v in [&mut a, &mut b, &mut c] {
+                for v in [&mut a, &mut b, &mut c, &mut d] {
                     if let Some(rows) = v.get_mut("rows").and_then(|r| r.as_array_mut()) {
                         rows.sort_by_key(|r| r.to_string());
                     }
@@ -487,6 +492,7 @@ proptest! {
             if !(tied(&objects) && limit.is_some()) {
                 prop_assert_eq!(&a, &b, "{}", q);
                 prop_assert_eq!(&a, &c, "{} (from the snapshot file)", q);
+                prop_assert_eq!(&a, &d, "{} (mapped)", q);
             }
             // The path each took: the Parquet plan always without the index; with it, the
             // generation wherever it can stand for the store at T (and WHERE names columns).
@@ -496,6 +502,7 @@ proptest! {
             };
             if a.get("error").is_none() {
                 prop_assert_eq!(shown(&scan), Some(false), "{}", q);
+                prop_assert_eq!(shown(&mapped), Some(false), "{} (mapped)", q);
                 // What the narrow principal sees may be held where the whole store is not.
                 if !restricted || expected {
                     prop_assert_eq!(shown(&resident), Some(expected), "{} ({:?})", q, principal);
