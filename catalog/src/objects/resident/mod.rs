@@ -278,13 +278,13 @@ impl Postings {
 
     /// The tiers of `term`, `None` when no object holds it.
     fn tiers(&self, term: &str) -> Result<Option<[RoaringBitmap; 3]>> {
-        let Some(i) = self.entry(term) else {
+        let Some(stored) = self.stored_tiers(term)? else {
             return Ok(None);
         };
         let mut tiers: [RoaringBitmap; 3] = Default::default();
-        for (t, tier) in tiers.iter_mut().enumerate() {
-            *tier = RoaringBitmap::deserialize_from(self.stored(i, t)?)
-                .map_err(|_| corrupt("a posting list"))?;
+        for (tier, stored) in tiers.iter_mut().zip(stored) {
+            *tier =
+                RoaringBitmap::deserialize_from(stored).map_err(|_| corrupt("a posting list"))?;
         }
         Ok(Some(tiers))
     }
@@ -305,8 +305,7 @@ impl Postings {
     /// Whether the stored tiers of `term` match their checksums (true when no object holds
     /// it), without decoding them.
     fn checked(&self, term: &str) -> bool {
-        self.entry(term)
-            .is_none_or(|i| (0..3).all(|t| self.stored(i, t).is_ok()))
+        self.stored_tiers(term).is_ok()
     }
 }
 
