@@ -434,7 +434,7 @@ proptest! {
         // The same store read through a mapping, which no generation stands for.
         let mapped_dir = tempfile::tempdir().unwrap();
         mapped_copy(dir.path(), mapped_dir.path());
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let rt = runtime();
         // One resident index for the engines of both principals, as a server has.
         let held: Arc<Resident> = Default::default();
         // The snapshot file `signalql index` writes, and a one-shot engine that reads it.
@@ -628,6 +628,14 @@ fn mapped_copy(from: &Path, to: &Path) {
     .unwrap();
 }
 
+/// The runtime a test here blocks on: one thread, the statements' own.
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
 /// The snapshot files under `root`.
 fn snapshot_files(root: &Path) -> Vec<std::path::PathBuf> {
     match std::fs::read_dir(root.join("_signalql/resident")) {
@@ -640,10 +648,7 @@ fn snapshot_files(root: &Path) -> Vec<std::path::PathBuf> {
 fn a_snapshot_file_answers_a_new_process_until_the_tables_change_and_a_bad_one_never_does() {
     let dir = tempfile::tempdir().unwrap();
     let objects = small_store(dir.path());
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = runtime();
     let q = r#"FIND OBJECT ABOUT "parquet funnel" LIMIT 2"#;
     let scan = engine(dir.path(), None, None);
     let expected = rt.block_on(answer(&scan, q));
@@ -729,10 +734,7 @@ fn a_restricted_principal_writes_no_snapshot_file() {
     let dir = tempfile::tempdir().unwrap();
     small_store(dir.path());
     std::fs::write(dir.path().join("policy.toml"), POLICY).unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = runtime();
     let narrow = engine(dir.path(), None, Some("narrow"));
     assert!(
         rt.block_on(narrow.write_resident_snapshot())
@@ -849,10 +851,7 @@ fn the_resident_index_changes_no_context_answer() {
             indexed_dir.path().to_path_buf(),
         ))
         .unwrap();
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
+        let rt = runtime();
         let held: Arc<Resident> = Default::default();
         // One holder for the mapped copy: it must never answer from a generation.
         let mapped_held: Arc<Resident> = Default::default();
@@ -1006,10 +1005,7 @@ fn context_from_the_index_expands_over_links_and_derivations() {
         })
         .collect();
     write(dir.path(), &objects, false);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = runtime();
     let held: Arc<Resident> = Default::default();
     let q = r#"CONTEXT FOR "parquet""#;
     let scan = rt.block_on(bundle(&engine(dir.path(), None, None), dir.path(), q));
@@ -1122,10 +1118,7 @@ fn a_pinned_explanation_is_recomputed_while_its_snapshot_lasts() {
         })
         .collect();
     write(dir.path(), &objects, false);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = runtime();
     let q = r#"CONTEXT FOR "parquet" MAX OBJECTS 1"#;
     let expected = rt.block_on(bundle(&engine(dir.path(), None, None), dir.path(), q));
     assert_eq!(
@@ -1195,10 +1188,7 @@ fn a_pinned_explanation_is_recomputed_at_its_commit_position() {
         ingest_objects(&root, std::slice::from_ref(&notes), &opts).unwrap();
     };
     ingest();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = runtime();
     let q = r#"CONTEXT FOR "object storage" MAX OBJECTS 1"#;
     let before = rt.block_on(bundle(&engine(&root, None, None), &root, q));
     assert_eq!(before["explanation"]["phases"]["candidates"], 3, "{before}");
@@ -1342,10 +1332,7 @@ fn ingest_objects_writes_the_snapshot_of_its_commit() {
 fn the_resident_index_holds_what_resident_memory_bytes_allows() {
     let dir = tempfile::tempdir().unwrap();
     let objects = small_store(dir.path());
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = runtime();
     let q = r#"FIND OBJECT ABOUT "parquet funnel" LIMIT 2"#;
     let expected = rt.block_on(answer(&engine(dir.path(), None, None), q));
     let indexed = |e: &Engine| planned_from_index(&rt, e, q);
