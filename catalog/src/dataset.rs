@@ -267,6 +267,14 @@ impl TableInfo {
         })
     }
 
+    /// Per file of [`TableInfo::files`], in order, what tells it from a file rewritten in
+    /// place ([`crate::folder::FolderTable::file_identities`]); `None` when the table is not
+    /// a folder of Parquet files.
+    pub fn file_identities(&self) -> Option<Vec<String>> {
+        let folder = self.provider.downcast_ref::<crate::folder::FolderTable>()?;
+        Some(folder.file_identities())
+    }
+
     /// The table read from only the files for which `keep(location)` is true, with the same
     /// schema, view and restriction; `None` when it is not a folder of Parquet files (a Delta
     /// or an application's table) or when no file is kept.

@@ -248,6 +248,20 @@ impl FolderTable {
         })
     }
 
+    /// Per file, in the table's order: its location, size and modification time as listed,
+    /// what tells a file of a later listing that is the same as one of this listing (a file
+    /// rewritten in place has another time; see the resident index's refresh, docs/index.md).
+    pub fn file_identities(&self) -> Vec<String> {
+        self.files
+            .iter()
+            .map(|f| {
+                let m = &f.object_meta;
+                let nanos = m.last_modified.timestamp_nanos_opt().unwrap_or_default();
+                format!("{}\0{}\0{nanos}", m.location, m.size)
+            })
+            .collect()
+    }
+
     /// The same table over the files for which `keep` (one entry per file, in the table's
     /// order) is true; its schema stays the whole table's.
     pub fn subset(&self, keep: &[bool]) -> FolderTable {

@@ -157,131 +157,140 @@ fn object() -> impl Strategy<Value = Object> {
 fn write(root: &Path, objects: &[Object], split: bool) {
     let parts = if split { 2 } else { 1 };
     for part in 0..parts {
-        let mine = |i: usize| i % parts == part;
-        let stem = format!("part-{part}");
-        let mut o: Vec<(String, &Record)> = Vec::new();
-        let mut r: Vec<(String, &Revision)> = Vec::new();
-        let mut p: Vec<(String, &Rep)> = Vec::new();
-        let mut l: Vec<(String, &Link)> = Vec::new();
-        for (i, obj) in objects.iter().enumerate().filter(|(i, _)| mine(*i)) {
-            let id = IDS[i].to_string();
-            o.extend(obj.records.iter().map(|x| (id.clone(), x)));
-            r.extend(obj.revisions.iter().map(|x| (id.clone(), x)));
-            p.extend(obj.reps.iter().map(|x| (id.clone(), x)));
-            l.extend(obj.links.iter().map(|x| (id.clone(), x)));
-        }
-        write_edges(root, &stem, &l);
-        let b = RecordBatch::try_new(
-            objects_schema(),
-            vec![
-                strings(o.iter().map(|(id, _)| Some(id.clone())).collect()),
-                strings(
-                    o.iter()
-                        .map(|(_, x)| ["main", "other", "main"][x.2].into())
-                        .map(Some)
-                        .collect(),
-                ),
-                strings(
-                    o.iter()
-                        .map(|(_, x)| Some(["document", "note", "document"][x.1].into()))
-                        .collect(),
-                ),
-                strings(o.iter().map(|(_, x)| Some(text(&x.3))).collect()),
-                ts(o.iter().map(|(_, x)| Some(day(x.0))).collect()),
-                ts(o.iter().map(|(_, x)| x.4.map(day)).collect()),
-                ts(o.iter().map(|(_, x)| Some(day(x.0))).collect()),
-                strings(o.iter().map(|_| None).collect()),
-            ],
-        )
-        .unwrap();
-        write_parquet_atomic(&root.join("objects"), &stem, objects_schema(), &[b]).unwrap();
-        let b = RecordBatch::try_new(
-            revisions_schema(),
-            vec![
-                strings(r.iter().map(|(id, _)| Some(id.clone())).collect()),
-                Arc::new(Int64Array::from(
-                    r.iter().map(|(_, x)| x.0).collect::<Vec<_>>(),
-                )),
-                ts(r.iter().map(|(_, x)| Some(day(x.1))).collect()),
-                strings(r.iter().map(|_| Some("import".into())).collect()),
-                strings(
-                    r.iter()
-                        .map(|(_, x)| Some(["unknown", "verified", "untrusted"][x.3].into()))
-                        .collect(),
-                ),
-                strings(r.iter().map(|_| Some("none".into())).collect()),
-                roles(
-                    &r.iter()
-                        .map(|(_, x)| match x.2 {
-                            true => vec!["data", "secret"],
-                            false => vec!["data"],
-                        })
-                        .collect::<Vec<_>>(),
-                ),
-                strings(
-                    r.iter()
-                        .map(|(_, x)| Some(["current", "stale", "invalid"][x.4].into()))
-                        .collect(),
-                ),
-            ],
-        )
-        .unwrap();
-        write_parquet_atomic(&root.join("revisions"), &stem, revisions_schema(), &[b]).unwrap();
-        let media = [
-            "text/plain",
-            "application/json",
-            "image/png",
-            "text/markdown",
-        ];
-        let b = RecordBatch::try_new(
-            representations_schema(),
-            vec![
-                strings(p.iter().map(|(id, _)| Some(id.clone())).collect()),
-                Arc::new(Int64Array::from(
-                    p.iter().map(|(_, x)| x.0).collect::<Vec<_>>(),
-                )),
-                strings(
-                    p.iter()
-                        .map(|(_, x)| Some(["summary", "text", "notes", "summary"][x.1].into()))
-                        .collect(),
-                ),
-                strings(p.iter().map(|(_, x)| Some(media[x.2].into())).collect()),
-                Arc::new(LargeStringArray::from(
-                    p.iter()
-                        .map(|(_, x)| x.3.as_ref().map(|w| text(w)))
-                        .collect::<Vec<_>>(),
-                )),
-                strings(
-                    p.iter()
-                        .map(|(_, x)| x.3.is_none().then(|| "s3://b/blob".into()))
-                        .collect(),
-                ),
-                strings(p.iter().map(|_| Some("0".repeat(64))).collect()),
-                Arc::new(Int64Array::from(
-                    p.iter().map(|(_, x)| x.6).collect::<Vec<_>>(),
-                )),
-                roles(
-                    &p.iter()
-                        .map(|(_, x)| {
-                            let mut r = vec![["data", "instruction", "untrusted_external"][x.5]];
-                            if x.4 {
-                                r.push("secret");
-                            }
-                            r
-                        })
-                        .collect::<Vec<_>>(),
-                ),
-            ],
-        )
-        .unwrap();
-        write_parquet_atomic(
-            &root.join("representations"),
-            &stem,
-            representations_schema(),
-            &[b],
-        )
-        .unwrap();
+        let mine: Vec<(usize, &Object)> = objects
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| i % parts == part)
+            .collect();
+        write_part(root, &format!("part-{part}"), &mine);
     }
+}
+
+/// Writes the rows of `objects` (each with its index in [`IDS`]) as one file per table named
+/// `stem`.
+fn write_part(root: &Path, stem: &str, objects: &[(usize, &Object)]) {
+    let mut o: Vec<(String, &Record)> = Vec::new();
+    let mut r: Vec<(String, &Revision)> = Vec::new();
+    let mut p: Vec<(String, &Rep)> = Vec::new();
+    let mut l: Vec<(String, &Link)> = Vec::new();
+    for &(i, obj) in objects {
+        let id = IDS[i].to_string();
+        o.extend(obj.records.iter().map(|x| (id.clone(), x)));
+        r.extend(obj.revisions.iter().map(|x| (id.clone(), x)));
+        p.extend(obj.reps.iter().map(|x| (id.clone(), x)));
+        l.extend(obj.links.iter().map(|x| (id.clone(), x)));
+    }
+    write_edges(root, stem, &l);
+    let b = RecordBatch::try_new(
+        objects_schema(),
+        vec![
+            strings(o.iter().map(|(id, _)| Some(id.clone())).collect()),
+            strings(
+                o.iter()
+                    .map(|(_, x)| ["main", "other", "main"][x.2].into())
+                    .map(Some)
+                    .collect(),
+            ),
+            strings(
+                o.iter()
+                    .map(|(_, x)| Some(["document", "note", "document"][x.1].into()))
+                    .collect(),
+            ),
+            strings(o.iter().map(|(_, x)| Some(text(&x.3))).collect()),
+            ts(o.iter().map(|(_, x)| Some(day(x.0))).collect()),
+            ts(o.iter().map(|(_, x)| x.4.map(day)).collect()),
+            ts(o.iter().map(|(_, x)| Some(day(x.0))).collect()),
+            strings(o.iter().map(|_| None).collect()),
+        ],
+    )
+    .unwrap();
+    write_parquet_atomic(&root.join("objects"), stem, objects_schema(), &[b]).unwrap();
+    let b = RecordBatch::try_new(
+        revisions_schema(),
+        vec![
+            strings(r.iter().map(|(id, _)| Some(id.clone())).collect()),
+            Arc::new(Int64Array::from(
+                r.iter().map(|(_, x)| x.0).collect::<Vec<_>>(),
+            )),
+            ts(r.iter().map(|(_, x)| Some(day(x.1))).collect()),
+            strings(r.iter().map(|_| Some("import".into())).collect()),
+            strings(
+                r.iter()
+                    .map(|(_, x)| Some(["unknown", "verified", "untrusted"][x.3].into()))
+                    .collect(),
+            ),
+            strings(r.iter().map(|_| Some("none".into())).collect()),
+            roles(
+                &r.iter()
+                    .map(|(_, x)| match x.2 {
+                        true => vec!["data", "secret"],
+                        false => vec!["data"],
+                    })
+                    .collect::<Vec<_>>(),
+            ),
+            strings(
+                r.iter()
+                    .map(|(_, x)| Some(["current", "stale", "invalid"][x.4].into()))
+                    .collect(),
+            ),
+        ],
+    )
+    .unwrap();
+    write_parquet_atomic(&root.join("revisions"), stem, revisions_schema(), &[b]).unwrap();
+    let media = [
+        "text/plain",
+        "application/json",
+        "image/png",
+        "text/markdown",
+    ];
+    let b = RecordBatch::try_new(
+        representations_schema(),
+        vec![
+            strings(p.iter().map(|(id, _)| Some(id.clone())).collect()),
+            Arc::new(Int64Array::from(
+                p.iter().map(|(_, x)| x.0).collect::<Vec<_>>(),
+            )),
+            strings(
+                p.iter()
+                    .map(|(_, x)| Some(["summary", "text", "notes", "summary"][x.1].into()))
+                    .collect(),
+            ),
+            strings(p.iter().map(|(_, x)| Some(media[x.2].into())).collect()),
+            Arc::new(LargeStringArray::from(
+                p.iter()
+                    .map(|(_, x)| x.3.as_ref().map(|w| text(w)))
+                    .collect::<Vec<_>>(),
+            )),
+            strings(
+                p.iter()
+                    .map(|(_, x)| x.3.is_none().then(|| "s3://b/blob".into()))
+                    .collect(),
+            ),
+            strings(p.iter().map(|_| Some("0".repeat(64))).collect()),
+            Arc::new(Int64Array::from(
+                p.iter().map(|(_, x)| x.6).collect::<Vec<_>>(),
+            )),
+            roles(
+                &p.iter()
+                    .map(|(_, x)| {
+                        let mut r = vec![["data", "instruction", "untrusted_external"][x.5]];
+                        if x.4 {
+                            r.push("secret");
+                        }
+                        r
+                    })
+                    .collect::<Vec<_>>(),
+            ),
+        ],
+    )
+    .unwrap();
+    write_parquet_atomic(
+        &root.join("representations"),
+        stem,
+        representations_schema(),
+        &[b],
+    )
+    .unwrap();
 }
 
 /// Writes the edges: links to an object (`how` 0) or a topic (`how` 1), derivations (`how`
@@ -1390,4 +1399,199 @@ fn the_resident_index_holds_what_resident_memory_bytes_allows() {
     let e = engine(dir.path(), Some(Arc::clone(&two)), None);
     assert!(indexed(&e));
     assert_eq!(held_bytes(&two).len(), 2);
+}
+
+/// `o`'s rows divided between two commits by the bits of `bits` (a set bit: the later one),
+/// one bit per record, revision, representation and edge in that order.
+fn divided(o: &Object, bits: u64) -> (Object, Object) {
+    let mut k = 0;
+    let mut later = || {
+        k += 1;
+        bits >> ((k - 1) % 64) & 1 == 1
+    };
+    fn split<T: Clone>(rows: &[T], later: &mut impl FnMut() -> bool) -> (Vec<T>, Vec<T>) {
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        for r in rows {
+            match later() {
+                true => b.push(r.clone()),
+                false => a.push(r.clone()),
+            }
+        }
+        (a, b)
+    }
+    let (records, later_records) = split(&o.records, &mut later);
+    let (revisions, later_revisions) = split(&o.revisions, &mut later);
+    let (reps, later_reps) = split(&o.reps, &mut later);
+    let (links, later_links) = split(&o.links, &mut later);
+    (
+        Object {
+            records,
+            revisions,
+            reps,
+            links,
+        },
+        Object {
+            records: later_records,
+            revisions: later_revisions,
+            reps: later_reps,
+            links: later_links,
+        },
+    )
+}
+
+fn as_refs(v: &[(usize, Object)]) -> Vec<(usize, &Object)> {
+    v.iter().map(|(i, o)| (*i, o)).collect()
+}
+
+/// The incremental refresh (docs/index.md): a store written in two commits, the second adding
+/// new objects and records, revisions, representations and edges of objects the first holds
+/// or only names. A resident index that held the first version refreshes it (asserted by its
+/// count of refreshes, never vacuously) and answers FIND and CONTEXT FOR as one built whole
+/// from the second version does, and as the Parquet plan does; so does a snapshot file
+/// written by refreshing the first version's file.
+#[test]
+fn a_refreshed_generation_answers_as_one_built_whole() {
+    let strategy = (
+        prop::collection::vec((object(), 0usize..3, any::<u64>()), 1..9),
+        prop::bool::weighted(0.3),
+        prop::collection::vec(
+            (
+                prop::collection::vec(0usize..9, 0..4),
+                0usize..WHERES.len(),
+                prop::option::of(1u64..4),
+            ),
+            4,
+        ),
+    );
+    let mut runner = proptest::test_runner::TestRunner::new_with_rng(
+        ProptestConfig {
+            cases: 40,
+            failure_persistence: None,
+            ..Default::default()
+        },
+        proptest::test_runner::TestRng::deterministic_rng(
+            proptest::test_runner::RngAlgorithm::ChaCha,
+        ),
+    );
+    let refreshed = std::cell::Cell::new((0usize, 0usize, 0usize));
+    let run = runner.run(&strategy, |(objects, governed, queries)| {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        // Per object: all its rows in the first commit (0), all in the second (1), or
+        // divided by `bits` (2).
+        let (mut first, mut second, mut whole) = (Vec::new(), Vec::new(), Vec::new());
+        for (i, (o, how, bits)) in objects.iter().enumerate() {
+            let (a, b) = match how {
+                0 => divided(o, 0),
+                1 => divided(o, u64::MAX),
+                _ => divided(o, *bits),
+            };
+            first.push((i, a));
+            second.push((i, b));
+            whole.push(o.clone());
+        }
+        write_part(root, "part-0", &as_refs(&first));
+        if governed {
+            std::fs::write(root.join("policy.toml"), POLICY).unwrap();
+        }
+        let principals: &[Option<&str>] = match governed {
+            true => &[Some("default"), Some("narrow")],
+            false => &[None],
+        };
+        let firsts: Vec<Object> = first.iter().map(|(_, o)| o.clone()).collect();
+        let t = DateTime::parse_from_rfc3339(T).unwrap().timestamp_micros();
+        let rt = runtime();
+        let held: Arc<Resident> = Default::default();
+        for &p in principals {
+            rt.block_on(answer(
+                &engine(root, Some(Arc::clone(&held)), p),
+                r#"FIND OBJECT ABOUT "x""#,
+            ));
+        }
+        let unrestricted = principals[0];
+        let snapshot = rt
+            .block_on(engine(root, None, unrestricted).write_resident_snapshot())
+            .unwrap();
+        prop_assert_eq!(snapshot.is_some(), holdable(&firsts, t));
+        // The second commit.
+        write_part(root, "part-1", &as_refs(&second));
+        let both = holdable(&firsts, t) && holdable(&whole, t);
+        // The held generations are refreshed by the first statements after it (before a
+        // snapshot file of the second version is there, which they would read instead).
+        let before = held.refreshes();
+        for &p in principals {
+            rt.block_on(answer(
+                &engine(root, Some(Arc::clone(&held)), p),
+                r#"FIND OBJECT ABOUT "x""#,
+            ));
+        }
+        let n = (held.refreshes() - before) as usize;
+        if both {
+            prop_assert!(n >= 1, "the held generation was refreshed");
+        }
+        let written: Arc<Resident> = Default::default();
+        let snapshot = rt
+            .block_on(
+                engine(root, Some(Arc::clone(&written)), unrestricted).write_resident_snapshot(),
+            )
+            .unwrap();
+        prop_assert_eq!(snapshot.is_some(), holdable(&whole, t));
+        prop_assert_eq!(
+            written.refreshes(),
+            both as u64,
+            "the snapshot file refreshed"
+        );
+        for (k, (words, filter, max_objects)) in queries.into_iter().enumerate() {
+            let p = principals[k % principals.len()];
+            let find = format!(r#"FIND OBJECT ABOUT "{}"{}"#, text(&words), WHERES[filter]);
+            let mut context = format!(r#"CONTEXT FOR "{}""#, text(&words));
+            if let Some(n) = max_objects {
+                context.push_str(&format!(" MAX OBJECTS {n}"));
+            }
+            let scan = engine(root, None, p);
+            let refreshing = engine(root, Some(Arc::clone(&held)), p);
+            let whole_build = engine(root, Some(Arc::new(Resident::default())), p);
+            let from_file = engine(root, Some(Arc::new(Resident::snapshots_only())), p);
+            let a = rt.block_on(answer(&scan, &find));
+            if !tied(&whole) {
+                prop_assert_eq!(
+                    &rt.block_on(answer(&refreshing, &find)),
+                    &a,
+                    "{} ({:?})",
+                    find,
+                    p
+                );
+                prop_assert_eq!(
+                    &rt.block_on(answer(&whole_build, &find)),
+                    &a,
+                    "{} whole",
+                    find
+                );
+                prop_assert_eq!(&rt.block_on(answer(&from_file, &find)), &a, "{} file", find);
+                let a = rt.block_on(bundle(&scan, root, &context));
+                let b = rt.block_on(bundle(&refreshing, root, &context));
+                prop_assert_eq!(&b, &a, "{} ({:?})", context, p);
+                let c = rt.block_on(bundle(&from_file, root, &context));
+                prop_assert_eq!(&c, &a, "{} file", context);
+            }
+        }
+        let (cases, by_held, by_file) = refreshed.get();
+        refreshed.set((
+            cases + both as usize,
+            by_held + n,
+            by_file + written.refreshes() as usize,
+        ));
+        Ok(())
+    });
+    if let Err(e) = run {
+        panic!("{e}");
+    }
+    let (cases, by_held, by_file) = refreshed.get();
+    eprintln!(
+        "{cases} stores refreshable, {by_held} held generations refreshed, {by_file} snapshot files refreshed"
+    );
+    assert!(
+        cases >= 10 && by_held >= cases && by_file == cases,
+        "{cases} {by_held} {by_file}"
+    );
 }

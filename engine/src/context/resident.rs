@@ -21,7 +21,7 @@ use datafusion::catalog::{Session, TableProvider};
 use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::datasource::provider_as_source;
 use datafusion::error::DataFusionError;
-use datafusion::logical_expr::{Expr, LogicalPlan, LogicalPlanBuilder, TableType, col};
+use datafusion::logical_expr::{Expr, LogicalPlan, LogicalPlanBuilder, TableType, col, lit};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::{DataFrame, SessionContext};
 use signalql_catalog::TableInfo;
@@ -62,11 +62,22 @@ pub struct Resident {
     snapshots_only: bool,
     /// CONTEXT FORs decided from a generation.
     contexts: std::sync::atomic::AtomicU64,
+    /// Generations made by the incremental refresh ([`refresh`]).
+    refreshes: std::sync::atomic::AtomicU64,
 }
 
 /// The name of the part of a snapshot file that keeps the representations' key hashes
 /// (`ContentFiles::keep`), so a new process reads packed content without reading them.
 const KEYS: &str = "content_keys";
+
+/// The name of the part of a snapshot file that keeps the files of each table the generation
+/// was built from ([`Files`]), so a later process refreshes it instead of building.
+const FILES: &str = "files";
+
+/// Per object table (objects, revisions, representations, links, derivations), the
+/// identities of the files a generation was built from (`TableInfo::file_identities`);
+/// `None` for a graph table absent or not held.
+type Files = Vec<Option<Vec<String>>>;
 
 /// Where snapshot files are, under the dataset root.
 pub const SNAPSHOTS: &str = "_signalql/resident";
@@ -98,6 +109,77 @@ fn load_snapshot(root: &signalql_catalog::Root, key: &[String]) -> Option<Genera
     (stored == key).then_some(generation)
 }
 
+/// A generation with its key, where its tables stand in the commit log and their files.
+struct Keyed {
+    key: Vec<String>,
+    generation: Arc<Generation>,
+    standing: Standing,
+    files: Files,
+}
+
+/// Per table of the generation's (those held, in order: objects, revisions, representations,
+/// then the graph tables held), which of its files are new since an earlier version of the
+/// tables, when that version (`old_key`, `old_files`) can be refreshed into this one
+/// (`key`, `files`): every table read under the same restriction, held or not alike, and
+/// every earlier file still there, unchanged. `None` when it cannot (a file removed or
+/// rewritten, another restriction) or when nothing was added.
+fn added(
+    key: &[String],
+    files: &Files,
+    old_key: &[String],
+    old_files: &Files,
+) -> Option<Vec<Vec<bool>>> {
+    if key.len() != old_key.len() || files.len() != old_files.len() || key == old_key {
+        return None;
+    }
+    let mut out = Vec::new();
+    for (i, (now, then)) in files.iter().zip(old_files).enumerate() {
+        if key[2 * i + 1] != old_key[2 * i + 1] {
+            return None;
+        }
+        match (now, then) {
+            (Some(now), Some(then)) => {
+                let then: std::collections::HashSet<&String> = then.iter().collect();
+                let now_set: std::collections::HashSet<&String> = now.iter().collect();
+                if !then.iter().all(|f| now_set.contains(*f)) {
+                    return None;
+                }
+                out.push(now.iter().map(|f| !then.contains(f)).collect());
+            }
+            (None, None) if key[2 * i] == old_key[2 * i] => {}
+            _ => return None,
+        }
+    }
+    out.iter().flatten().any(|&b| b).then_some(out)
+}
+
+/// The generation of an earlier version of the tables read from its snapshot file, with the
+/// files added since ([`added`]), when one is there.
+fn snapshot_base(
+    root: &signalql_catalog::Root,
+    key: &[String],
+    files: &Files,
+) -> Option<(Arc<Generation>, Vec<Vec<bool>>)> {
+    let names = root.list_names(SNAPSHOTS).ok()?;
+    let current = snapshot_name(key);
+    names.into_iter().find_map(|(name, _)| {
+        let rel = format!("{SNAPSHOTS}/{name}");
+        if rel == current || !name.ends_with(".snapshot") {
+            return None;
+        }
+        let bytes = match root.local() {
+            Some(dir) => {
+                signalql_catalog::objects::resident::snapshot::map(&dir.join(&rel)).ok()?
+            }
+            None => root.read(&rel).ok()??.into(),
+        };
+        let (old_key, generation) = Generation::from_snapshot(bytes).ok()?;
+        let old_files: Files = serde_json::from_slice(generation.kept(FILES)?).ok()?;
+        let added = added(key, files, &old_key, &old_files)?;
+        Some((Arc::new(generation), added))
+    })
+}
+
 /// Generations a [`Resident`] holds at once: one per caller restriction in use (the
 /// principals of a server's policy), the least recently used dropped first.
 const HELD: usize = 4;
@@ -115,6 +197,8 @@ struct Held {
     built: bool,
     /// Where the tables of `key` stand in the objects' commit log.
     standing: Standing,
+    /// The files the generation was built from (a later version of the tables refreshes it).
+    files: Files,
 }
 
 /// Where the object tables a generation holds stand in the commit log (a bundle decided from
@@ -196,7 +280,7 @@ impl Resident {
         exec: &Executor,
     ) -> Result<Option<Arc<Generation>>> {
         let keyed = Box::pin(self.keyed(ctx, catalog, exec, !self.snapshots_only)).await?;
-        Ok(keyed.map(|(_, g, _)| g))
+        Ok(keyed.map(|k| k.generation))
     }
 
     /// [`generation`](Self::generation) with a name of its key (the name of its snapshot
@@ -208,7 +292,7 @@ impl Resident {
         exec: &Executor,
     ) -> Result<Option<(String, Arc<Generation>, Standing)>> {
         let keyed = Box::pin(self.keyed(ctx, catalog, exec, !self.snapshots_only)).await?;
-        Ok(keyed.map(|(key, g, standing)| (snapshot_name(&key), g, standing)))
+        Ok(keyed.map(|k| (snapshot_name(&k.key), k.generation, k.standing)))
     }
 
     /// [`generation`](Self::generation) with its key; `build`: built when neither held nor in
@@ -219,9 +303,10 @@ impl Resident {
         catalog: &dyn Catalog,
         exec: &Executor,
         build: bool,
-    ) -> Result<Option<(Vec<String>, Arc<Generation>, Standing)>> {
+    ) -> Result<Option<Keyed>> {
         let mut tables = Vec::with_capacity(5);
         let mut key = Vec::with_capacity(10);
+        let mut files: Files = Vec::with_capacity(5);
         let mut graph_held = true;
         for (name, columns) in [
             (OBJECTS, &OBJECT_COLUMNS[..]),
@@ -238,6 +323,7 @@ impl Resident {
                     Some(t) => t,
                     None => {
                         key.extend(["absent".to_string(), "None".to_string()]);
+                        files.push(None);
                         continue;
                     }
                 },
@@ -249,11 +335,13 @@ impl Resident {
                 (true, Some(fingerprint), true) => {
                     key.push(fingerprint);
                     key.push(format!("{:?}", t.restriction));
+                    files.push(t.file_identities());
                     tables.push((t, columns));
                 }
                 _ if graph => {
                     graph_held = false;
                     key.extend(["unheld".to_string(), "None".to_string()]);
+                    files.push(None);
                 }
                 _ => return Ok(None),
             }
@@ -262,20 +350,27 @@ impl Resident {
         let mut held = self.held.lock().await;
         if let Some(i) = held.iter().position(|h| h.key == key) {
             let h = held.remove(i);
-            let (generation, built, standing) = (h.generation.clone(), h.built, h.standing.clone());
+            let (generation, built) = (h.generation.clone(), h.built);
+            let (standing, held_files) = (h.standing.clone(), h.files.clone());
             held.insert(0, h);
             bound(&mut held, budget);
             if generation.is_some() || built || !build {
-                return Ok(generation.map(|g| (key, g, standing)));
+                return Ok(generation.map(|generation| Keyed {
+                    key,
+                    generation,
+                    standing,
+                    files: held_files,
+                }));
             }
         }
+        let unrestricted = tables.iter().all(|(t, _)| t.restriction.is_none());
         let root = catalog.dataset().root();
         let commits = signalql_catalog::commit::Snapshot::read(root)
             .map_err(|e| crate::error::Error::io(e.to_string()))?;
         let standing = Standing::of(&commits, tables.iter().map(|(t, _)| t));
         // A snapshot stands for the tables as every caller reads them, so only for a caller
         // without restriction.
-        let snapshot = match tables.iter().all(|(t, _)| t.restriction.is_none()) {
+        let snapshot = match unrestricted {
             true => load_snapshot(catalog.dataset().root(), &key),
             false => None,
         };
@@ -289,12 +384,42 @@ impl Resident {
                 (Some(Arc::new(g)), false)
             }
             None if !build => (None, false),
-            None => (
-                build_generation(exec, &tables, graph_held)
-                    .await?
-                    .map(Arc::new),
-                true,
-            ),
+            None => {
+                // An earlier version of the tables whose files are all still there is
+                // refreshed: one held, else (for a caller without restriction) one whose
+                // snapshot file is there.
+                let held_base = held.iter().find_map(|h| {
+                    let g = h.generation.as_ref()?;
+                    Some((Arc::clone(g), added(&key, &files, &h.key, &h.files)?))
+                });
+                let base = match (held_base, unrestricted) {
+                    (Some(b), _) => Some(b),
+                    (None, true) => {
+                        let base = snapshot_base(catalog.dataset().root(), &key, &files);
+                        // Where content lies in the earlier files, as that file kept it.
+                        if let Some(kept) = base.as_ref().and_then(|(g, _)| g.kept(KEYS)) {
+                            catalog.dataset().content_files().adopt(kept);
+                        }
+                        base
+                    }
+                    (None, false) => None,
+                };
+                let refreshed = match base {
+                    Some((base, added)) => {
+                        refresh(exec, &tables, &added, graph_held, &base).await?
+                    }
+                    None => None,
+                };
+                let generation = match refreshed {
+                    Some(g) => {
+                        self.refreshes
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        Some(g)
+                    }
+                    None => build_generation(exec, &tables, graph_held).await?,
+                };
+                (generation.map(Arc::new), true)
+            }
         };
         // A generation larger than the whole budget is not held, and not built again while
         // the tables are unchanged: the Parquet plan answers.
@@ -310,10 +435,16 @@ impl Resident {
                 generation: generation.clone(),
                 built,
                 standing: standing.clone(),
+                files: files.clone(),
             },
         );
         bound(&mut held, budget);
-        Ok(generation.map(|g| (key, g, standing)))
+        Ok(generation.map(|generation| Keyed {
+            key,
+            generation,
+            standing,
+            files,
+        }))
     }
 
     /// Counts a CONTEXT FOR decided from a generation.
@@ -325,6 +456,12 @@ impl Resident {
     /// The CONTEXT FORs decided from a generation so far (the rest took the Parquet plan).
     pub fn contexts_answered(&self) -> u64 {
         self.contexts.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The generations made so far by refreshing an earlier one (the others were built whole
+    /// or read from a snapshot file).
+    pub fn refreshes(&self) -> u64 {
+        self.refreshes.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// A holder of generations read from snapshot files only (see [`Resident::write_snapshot`]).
@@ -346,7 +483,12 @@ impl Resident {
         catalog: &dyn Catalog,
         exec: &Executor,
     ) -> Result<Option<Snapshot>> {
-        let Some((key, generation, _)) = Box::pin(self.keyed(ctx, catalog, exec, true)).await?
+        let Some(Keyed {
+            key,
+            generation,
+            files,
+            ..
+        }) = Box::pin(self.keyed(ctx, catalog, exec, true)).await?
         else {
             return Ok(None);
         };
@@ -378,6 +520,9 @@ impl Resident {
                 if let Some(k) = &keys {
                     kept.push((KEYS, k));
                 }
+                let files = serde_json::to_vec(&files)
+                    .map_err(|e| crate::error::Error::io(e.to_string()))?;
+                kept.push((FILES, &files));
                 let bytes = generation.to_snapshot(&key, &kept)?;
                 let size = bytes.len() as u64;
                 root.delete(&name).map_err(io)?;
@@ -451,12 +596,7 @@ fn read(t: &TableInfo, columns: &[&str]) -> Result<LogicalPlan> {
 
 /// Every row of `plan`, in one batch.
 async fn collect_one(exec: &Executor, plan: &LogicalPlan) -> Result<RecordBatch> {
-    let mut batches = Vec::new();
-    exec.for_each_batch(plan, |b| {
-        batches.push(b.clone());
-        Ok(())
-    })
-    .await?;
+    let batches = collect(exec, plan).await?;
     let schema: SchemaRef = Arc::new(plan.schema().as_arrow().clone());
     Ok(concat_batches(&schema, &batches)?)
 }
@@ -499,6 +639,110 @@ async fn build_generation(
         true => Ok(Some(builder.finish()?)),
         false => Ok(None),
     }
+}
+
+/// The generation of `tables` refreshed from `base`, the generation of an earlier version of
+/// them whose files are all still there (`added`: per table, which files are new); `None`
+/// when it cannot be (the caller builds the whole). Reads the new files' rows, then the
+/// earlier rows of only the objects they name that the earlier files name too, and builds a
+/// generation of those objects to merge into the base (catalog
+/// `objects/resident/refresh.rs`).
+async fn refresh(
+    exec: &Executor,
+    tables: &[(TableInfo, &[&str])],
+    added: &[Vec<bool>],
+    graph_held: bool,
+    base: &Generation,
+) -> Result<Option<Generation>> {
+    let part = |t: &TableInfo, new: &[bool], which: bool| {
+        let locations: std::collections::HashSet<&str> = t
+            .files
+            .iter()
+            .zip(new)
+            .filter(|(_, n)| **n == which)
+            .map(|((l, _), _)| l.as_str())
+            .collect();
+        t.only_files(|l| locations.contains(l))
+    };
+    // The new files' rows, per table.
+    let mut fresh: Vec<Vec<RecordBatch>> = Vec::with_capacity(tables.len());
+    for ((t, columns), new) in tables.iter().zip(added) {
+        fresh.push(match part(t, new, true) {
+            Some(t) => collect(exec, &read(&t, columns)?).await?,
+            None => Vec::new(),
+        });
+    }
+    let mut touched: std::collections::HashSet<String> = std::collections::HashSet::new();
+    for b in fresh.iter().flatten() {
+        let Some(ids) = b
+            .column_by_name("object_id")
+            .and_then(|c| signalql_udfs::strings::StringColumn::try_new(c.as_ref()).ok())
+        else {
+            return Ok(None);
+        };
+        touched.extend(
+            (0..b.num_rows())
+                .filter_map(|r| ids.get(r))
+                .map(str::to_string),
+        );
+    }
+    // The earlier rows of the touched objects the earlier files name.
+    let mut earlier: Vec<&str> = touched
+        .iter()
+        .map(String::as_str)
+        .filter(|id| base.names(id))
+        .collect();
+    earlier.sort_unstable();
+    let mut rows = fresh;
+    if !earlier.is_empty() {
+        let list: Vec<Expr> = earlier.iter().map(|id| lit(*id)).collect();
+        for (((t, columns), new), rows) in tables.iter().zip(added).zip(rows.iter_mut()) {
+            let Some(t) = part(t, new, false) else {
+                continue;
+            };
+            let plan = LogicalPlanBuilder::from(read(&t, columns)?)
+                .filter(col("object_id").in_list(list.clone(), false))?
+                .build()?;
+            rows.extend(collect(exec, &plan).await?);
+        }
+    }
+    let [objects, revisions, reps, graph @ ..] = &rows[..] else {
+        return Ok(None);
+    };
+    let one = |i: usize, batches: &[RecordBatch]| -> Result<RecordBatch> {
+        let schema: SchemaRef =
+            Arc::new(read(&tables[i].0, tables[i].1)?.schema().as_arrow().clone());
+        Ok(concat_batches(&schema, batches)?)
+    };
+    let Some(mut builder) = Builder::new(&one(0, objects)?, &one(1, revisions)?)? else {
+        return Ok(None);
+    };
+    for b in reps {
+        if !builder.add_representations(b)? {
+            return Ok(None);
+        }
+    }
+    if !graph_held {
+        builder.no_edges();
+    }
+    for ((t, _), batches) in tables[3..].iter().zip(graph) {
+        for b in batches {
+            builder.add_edges(b, t.name == LINKS);
+        }
+    }
+    let delta = builder.finish()?;
+    Ok(base.refreshed(&delta, &touched)?)
+}
+
+/// Every batch of `plan`.
+async fn collect(exec: &Executor, plan: &LogicalPlan) -> Result<Vec<RecordBatch>> {
+    let mut batches = Vec::new();
+    exec.for_each_batch(plan, |b| {
+        batches.push(b.clone());
+        Ok(())
+    })
+    .await?;
+    Ok(batches)
 }
 
 /// FIND OBJECT's rows from a generation, as a table: the top-k is computed when the scan is

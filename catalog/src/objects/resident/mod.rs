@@ -46,6 +46,7 @@ mod context;
 mod dense;
 pub mod keep;
 pub mod locate;
+pub mod refresh;
 pub mod snapshot;
 use columns::{corrupt, integers, micros, read, strings};
 pub use context::{DERIVATION_COLUMNS, Edges, LINK_COLUMNS, PACKABLE, Reps, SECRET, role_bit};
@@ -133,12 +134,16 @@ pub struct Generation {
     edges: LazyEdges,
     /// What the engine kept with the generation in its snapshot file, by name.
     kept: std::collections::BTreeMap<String, bytes::Bytes>,
+    /// The ids, sorted, that some row of the tables names but that the generation does not
+    /// hold (an object with no record or no revision, or rows of an unknown object): a
+    /// refresh that meets one of them reads its earlier rows ([`refresh`]).
+    orphans: Vec<String>,
     /// What an engine derives from the generation and keeps with it (built on first use).
     derived: OnceLock<Arc<dyn Any + Send + Sync>>,
 }
 
 /// The bytes a snapshot file starts with.
-pub const SNAPSHOT_MAGIC: &[u8; 20] = b"signalql-resident-4\n";
+pub const SNAPSHOT_MAGIC: &[u8; 20] = b"signalql-resident-5\n";
 
 /// A directory entry of [`Postings`]: the term's offset and length in the pool (little-endian
 /// u64, u32), then per tier [`TIER`] bytes: its bitmap's offset and length in the blob and
@@ -362,6 +367,7 @@ impl Generation {
             + self.reps.memory_bytes()
             + self.edges.memory_bytes()
             + self.kept.values().map(bytes::Bytes::len).sum::<usize>()
+            + self.orphans.iter().map(|o| o.len() + 24).sum::<usize>()
     }
 
     /// The representations of the selected revisions.
@@ -548,6 +554,8 @@ pub struct Builder {
     reps: Vec<RepRow>,
     /// `None`: a graph table could not be held.
     edges: Option<Vec<EdgeRow>>,
+    /// Ids some row names that are not held ([`Generation::orphans`]).
+    orphans: std::collections::HashSet<String>,
 }
 
 /// Adds `o` to a term's ordinals unless it was the last added (a representation holding a
@@ -696,6 +704,12 @@ impl Builder {
             .filter(|k| revision.contains_key(*k))
             .collect();
         ids.sort_unstable();
+        let orphans = (0..objects.num_rows())
+            .filter_map(|r| object_ids.get(r))
+            .chain((0..revisions.num_rows()).filter_map(|r| revision_ids.get(r)))
+            .filter(|id| !(record.contains_key(*id) && revision.contains_key(*id)))
+            .map(str::to_string)
+            .collect();
         let object_rows: Vec<u32> = ids.iter().map(|k| record[*k] as u32).collect();
         let revision_rows: Vec<u32> = ids.iter().map(|k| revision[*k] as u32).collect();
         let (object_take, revision_take) = (
@@ -772,6 +786,7 @@ impl Builder {
             names,
             reps: Vec::new(),
             edges: Some(Vec::new()),
+            orphans,
         }))
     }
 
@@ -813,6 +828,9 @@ impl Builder {
                 continue;
             };
             let Some(&o) = self.ordinal.get(id) else {
+                if !self.orphans.contains(id) {
+                    self.orphans.insert(id.to_string());
+                }
                 continue;
             };
             let ou = o as usize;
@@ -876,6 +894,13 @@ impl Builder {
     /// Adds a batch of `links` ([`LINK_COLUMNS`]) or, not `links`, of `derivations`
     /// ([`DERIVATION_COLUMNS`]): their edges of the selected revisions.
     pub fn add_edges(&mut self, batch: &RecordBatch, links: bool) {
+        if let Some(ids) = strings(batch, "object_id") {
+            for id in (0..batch.num_rows()).filter_map(|r| ids.get(r)) {
+                if !self.ordinal.contains_key(id) && !self.orphans.contains(id) {
+                    self.orphans.insert(id.to_string());
+                }
+            }
+        }
         let (ordinal, revision) = (&self.ordinal, &self.revision);
         let owner = |id: &str, number: i64| {
             ordinal
@@ -939,6 +964,11 @@ impl Builder {
                 None => None,
             }),
             kept: Default::default(),
+            orphans: {
+                let mut o: Vec<String> = self.orphans.into_iter().collect();
+                o.sort_unstable();
+                o
+            },
             derived: OnceLock::new(),
         })
     }

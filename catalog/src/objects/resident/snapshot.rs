@@ -94,6 +94,7 @@ struct Header {
     /// Of the postings' directory and terms (each bitmap has its own, checked when it is
     /// decoded).
     directory_crc32: u32,
+    orphans: Vec<String>,
 }
 
 impl Generation {
@@ -157,6 +158,7 @@ impl Generation {
                 .collect(),
             postings: p.unwrap_or(none),
             directory_crc32: crc32fast::hash(&postings[..self.postings.blob]),
+            orphans: self.orphans.clone(),
         })
         .map_err(|e| CatalogError::Invalid(e.to_string()))?;
         let first = (SNAPSHOT_MAGIC.len() + 8 + header.len()).next_multiple_of(ALIGN);
@@ -217,6 +219,9 @@ impl Generation {
         if crc32fast::hash(&postings.bytes[..postings.blob]) != h.directory_crc32 {
             return Err(corrupt("its terms' checksum does not match"));
         }
+        if !h.orphans.is_sorted() {
+            return Err(corrupt("its orphans are not sorted"));
+        }
         let edges = match &h.edges {
             Some(p) => LazyEdges::of(p.of(&bytes, "edges")?, p.crc32, objects),
             None => LazyEdges::held(None),
@@ -239,6 +244,7 @@ impl Generation {
                 reps: Reps::open(reps, objects)?,
                 edges,
                 kept,
+                orphans: h.orphans,
                 derived: OnceLock::new(),
             },
         ))

@@ -1,0 +1,287 @@
+//! The incremental refresh of a generation (docs/index.md, "The incremental refresh"): the
+//! generation of the object tables after files were added to them, made from the generation
+//! of the tables before and a small one built from the rows of the objects the new files
+//! name, so that no content of an object the new files do not name is read again.
+//!
+//! The engine reads the new files' rows. The objects they name are *touched*. A touched object
+//! the earlier generation holds, or names as an orphan ([`Generation::names`]), has rows in
+//! the earlier files too, which may decide it (its latest record, its latest revision, that
+//! revision's representations and edges): the engine reads those objects' earlier rows as
+//! well, and builds the *delta* generation from every row of the touched objects. Every other
+//! object's rows are all in the earlier files, so its part of the earlier generation is what a
+//! whole build would make of it. [`Generation::refreshed`] then merges the earlier generation
+//! without the touched objects and the delta, by id: per-object columns, representations and
+//! edges are taken row by row, and each term's posting lists are the earlier ones without the
+//! touched objects and the delta's, both renumbered (ordinals are ids in byte order, so an
+//! object's ordinal moves when an id sorts before it).
+
+use std::collections::HashSet;
+use std::sync::{Arc, OnceLock};
+
+use datafusion::arrow::array::{Array, ArrayRef, RecordBatch, UInt32Array};
+use datafusion::arrow::compute::interleave;
+use signalql_udfs::strings::StringColumn;
+
+use super::context::{Edges, LazyEdges, Reps};
+use super::{Generation, NO_KIND, Postings, RoaringBitmap, compact};
+use crate::error::{CatalogError, Result};
+
+/// No position: the object is not in the refreshed generation.
+const GONE: u32 = u32::MAX;
+
+/// The ids of `g`'s objects, by ordinal.
+fn ids(g: &Generation) -> Option<StringColumn> {
+    StringColumn::try_new(g.column("object_id")?.as_ref()).ok()
+}
+
+/// The ordinal of `id` among `ids` (sorted by byte order), if held.
+fn ordinal_of(ids: &StringColumn, n: usize, id: &str) -> Option<usize> {
+    let (mut lo, mut hi) = (0usize, n);
+    while lo < hi {
+        let mid = (lo + hi) / 2;
+        match ids.value(mid).cmp(id) {
+            std::cmp::Ordering::Less => lo = mid + 1,
+            std::cmp::Ordering::Greater => hi = mid,
+            std::cmp::Ordering::Equal => return Some(mid),
+        }
+    }
+    None
+}
+
+/// `bitmap` renumbered through `map` (increasing where it is not [`GONE`], so the values
+/// stay in order); values mapped to [`GONE`] are left out.
+fn renumbered(bitmap: &RoaringBitmap, map: &[u32]) -> RoaringBitmap {
+    let values = bitmap
+        .iter()
+        .filter_map(|o| map.get(o as usize).copied().filter(|&m| m != GONE));
+    // Increasing and without repeats (the map is), so `from_sorted_iter` cannot fail.
+    RoaringBitmap::from_sorted_iter(values).unwrap_or_default()
+}
+
+impl Generation {
+    /// Whether a row of the tables this generation was built from names the object `id`:
+    /// one it holds, or one of its orphans (named by a row, not held).
+    pub fn names(&self, id: &str) -> bool {
+        ids(self).is_some_and(|ids| ordinal_of(&ids, self.objects(), id).is_some())
+            || self
+                .orphans
+                .binary_search_by(|o| o.as_str().cmp(id))
+                .is_ok()
+    }
+
+    /// The generation of the tables after files were added: this one without the objects
+    /// `touched`, with `delta`'s (built from every row of the touched objects, see the
+    /// module's documentation). `None` when the two cannot be merged (their columns differ
+    /// in type, or `delta` holds an object not touched): the caller builds the whole.
+    pub fn refreshed(
+        &self,
+        delta: &Generation,
+        touched: &HashSet<String>,
+    ) -> Result<Option<Generation>> {
+        let (Some(old_ids), Some(new_ids)) = (ids(self), ids(delta)) else {
+            return Ok(None);
+        };
+        let (n, m) = (self.objects(), delta.objects());
+        if self.columns.schema().fields() != delta.columns.schema().fields()
+            || (0..m).any(|j| !touched.contains(new_ids.value(j)))
+        {
+            return Ok(None);
+        }
+        let mut removed = vec![false; n];
+        for id in touched {
+            if let Some(o) = ordinal_of(&old_ids, n, id) {
+                removed[o] = true;
+            }
+        }
+        // The merged order: (0, earlier ordinal) or (1, delta ordinal), by id.
+        let mut order: Vec<(usize, usize)> = Vec::with_capacity(n + m);
+        let (mut old_map, mut new_map) = (vec![GONE; n], vec![GONE; m]);
+        let (mut i, mut j) = (0usize, 0usize);
+        loop {
+            while i < n && removed[i] {
+                i += 1;
+            }
+            let from_old = match (i < n, j < m) {
+                (false, false) => break,
+                (true, false) => true,
+                (false, true) => false,
+                (true, true) => match old_ids.value(i).cmp(new_ids.value(j)) {
+                    std::cmp::Ordering::Less => true,
+                    std::cmp::Ordering::Greater => false,
+                    // Held by both: the delta holds only touched objects, removed here.
+                    std::cmp::Ordering::Equal => return Ok(None),
+                },
+            };
+            let at = order.len() as u32;
+            if from_old {
+                old_map[i] = at;
+                order.push((0, i));
+                i += 1;
+            } else {
+                new_map[j] = at;
+                order.push((1, j));
+                j += 1;
+            }
+        }
+        let objects = order.len();
+        let pick = |s: usize| if s == 0 { self } else { delta };
+
+        let mut arrays: Vec<ArrayRef> = Vec::with_capacity(self.columns.num_columns());
+        for (a, b) in self.columns.columns().iter().zip(delta.columns.columns()) {
+            arrays.push(compact(interleave(&[a.as_ref(), b.as_ref()], &order)?));
+        }
+        let columns = RecordBatch::try_new(self.columns.schema(), arrays)?;
+        let tombstoned = order.iter().map(|&(s, r)| pick(s).tombstoned[r]).collect();
+        let mut kinds = self.kinds.clone();
+        let delta_codes: Vec<u32> = delta
+            .kinds
+            .iter()
+            .map(|k| match kinds.iter().position(|x| x == k) {
+                Some(c) => c as u32,
+                None => {
+                    kinds.push(k.clone());
+                    kinds.len() as u32 - 1
+                }
+            })
+            .collect();
+        let kind = order
+            .iter()
+            .map(|&(s, r)| match (s, pick(s).kind[r]) {
+                (_, NO_KIND) => NO_KIND,
+                (0, k) => k,
+                (_, k) => delta_codes[k as usize],
+            })
+            .collect();
+
+        let postings = merge_postings(&self.postings, &old_map, &delta.postings, &new_map)?;
+        let reps = merge_reps(&self.reps, &delta.reps, &order)?;
+        let edges = match (self.edges(), delta.edges()) {
+            (Some(a), Some(b)) => Some(merge_edges(a, &old_map, b, &new_map, objects)?),
+            _ => None,
+        };
+        let mut orphans: Vec<String> = self
+            .orphans
+            .iter()
+            .filter(|o| !touched.contains(o.as_str()))
+            .chain(&delta.orphans)
+            .cloned()
+            .collect();
+        orphans.sort_unstable();
+        orphans.dedup();
+        Ok(Some(Generation {
+            columns,
+            tombstoned,
+            kind,
+            kinds,
+            postings,
+            horizon: self.horizon.max(delta.horizon),
+            reps,
+            edges: LazyEdges::held(edges),
+            kept: Default::default(),
+            orphans,
+            derived: OnceLock::new(),
+        }))
+    }
+}
+
+/// The postings of the merged generation: per term (the union of both directories), each
+/// tier's earlier objects renumbered through `old_map` (the touched ones left out) and the
+/// delta's through `new_map`. A term no object holds any longer is left out.
+fn merge_postings(
+    old: &Postings,
+    old_map: &[u32],
+    delta: &Postings,
+    new_map: &[u32],
+) -> Result<Postings> {
+    let decode = |p: &Postings, i: usize, t: usize| -> Result<RoaringBitmap> {
+        RoaringBitmap::deserialize_from(p.stored(i, t)?)
+            .map_err(|_| super::columns::corrupt("a posting list"))
+    };
+    let mut out: Vec<(Box<str>, [RoaringBitmap; 3])> = Vec::new();
+    let (mut x, mut y) = (0usize, 0usize);
+    while x < old.count || y < delta.count {
+        let ord = match (x < old.count, y < delta.count) {
+            (true, true) => old.term(x).cmp(delta.term(y)),
+            (true, false) => std::cmp::Ordering::Less,
+            _ => std::cmp::Ordering::Greater,
+        };
+        let (from_old, from_new) = match ord {
+            std::cmp::Ordering::Less => (Some(x), None),
+            std::cmp::Ordering::Greater => (None, Some(y)),
+            std::cmp::Ordering::Equal => (Some(x), Some(y)),
+        };
+        let term = match from_old {
+            Some(i) => old.term(i),
+            None => delta.term(y),
+        };
+        let term: Box<str> = std::str::from_utf8(term)
+            .map_err(|_| CatalogError::Invalid("a term is not UTF-8".into()))?
+            .into();
+        let mut tiers: [RoaringBitmap; 3] = Default::default();
+        for (t, tier) in tiers.iter_mut().enumerate() {
+            if let Some(i) = from_old {
+                *tier = renumbered(&decode(old, i, t)?, old_map);
+            }
+            if let Some(i) = from_new {
+                *tier |= renumbered(&decode(delta, i, t)?, new_map);
+            }
+        }
+        if tiers.iter().any(|t| !t.is_empty()) {
+            out.push((term, tiers));
+        }
+        x += usize::from(from_old.is_some());
+        y += usize::from(from_new.is_some());
+    }
+    Postings::build(out)
+}
+
+/// The representations of the merged generation, in the merged `order`.
+fn merge_reps(old: &Reps, delta: &Reps, order: &[(usize, usize)]) -> Result<Reps> {
+    let mut rows = Vec::new();
+    let mut ordinals = Vec::new();
+    for (at, &(s, r)) in order.iter().enumerate() {
+        let reps = if s == 0 { old } else { delta };
+        for k in reps.of(r as u32) {
+            rows.push((s, k));
+            ordinals.push(at as u32);
+        }
+    }
+    let (a, b) = (old.batch(), delta.batch());
+    let mut arrays: Vec<ArrayRef> = vec![Arc::new(UInt32Array::from(ordinals))];
+    for c in 1..a.num_columns() {
+        arrays.push(interleave(
+            &[a.column(c).as_ref(), b.column(c).as_ref()],
+            &rows,
+        )?);
+    }
+    Reps::open(RecordBatch::try_new(a.schema(), arrays)?, order.len())
+}
+
+/// The edges of the merged generation: the earlier ones whose object stays, then the
+/// delta's, their objects renumbered.
+fn merge_edges(
+    old: &Edges,
+    old_map: &[u32],
+    delta: &Edges,
+    new_map: &[u32],
+    objects: usize,
+) -> Result<Edges> {
+    let mut rows = Vec::new();
+    let mut owners = Vec::new();
+    for (s, edges, map) in [(0, old, old_map), (1, delta, new_map)] {
+        for k in 0..edges.len() {
+            let owner = map[edges.edge(k).0 as usize];
+            if owner != GONE {
+                rows.push((s, k));
+                owners.push(owner);
+            }
+        }
+    }
+    let (a, b) = (old.batch(), delta.batch());
+    let mut arrays: Vec<ArrayRef> = vec![Arc::new(UInt32Array::from(owners))];
+    for c in 1..a.num_columns() {
+        let column: &dyn Array = a.column(c).as_ref();
+        arrays.push(interleave(&[column, b.column(c).as_ref()], &rows)?);
+    }
+    Edges::open(RecordBatch::try_new(a.schema(), arrays)?, objects)
+}
