@@ -335,9 +335,10 @@ enum IngestWhat {
         /// The ingest time (RFC 3339), for reproducible stores; default now.
         #[arg(long)]
         now: Option<String>,
-        /// Do not write the resident context index's snapshot of the new commit (it is built
-        /// from every object's content; without it the one-shot commands read the tables
-        /// until the next `signalql index`).
+        /// Do not write the resident context index's snapshot of the new commit (refreshed
+        /// from the earlier snapshot with the new files' objects, else built from every
+        /// object's content; without it the one-shot commands read the tables until the next
+        /// `signalql index`).
         #[arg(long)]
         no_snapshot: bool,
     },

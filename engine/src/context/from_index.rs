@@ -2,9 +2,10 @@
 //! "CONTEXT FOR from the resident index"): the same [`Decisions`] as the packer operator
 //! gives over the Parquet plan, without enumerating the candidates as rows.
 //!
-//! - Eligibility is one pass over the generation's per-object codes (scope, MAX AGE, the
-//!   object-level EXCLUDE items) and its representations' flags (secret, packable); the
-//!   rejected are ordinals, formatted only when the decisions are.
+//! - Eligibility is set algebra over a bitmap per rejection predicate (DESIGN.md §5), made
+//!   once with the facts ([`Predicates`]): in the spec's order of reasons, each reason's
+//!   rejected are the objects still eligible that its bitmap holds, counted by population
+//!   count; they are listed (ordinals, formatted only then) only when EXPLAIN asks.
 //! - Only the eligible objects holding a task term are seeds, scored from the postings' tiers.
 //! - Expansion runs over the generation's graph (built once, edges counted while the object
 //!   they belong to is live at T) from those seeds only: first every node's best score
@@ -61,6 +62,127 @@ struct Facts {
     node_ordinal: Vec<u32>,
     /// Per ordinal, its graph node (`NONE`: no edges).
     ordinal_node: Vec<u32>,
+    predicates: Predicates,
+}
+
+/// A bitmap per rejection predicate (DESIGN.md §5, "Scale"), over ordinals: those that do not
+/// depend on the query's values, and what the others are decided from.
+struct Predicates {
+    /// Every object.
+    all: RoaringBitmap,
+    /// The objects with a tombstone (which of them are dead depends on T).
+    tombstoned: RoaringBitmap,
+    /// Per project code, its objects (USING PROJECT).
+    by_project: Vec<RoaringBitmap>,
+    /// The ordinals by creation time (MAX AGE rejects a prefix), sorted on first use.
+    by_created: std::sync::OnceLock<Vec<u32>>,
+    /// Every representation secret.
+    secret: RoaringBitmap,
+    /// Trust `untrusted` (EXCLUDE UNTRUSTED).
+    untrusted: RoaringBitmap,
+    /// State `stale` or `invalid` (EXCLUDE STALE).
+    stale: RoaringBitmap,
+    /// No representation packable and not secret.
+    unpackable: RoaringBitmap,
+}
+
+impl Predicates {
+    /// None yet ([`Facts::of`] makes them).
+    fn empty() -> Predicates {
+        Predicates {
+            all: RoaringBitmap::new(),
+            tombstoned: RoaringBitmap::new(),
+            by_project: Vec::new(),
+            by_created: std::sync::OnceLock::new(),
+            secret: RoaringBitmap::new(),
+            untrusted: RoaringBitmap::new(),
+            stale: RoaringBitmap::new(),
+            unpackable: RoaringBitmap::new(),
+        }
+    }
+
+    fn of(g: &Generation, f: &Facts) -> Predicates {
+        let n = f.revision.len() as u32;
+        let mut all = RoaringBitmap::new();
+        all.insert_range(0..n);
+        let each = |keep: &dyn Fn(usize) -> bool| -> RoaringBitmap {
+            // Ordinals in order, so `from_sorted_iter` cannot fail.
+            RoaringBitmap::from_sorted_iter((0..n).filter(|&o| keep(o as usize)))
+                .unwrap_or_default()
+        };
+        let mut by_project = vec![RoaringBitmap::new(); f.projects.len()];
+        for (o, &c) in f.project.iter().enumerate() {
+            if let Some(b) = by_project.get_mut(c as usize) {
+                b.insert(o as u32);
+            }
+        }
+        Predicates {
+            all,
+            tombstoned: each(&|o| !g.live(o as u32, i64::MAX - 1)),
+            by_project,
+            by_created: std::sync::OnceLock::new(),
+            secret: each(&|o| f.flags[o] & ALL_SECRET != 0),
+            untrusted: each(&|o| &**f.name(o, 1) == "untrusted"),
+            stale: each(&|o| matches!(&**f.name(o, 0), "stale" | "invalid")),
+            unpackable: each(&|o| f.flags[o] & ANY_ELIGIBLE == 0),
+        }
+    }
+
+    /// The objects live at `t` and eligible under `p`, and per reason the rejected ones (the
+    /// first applicable reason each, in the spec's order: select::ineligible), with how many
+    /// are live at `t`.
+    fn decide(
+        &self,
+        g: &Generation,
+        f: &Facts,
+        p: &PackParams,
+        t: i64,
+    ) -> (RoaringBitmap, Vec<(Reason, RoaringBitmap)>, u64) {
+        let mut eligible = self.all.clone();
+        for o in &self.tombstoned {
+            if !g.live(o, t) {
+                eligible.remove(o);
+            }
+        }
+        let considered = eligible.len();
+        let mut rejected = Vec::new();
+        if let Some(name) = &p.project {
+            let inside = f
+                .projects
+                .get(name)
+                .and_then(|&c| self.by_project.get(c as usize));
+            let out = match inside {
+                Some(inside) => &eligible - inside,
+                None => eligible.clone(),
+            };
+            eligible -= &out;
+            rejected.push((Reason::OutOfScope, out));
+        }
+        let mut take = |reason: Reason, holds: &RoaringBitmap| {
+            let hit = &eligible & holds;
+            eligible -= &hit;
+            rejected.push((reason, hit));
+        };
+        if let Some(from) = p.min_created {
+            let by_created = self.by_created.get_or_init(|| {
+                let mut by: Vec<u32> = (0..f.created.len() as u32).collect();
+                by.sort_by_key(|&o| f.created[o as usize]);
+                by
+            });
+            let old = by_created.partition_point(|&o| f.created[o as usize] < from);
+            let old: RoaringBitmap = by_created[..old].iter().copied().collect();
+            take(Reason::MaxAge, &old);
+        }
+        take(Reason::ExcludedSecret, &self.secret);
+        if p.exclude_untrusted {
+            take(Reason::ExcludedTrust, &self.untrusted);
+        }
+        if p.exclude_stale {
+            take(Reason::ExcludedStale, &self.stale);
+        }
+        take(Reason::NoPackableRepresentation, &self.unpackable);
+        (eligible, rejected, considered)
+    }
 }
 
 impl Facts {
@@ -153,15 +275,19 @@ impl Facts {
             graph,
             node_ordinal,
             ordinal_node,
+            predicates: Predicates::empty(),
         })
     }
 
     /// The facts of `g`: read from what its snapshot file kept when it holds them (see
     /// [`keep`](Self::keep)), else built.
     fn of(g: &Generation) -> Option<Facts> {
-        g.kept(FACTS)
+        let mut f = g
+            .kept(FACTS)
             .and_then(|b| Facts::from_kept(g, b))
-            .or_else(|| Facts::build(g))
+            .or_else(|| Facts::build(g))?;
+        f.predicates = Predicates::of(g, &f);
+        Some(f)
     }
 
     /// The facts in [`keep`](signalql_catalog::objects::resident::keep)'s form, kept in the generation's snapshot file.
@@ -240,6 +366,7 @@ impl Facts {
             graph: Arc::new(graph),
             node_ordinal,
             ordinal_node,
+            predicates: Predicates::empty(),
         })
     }
 
@@ -325,39 +452,20 @@ pub(crate) fn decide(
     }
     let n = g.objects();
 
-    // Eligibility, in the spec's order of reasons (select::ineligible).
-    let project = p.project.as_ref().map(|name| f.projects.get(name).copied());
-    let mut eligible = vec![false; n];
+    // Eligibility, in the spec's order of reasons, from the predicates' bitmaps.
+    let (eligible_set, by_reason, considered) = f.predicates.decide(g, f, p, t);
     let mut rejected: Vec<(u32, Reason)> = Vec::new();
     let mut counted = [0u64; Reason::ALL.len()];
-    let mut considered = 0u64;
-    for (o, elig) in eligible.iter_mut().enumerate() {
-        if !g.live(o as u32, t) {
-            continue;
+    for (reason, objects) in by_reason {
+        match list {
+            true => rejected.extend(objects.iter().map(|o| (o, reason))),
+            false => counted[reason as usize] += objects.len(),
         }
-        considered += 1;
-        let trust = &**f.name(o, 1);
-        let state = &**f.name(o, 0);
-        let reason = if project.is_some_and(|code| code.is_none_or(|c| f.project[o] != c)) {
-            Some(Reason::OutOfScope)
-        } else if p.min_created.is_some_and(|from| f.created[o] < from) {
-            Some(Reason::MaxAge)
-        } else if f.flags[o] & ALL_SECRET != 0 {
-            Some(Reason::ExcludedSecret)
-        } else if p.exclude_untrusted && trust == "untrusted" {
-            Some(Reason::ExcludedTrust)
-        } else if p.exclude_stale && (state == "stale" || state == "invalid") {
-            Some(Reason::ExcludedStale)
-        } else if f.flags[o] & ANY_ELIGIBLE == 0 {
-            Some(Reason::NoPackableRepresentation)
-        } else {
-            None
-        };
-        match reason {
-            Some(r) if list => rejected.push((o as u32, r)),
-            Some(r) => counted[r as usize] += 1,
-            None => *elig = true,
-        }
+    }
+    rejected.sort_unstable_by_key(|&(o, _)| o);
+    let mut eligible = vec![false; n];
+    for o in &eligible_set {
+        eligible[o as usize] = true;
     }
 
     // Seeds: the eligible objects holding a task term, with their lexical-v1 sums.
