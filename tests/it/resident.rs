@@ -738,6 +738,55 @@ fn a_snapshot_file_answers_a_new_process_until_the_tables_change_and_a_bad_one_n
     assert_eq!(rt.block_on(answer(&e, q)), changed);
 }
 
+/// The representations' part of a snapshot file is checked when first used: a file whose
+/// part is damaged still answers FIND OBJECT (which reads no representations), leaves CONTEXT
+/// FOR to the Parquet plan (the same bundle), and is written again by the next `signalql
+/// index`, after which CONTEXT FOR answers from it.
+#[test]
+fn a_snapshot_with_damaged_representations_answers_find_and_not_context_for() {
+    let dir = tempfile::tempdir().unwrap();
+    small_store(dir.path());
+    let rt = runtime();
+    let scan = engine(dir.path(), None, None);
+    let find = r#"FIND OBJECT ABOUT "parquet funnel" LIMIT 2"#;
+    let context = r#"CONTEXT FOR "parquet funnel""#;
+    let expected_find = rt.block_on(answer(&scan, find));
+    let expected_context = rt.block_on(bundle(&scan, dir.path(), context));
+    rt.block_on(scan.write_resident_snapshot())
+        .unwrap()
+        .unwrap();
+    let file = snapshot_files(dir.path()).remove(0);
+    let good = std::fs::read(&file).unwrap();
+    // The part's place counts from the first multiple of 64 bytes after the header.
+    let len = u64::from_le_bytes(good[20..28].try_into().unwrap()) as usize;
+    let header: serde_json::Value = serde_json::from_slice(&good[28..28 + len]).unwrap();
+    let part = |k: &str| header["reps"][k].as_u64().unwrap() as usize;
+    let at = (28 + len).next_multiple_of(64) + part("at") + part("len") / 2;
+    let mut bad = good.clone();
+    bad[at] ^= 0x5a;
+    std::fs::write(&file, &bad).unwrap();
+    let held = Arc::new(Resident::snapshots_only());
+    let one_shot = engine(dir.path(), Some(Arc::clone(&held)), None);
+    assert!(planned_from_index(&rt, &one_shot, find));
+    assert_eq!(rt.block_on(answer(&one_shot, find)), expected_find);
+    assert_eq!(
+        rt.block_on(bundle(&one_shot, dir.path(), context)),
+        expected_context
+    );
+    assert_eq!(held.contexts_answered(), 0, "the Parquet plan answered");
+    rt.block_on(scan.write_resident_snapshot())
+        .unwrap()
+        .unwrap();
+    assert_eq!(std::fs::read(&file).unwrap(), good, "written again");
+    let held = Arc::new(Resident::snapshots_only());
+    let one_shot = engine(dir.path(), Some(Arc::clone(&held)), None);
+    assert_eq!(
+        rt.block_on(bundle(&one_shot, dir.path(), context)),
+        expected_context
+    );
+    assert_eq!(held.contexts_answered(), 1, "answered from the snapshot");
+}
+
 #[test]
 fn a_restricted_principal_writes_no_snapshot_file() {
     let dir = tempfile::tempdir().unwrap();

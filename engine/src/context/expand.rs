@@ -209,14 +209,11 @@ impl Graph {
             .map(usize::try_from)
             .collect::<Result<Vec<usize>, _>>()
             .ok()?;
-        let flat = r.u32s()?;
+        let pairs = r.u32_triples()?;
         let [astral, first, after] = r.u32s()?.try_into().ok()?;
         let nodes = names.len();
         let sorted = |v: &[Box<str>]| v.windows(2).all(|w| w[0] < w[1]);
-        let pairs: Vec<(u32, u32, u32)> =
-            flat.chunks_exact(3).map(|c| (c[0], c[1], c[2])).collect();
-        let ok = flat.len() % 3 == 0
-            && sorted(&names)
+        let ok = sorted(&names)
             && sorted(&rels)
             && rel16.len() == rels.len()
             && rel16.iter().all(|&r| (r as usize) < rels.len())

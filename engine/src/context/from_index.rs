@@ -23,7 +23,9 @@
 use std::sync::Arc;
 
 use datafusion::common::HashMap;
-use signalql_catalog::objects::resident::{Generation, PACKABLE, RoaringBitmap, SECRET, role_bit};
+use signalql_catalog::objects::resident::{
+    Generation, PACKABLE, Reps, RoaringBitmap, SECRET, role_bit,
+};
 use signalql_udfs::scalar::lexical::{SUMMARY_WEIGHT, TEXT_WEIGHT, TITLE_WEIGHT};
 use signalql_udfs::scalar::token_estimate::Estimator;
 use signalql_udfs::strings::StringColumn;
@@ -224,7 +226,7 @@ impl Facts {
                 [&state, &trust, &origin, &validation].map(|c| code(c.get(o).unwrap_or_default()))
             })
             .collect();
-        let reps = g.reps();
+        let reps = g.reps()?;
         let mut roles_seen = 0u16;
         let flags = (0..n as u32)
             .map(|o| {
@@ -451,6 +453,9 @@ pub(crate) fn decide(
         }
     }
     let n = g.objects();
+    let Some(reps) = g.reps() else {
+        return Ok(None);
+    };
 
     // Eligibility, in the spec's order of reasons, from the predicates' bitmaps.
     let (eligible_set, by_reason, considered) = f.predicates.decide(g, f, p, t);
@@ -613,7 +618,7 @@ pub(crate) fn decide(
     let mut keyed: Vec<(i64, u32)> = Vec::with_capacity(ranked.len());
     for &o in &ranked {
         let (lex, prop) = scores_of(o);
-        candidates.push(candidate(g, f, &tiers, o, lex));
+        candidates.push(candidate(reps, f, &tiers, o, lex));
         keyed.push((prop, hops_of(&expansion, o).unwrap_or(0)));
     }
     let mut keys: Vec<Key> = candidates
@@ -661,7 +666,7 @@ pub(crate) fn decide(
 /// from the postings' `tiers` and its representations (metadata only: no query this path
 /// answers reads content before packing).
 fn candidate(
-    g: &Generation,
+    reps: &Reps,
     f: &Facts,
     tiers: &[Option<[RoaringBitmap; 3]>],
     o: u32,
@@ -685,7 +690,6 @@ fn candidate(
             None => 0,
         })
         .collect();
-    let reps = g.reps();
     let reps = reps
         .of(o)
         .map(|r| Rep {

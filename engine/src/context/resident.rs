@@ -370,8 +370,11 @@ impl Resident {
         let standing = Standing::of(&commits, tables.iter().map(|(t, _)| t));
         // A snapshot stands for the tables as every caller reads them, so only for a caller
         // without restriction.
+        // One that builds (a long-running engine, `signalql index`) takes a file only when
+        // every part of it is whole: else it would hold, or write again, a generation whose
+        // CONTEXT FOR takes the Parquet plan. A one-shot command checks each part it uses.
         let snapshot = match unrestricted {
-            true => load_snapshot(catalog.dataset().root(), &key),
+            true => load_snapshot(catalog.dataset().root(), &key).filter(|g| !build || g.whole()),
             false => None,
         };
         let (generation, built) = match snapshot {
@@ -379,7 +382,7 @@ impl Resident {
                 // Where the packed content lies, as the file kept it (the representations'
                 // files are in the key, so these are the files it was written for).
                 if let Some(kept) = g.kept(KEYS) {
-                    catalog.dataset().content_files().adopt(kept);
+                    catalog.dataset().content_files().adopt_later(kept.clone());
                 }
                 (Some(Arc::new(g)), false)
             }
@@ -398,7 +401,7 @@ impl Resident {
                         let base = snapshot_base(catalog.dataset().root(), &key, &files);
                         // Where content lies in the earlier files, as that file kept it.
                         if let Some(kept) = base.as_ref().and_then(|(g, _)| g.kept(KEYS)) {
-                            catalog.dataset().content_files().adopt(kept);
+                            catalog.dataset().content_files().adopt_later(kept.clone());
                         }
                         base
                     }
@@ -504,7 +507,8 @@ impl Resident {
         // A file already under the name stands unless it cannot be opened for the key (cut
         // short or damaged): then it is written again.
         let standing = names.iter().find(|(n, _)| n == file).map(|(_, size)| *size);
-        let size = match standing.filter(|_| load_snapshot(root, &key).is_some()) {
+        let whole = || load_snapshot(root, &key).is_some_and(|g| g.whole());
+        let size = match standing.filter(|_| whole()) {
             Some(size) => size,
             None => {
                 let facts = super::from_index::kept_facts(&generation);

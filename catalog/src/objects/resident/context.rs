@@ -394,54 +394,90 @@ pub(super) fn edges_of(
     Some(out)
 }
 
-/// The edges of a generation opened from a snapshot: decoded from their part on first use.
-#[derive(Debug)]
-pub(super) struct LazyEdges {
-    part: Option<(bytes::Bytes, u32)>,
-    objects: usize,
-    edges: OnceLock<Option<Edges>>,
+/// A part of a generation decoded from its Arrow IPC stream ([`Lazy`]).
+pub(super) trait Decoded: Sized {
+    /// The part in `batch` of a generation of `objects` objects; an error when it is not one.
+    fn open(batch: RecordBatch, objects: usize) -> Result<Self>;
+    fn memory_bytes(&self) -> usize;
+    /// What it is called in an error.
+    const WHAT: &'static str;
 }
 
-impl LazyEdges {
-    /// The edges in `part` (an Arrow IPC stream whose CRC-32 is `crc32`) of a generation of
+impl Decoded for Reps {
+    fn open(batch: RecordBatch, objects: usize) -> Result<Self> {
+        Reps::open(batch, objects)
+    }
+    fn memory_bytes(&self) -> usize {
+        Reps::memory_bytes(self)
+    }
+    const WHAT: &'static str = "representations";
+}
+
+impl Decoded for Edges {
+    fn open(batch: RecordBatch, objects: usize) -> Result<Self> {
+        Edges::open(batch, objects)
+    }
+    fn memory_bytes(&self) -> usize {
+        Edges::memory_bytes(self)
+    }
+    const WHAT: &'static str = "edges";
+}
+
+/// A part of a generation opened from a snapshot (its representations, its edges): checked
+/// against its CRC-32 and decoded on first use, so a statement that does not use it (FIND
+/// OBJECT does not read representations or edges) neither reads nor checks its pages.
+#[derive(Debug)]
+pub(super) struct Lazy<T> {
+    part: Option<(bytes::Bytes, u32)>,
+    objects: usize,
+    value: OnceLock<Option<T>>,
+}
+
+impl<T: Decoded> Lazy<T> {
+    /// The part in `part` (an Arrow IPC stream whose CRC-32 is `crc32`) of a generation of
     /// `objects` objects, decoded on first use.
-    pub(super) fn of(part: bytes::Bytes, crc32: u32, objects: usize) -> LazyEdges {
-        LazyEdges {
+    pub(super) fn of(part: bytes::Bytes, crc32: u32, objects: usize) -> Lazy<T> {
+        Lazy {
             part: Some((part, crc32)),
             objects,
-            edges: OnceLock::new(),
+            value: OnceLock::new(),
         }
     }
 
-    /// Edges already decoded (or `None`: not held).
-    pub(super) fn held(edges: Option<Edges>) -> LazyEdges {
-        LazyEdges {
+    /// A part already decoded (or `None`: not held).
+    pub(super) fn held(value: Option<T>) -> Lazy<T> {
+        Lazy {
             part: None,
             objects: 0,
-            edges: OnceLock::from(edges),
+            value: OnceLock::from(value),
         }
     }
 
-    /// The edges, decoded now if they were not; `None` when not held, or when their part
-    /// does not match its checksum or cannot be decoded.
-    pub(super) fn get(&self) -> Option<&Edges> {
-        self.edges
+    /// The part, decoded now if it was not; `None` when not held, or when its bytes do not
+    /// match their checksum or cannot be decoded.
+    pub(super) fn get(&self) -> Option<&T> {
+        self.value
             .get_or_init(|| {
                 let (part, crc32) = self.part.as_ref()?;
                 if crc32fast::hash(part) != *crc32 {
                     return None;
                 }
-                let batch = from_ipc(part.clone(), "edges").ok()?;
-                Edges::open(batch, self.objects).ok()
+                let batch = from_ipc(part.clone(), T::WHAT).ok()?;
+                T::open(batch, self.objects).ok()
             })
             .as_ref()
     }
 
-    /// The decoded edges' memory (none before they are decoded).
+    /// Whether the part decodes, or was never in the file (not held).
+    pub(super) fn whole(&self) -> bool {
+        self.part.is_none() || self.get().is_some()
+    }
+
+    /// The decoded part's memory (none before it is decoded).
     pub(super) fn memory_bytes(&self) -> usize {
-        self.edges
+        self.value
             .get()
             .and_then(Option::as_ref)
-            .map_or(0, Edges::memory_bytes)
+            .map_or(0, T::memory_bytes)
     }
 }

@@ -48,6 +48,9 @@ const KEY_COLUMNS: [&str; 3] = ["object_id", "revision", "name"];
 #[derive(Debug, Default)]
 pub struct ContentFiles {
     files: Mutex<HashMap<(String, u64), Arc<Keyed>>>,
+    /// What [`adopt_later`](ContentFiles::adopt_later) was given, adopted at the first
+    /// lookup (a statement that reads no content never reads these files' footers).
+    pending: Mutex<Vec<bytes::Bytes>>,
 }
 
 /// A file's footer and its rows' key hashes.
@@ -88,6 +91,7 @@ impl ContentFiles {
         if keys.is_empty() {
             return Some(out);
         }
+        self.adopt_pending();
         let keyed = files
             .iter()
             .map(|(location, size)| self.keyed(location, *size))
@@ -183,6 +187,7 @@ impl ContentFiles {
     /// [`KEPT`], then per file its location, size, hashes and rows, in [`keep`](super::keep)'s
     /// sections. `None` when a file cannot be read by locator.
     pub fn keep(&self, files: &[(String, u64)]) -> Option<Vec<u8>> {
+        self.adopt_pending();
         let mut out = Out::default();
         out.bytes(KEPT);
         for (location, size) in files {
@@ -198,6 +203,23 @@ impl ContentFiles {
     /// Takes the key hashes [`keep`](Self::keep) wrote, for the files not yet held that are
     /// still there with their size: only their footers are read. Bytes not in that form, and
     /// a file that cannot be opened, are passed over (its keys are read when first wanted).
+    /// [`adopt`](Self::adopt) at the first lookup that needs content, not now.
+    pub fn adopt_later(&self, bytes: bytes::Bytes) {
+        if let Ok(mut p) = self.pending.lock() {
+            p.push(bytes);
+        }
+    }
+
+    fn adopt_pending(&self) {
+        let pending = match self.pending.lock() {
+            Ok(mut p) => std::mem::take(&mut *p),
+            Err(_) => return,
+        };
+        for b in pending {
+            self.adopt(&b);
+        }
+    }
+
     pub fn adopt(&self, bytes: &[u8]) {
         let mut r = In::new(bytes);
         if r.bytes() != Some(KEPT) {

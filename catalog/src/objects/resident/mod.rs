@@ -50,7 +50,7 @@ pub mod refresh;
 pub mod snapshot;
 use columns::{corrupt, integers, micros, read, strings};
 pub use context::{DERIVATION_COLUMNS, Edges, LINK_COLUMNS, PACKABLE, Reps, SECRET, role_bit};
-use context::{EdgeRow, LazyEdges, RepRow};
+use context::{EdgeRow, Lazy, RepRow};
 
 /// FIND OBJECT's columns, in order, as the generation keeps them per ordinal: from the
 /// object's record (`object_id`, `project`, `kind`, `title`) and its revision (the rest).
@@ -127,13 +127,16 @@ pub struct Generation {
     postings: Postings,
     /// The latest `recorded_at` or `created_at` (microseconds); `None`: no rows.
     horizon: Option<i64>,
-    /// The representations of the selected revisions (CONTEXT FOR's packing metadata).
-    reps: Reps,
+    /// The representations of the selected revisions (CONTEXT FOR's packing metadata);
+    /// `None` when a snapshot's part of them is damaged (CONTEXT FOR then keeps the Parquet
+    /// plan).
+    reps: Lazy<Reps>,
     /// The edges of the selected revisions; `None` when the graph tables could not be held,
     /// or a representation has no name or hash (CONTEXT FOR then keeps the Parquet plan).
-    edges: LazyEdges,
-    /// What the engine kept with the generation in its snapshot file, by name.
-    kept: std::collections::BTreeMap<String, bytes::Bytes>,
+    edges: Lazy<Edges>,
+    /// What the engine kept with the generation in its snapshot file, by name, with the
+    /// CRC-32 each is checked against when asked for.
+    kept: std::collections::BTreeMap<String, (bytes::Bytes, u32)>,
     /// The ids, sorted, that some row of the tables names but that the generation does not
     /// hold (an object with no record or no revision, or rows of an unknown object): a
     /// refresh that meets one of them reads its earlier rows ([`refresh`]).
@@ -143,7 +146,7 @@ pub struct Generation {
 }
 
 /// The bytes a snapshot file starts with.
-pub const SNAPSHOT_MAGIC: &[u8; 20] = b"signalql-resident-5\n";
+pub const SNAPSHOT_MAGIC: &[u8; 20] = b"signalql-resident-6\n";
 
 /// A directory entry of [`Postings`]: the term's offset and length in the pool (little-endian
 /// u64, u32), then per tier [`TIER`] bytes: its bitmap's offset and length in the blob and
@@ -366,13 +369,14 @@ impl Generation {
             + self.postings.bytes.len()
             + self.reps.memory_bytes()
             + self.edges.memory_bytes()
-            + self.kept.values().map(bytes::Bytes::len).sum::<usize>()
+            + self.kept.values().map(|(b, _)| b.len()).sum::<usize>()
             + self.orphans.iter().map(|o| o.len() + 24).sum::<usize>()
     }
 
-    /// The representations of the selected revisions.
-    pub fn reps(&self) -> &Reps {
-        &self.reps
+    /// The representations of the selected revisions; `None` when a snapshot's part of them
+    /// is damaged.
+    pub fn reps(&self) -> Option<&Reps> {
+        self.reps.get()
     }
 
     /// The edges of the selected revisions, `None` when the graph tables are not held.
@@ -958,8 +962,8 @@ impl Builder {
             kinds: self.kinds,
             postings: Postings::build(postings)?,
             horizon: self.horizon,
-            reps: Reps::build(self.reps, objects)?,
-            edges: LazyEdges::held(match self.edges {
+            reps: Lazy::held(Some(Reps::build(self.reps, objects)?)),
+            edges: Lazy::held(match self.edges {
                 Some(e) => Some(Edges::build(e, objects)?),
                 None => None,
             }),

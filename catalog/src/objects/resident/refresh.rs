@@ -22,7 +22,7 @@ use datafusion::arrow::array::{Array, ArrayRef, RecordBatch, UInt32Array};
 use datafusion::arrow::compute::interleave;
 use signalql_udfs::strings::StringColumn;
 
-use super::context::{Edges, LazyEdges, Reps};
+use super::context::{Edges, Lazy, Reps};
 use super::{Generation, NO_KIND, Postings, RoaringBitmap, compact};
 use crate::error::{CatalogError, Result};
 
@@ -154,7 +154,10 @@ impl Generation {
             .collect();
 
         let postings = merge_postings(&self.postings, &old_map, &delta.postings, &new_map)?;
-        let reps = merge_reps(&self.reps, &delta.reps, &order)?;
+        let (Some(old_reps), Some(new_reps)) = (self.reps(), delta.reps()) else {
+            return Ok(None);
+        };
+        let reps = merge_reps(old_reps, new_reps, &order)?;
         let edges = match (self.edges(), delta.edges()) {
             (Some(a), Some(b)) => Some(merge_edges(a, &old_map, b, &new_map, objects)?),
             _ => None,
@@ -175,8 +178,8 @@ impl Generation {
             kinds,
             postings,
             horizon: self.horizon.max(delta.horizon),
-            reps,
-            edges: LazyEdges::held(edges),
+            reps: Lazy::held(Some(reps)),
+            edges: Lazy::held(edges),
             kept: Default::default(),
             orphans,
             derived: OnceLock::new(),

@@ -23,13 +23,14 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
-use datafusion::arrow::array::{AsArray, Int64Array, RecordBatch, UInt32Array};
+use datafusion::arrow::array::{ArrayRef, AsArray, Int64Array, RecordBatch, UInt32Array};
+use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, UInt32Type};
 
 use super::columns::{corrupt, from_ipc, ipc};
-use super::context::LazyEdges;
+use super::context::Lazy;
 use super::{
-    FIND_COLUMNS, Generation, KIND, NO_KIND, Postings, Reps, SNAPSHOT_MAGIC, TOMBSTONED, u64_at,
+    FIND_COLUMNS, Generation, KIND, NO_KIND, Postings, SNAPSHOT_MAGIC, TOMBSTONED, u64_at,
 };
 use crate::error::{CatalogError, Result};
 
@@ -49,6 +50,25 @@ pub fn map(path: &Path) -> std::io::Result<bytes::Bytes> {
     #[allow(unsafe_code)]
     let mapped = unsafe { memmap2::Mmap::map(&file)? };
     Ok(bytes::Bytes::from_owner(mapped))
+}
+
+/// `columns` with the columns at `views` (large strings or binaries in the file) as views
+/// again, pointing into the same bytes; an error when one is not a large string or binary.
+fn views_again(columns: RecordBatch, views: &[usize]) -> Result<RecordBatch> {
+    let schema = columns.schema();
+    let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+    let mut arrays: Vec<ArrayRef> = columns.columns().to_vec();
+    for &i in views {
+        let (Some(f), Some(a)) = (fields.get_mut(i), arrays.get_mut(i)) else {
+            return Err(corrupt("its columns"));
+        };
+        let Some(t) = opened_as(a.data_type()) else {
+            return Err(corrupt("its columns"));
+        };
+        *a = cast(a.as_ref(), &t)?;
+        *f = Field::new(f.name(), t, f.is_nullable());
+    }
+    Ok(RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)?)
 }
 
 /// A part's place in the file, as the header gives it.
@@ -95,6 +115,27 @@ struct Header {
     /// decoded).
     directory_crc32: u32,
     orphans: Vec<String>,
+    /// The per-object columns held as string or binary views, which the file keeps as large
+    /// strings or binaries (Arrow validates a view array string by string, a large string
+    /// array in one pass over its bytes; opened, they are views into the file again).
+    views: Vec<usize>,
+}
+
+/// The type a view column is kept as in the file, and back.
+fn kept_as(t: &DataType) -> Option<DataType> {
+    match t {
+        DataType::Utf8View => Some(DataType::LargeUtf8),
+        DataType::BinaryView => Some(DataType::LargeBinary),
+        _ => None,
+    }
+}
+
+fn opened_as(t: &DataType) -> Option<DataType> {
+    match t {
+        DataType::LargeUtf8 => Some(DataType::Utf8View),
+        DataType::LargeBinary => Some(DataType::BinaryView),
+        _ => None,
+    }
 }
 
 impl Generation {
@@ -106,11 +147,22 @@ impl Generation {
         fields.push(Field::new(TOMBSTONED, DataType::Int64, false));
         fields.push(Field::new(KIND, DataType::UInt32, false));
         let mut arrays = self.columns.columns().to_vec();
+        let mut views = Vec::new();
+        for (i, (f, a)) in fields.iter_mut().zip(arrays.iter_mut()).enumerate() {
+            if let Some(t) = kept_as(a.data_type()) {
+                *a = cast(a.as_ref(), &t)?;
+                *f = Field::new(f.name(), t, f.is_nullable());
+                views.push(i);
+            }
+        }
         arrays.push(Arc::new(Int64Array::from(self.tombstoned.clone())));
         arrays.push(Arc::new(UInt32Array::from(self.kind.clone())));
         let batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)?;
         let columns = ipc(&batch)?;
-        let reps = ipc(self.reps.batch())?;
+        let reps = self
+            .reps()
+            .ok_or_else(|| corrupt("its representations' checksum does not match"))?;
+        let reps = ipc(reps.batch())?;
         let edges = match self.edges() {
             Some(e) => Some(ipc(e.batch())?),
             None => None,
@@ -159,6 +211,7 @@ impl Generation {
             postings: p.unwrap_or(none),
             directory_crc32: crc32fast::hash(&postings[..self.postings.blob]),
             orphans: self.orphans.clone(),
+            views,
         })
         .map_err(|e| CatalogError::Invalid(e.to_string()))?;
         let first = (SNAPSHOT_MAGIC.len() + 8 + header.len()).next_multiple_of(ALIGN);
@@ -192,10 +245,6 @@ impl Generation {
         // The parts' places count from the first multiple of ALIGN after the header.
         let bytes = bytes.slice(header_end.next_multiple_of(ALIGN).min(bytes.len())..);
         let batch = from_ipc(h.columns.checked(&bytes, "columns")?, "columns")?;
-        let reps = from_ipc(
-            h.reps.checked(&bytes, "representations")?,
-            "representations",
-        )?;
         let n = batch.num_columns();
         if n != FIND_COLUMNS.len() + 2 {
             return Err(corrupt("its columns"));
@@ -214,6 +263,7 @@ impl Generation {
         }
         let (tombstoned, kind) = (tombstoned.values().to_vec(), kind.values().to_vec());
         let columns = batch.project(&(0..n - 2).collect::<Vec<_>>())?;
+        let columns = views_again(columns, &h.views)?;
         let objects = tombstoned.len();
         let postings = Postings::open(h.postings.of(&bytes, "postings")?, h.terms)?;
         if crc32fast::hash(&postings.bytes[..postings.blob]) != h.directory_crc32 {
@@ -223,15 +273,16 @@ impl Generation {
             return Err(corrupt("its orphans are not sorted"));
         }
         let edges = match &h.edges {
-            Some(p) => LazyEdges::of(p.of(&bytes, "edges")?, p.crc32, objects),
-            None => LazyEdges::held(None),
+            Some(p) => Lazy::of(p.of(&bytes, "edges")?, p.crc32, objects),
+            None => Lazy::held(None),
         };
-        // A kept part that does not match its checksum is left out.
+        let reps = Lazy::of(h.reps.of(&bytes, "representations")?, h.reps.crc32, objects);
+        // Kept parts are checked when asked for (one that does not match is not given).
         let kept = h
             .kept
             .iter()
-            .filter_map(|(name, p)| Some((name.clone(), p.checked(&bytes, name).ok()?)))
-            .collect();
+            .map(|(name, p)| Ok((name.clone(), (p.of(&bytes, name)?, p.crc32))))
+            .collect::<Result<_>>()?;
         Ok((
             h.key,
             Generation {
@@ -241,7 +292,7 @@ impl Generation {
                 kinds: h.kinds,
                 postings,
                 horizon: h.horizon,
-                reps: Reps::open(reps, objects)?,
+                reps,
                 edges,
                 kept,
                 orphans: h.orphans,
@@ -254,6 +305,17 @@ impl Generation {
     /// [`to_snapshot`](Self::to_snapshot)); `None` for a generation built in this process, or
     /// when its part does not match its checksum.
     pub fn kept(&self, name: &str) -> Option<&bytes::Bytes> {
-        self.kept.get(name)
+        let (bytes, crc32) = self.kept.get(name)?;
+        (crc32fast::hash(bytes) == *crc32).then_some(bytes)
+    }
+
+    /// Whether every part of the generation is whole: its representations and edges decode
+    /// and every kept part matches its checksum (the columns and the postings' directory are
+    /// checked at opening; each bitmap when decoded). A snapshot file under its name that is
+    /// not whole is written again.
+    pub fn whole(&self) -> bool {
+        self.reps.whole()
+            && self.edges.whole()
+            && self.kept.keys().all(|name| self.kept(name).is_some())
     }
 }
