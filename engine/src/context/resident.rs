@@ -279,7 +279,7 @@ impl Resident {
         catalog: &dyn Catalog,
         exec: &Executor,
     ) -> Result<Option<Arc<Generation>>> {
-        let keyed = Box::pin(self.keyed(ctx, catalog, exec, !self.snapshots_only)).await?;
+        let keyed = Box::pin(self.keyed(ctx, catalog, exec, !self.snapshots_only, false)).await?;
         Ok(keyed.map(|k| k.generation))
     }
 
@@ -291,18 +291,20 @@ impl Resident {
         catalog: &dyn Catalog,
         exec: &Executor,
     ) -> Result<Option<(String, Arc<Generation>, Standing)>> {
-        let keyed = Box::pin(self.keyed(ctx, catalog, exec, !self.snapshots_only)).await?;
+        let keyed = Box::pin(self.keyed(ctx, catalog, exec, !self.snapshots_only, false)).await?;
         Ok(keyed.map(|k| (snapshot_name(&k.key), k.generation, k.standing)))
     }
 
     /// [`generation`](Self::generation) with its key; `build`: built when neither held nor in
-    /// a snapshot file.
+    /// a snapshot file; `whole`: only a generation every part of which is whole
+    /// ([`Generation::whole`]: one to write to a snapshot file), else built.
     async fn keyed(
         &self,
         ctx: &SessionContext,
         catalog: &dyn Catalog,
         exec: &Executor,
         build: bool,
+        whole: bool,
     ) -> Result<Option<Keyed>> {
         let mut tables = Vec::with_capacity(5);
         let mut key = Vec::with_capacity(10);
@@ -354,7 +356,8 @@ impl Resident {
             let (standing, held_files) = (h.standing.clone(), h.files.clone());
             held.insert(0, h);
             bound(&mut held, budget);
-            if generation.is_some() || built || !build {
+            let usable = generation.as_ref().is_none_or(|g| !whole || g.whole());
+            if usable && (generation.is_some() || built || !build) {
                 return Ok(generation.map(|generation| Keyed {
                     key,
                     generation,
@@ -370,11 +373,10 @@ impl Resident {
         let standing = Standing::of(&commits, tables.iter().map(|(t, _)| t));
         // A snapshot stands for the tables as every caller reads them, so only for a caller
         // without restriction.
-        // One that builds (a long-running engine, `signalql index`) takes a file only when
-        // every part of it is whole: else it would hold, or write again, a generation whose
-        // CONTEXT FOR takes the Parquet plan. A one-shot command checks each part it uses.
+        // Each part of a file is checked when a statement first uses it; one to be written
+        // again (`whole`) must have every part whole, else it is built.
         let snapshot = match unrestricted {
-            true => load_snapshot(catalog.dataset().root(), &key).filter(|g| !build || g.whole()),
+            true => load_snapshot(catalog.dataset().root(), &key).filter(|g| !whole || g.whole()),
             false => None,
         };
         let (generation, built) = match snapshot {
@@ -491,7 +493,7 @@ impl Resident {
             generation,
             files,
             ..
-        }) = Box::pin(self.keyed(ctx, catalog, exec, true)).await?
+        }) = Box::pin(self.keyed(ctx, catalog, exec, true, true)).await?
         else {
             return Ok(None);
         };
