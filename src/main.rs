@@ -590,11 +590,15 @@ fn resident_snapshot(data: PathBuf, reach: &Reach) -> Result<String, Error> {
     Ok(
         match runtime()?.block_on(engine.write_resident_snapshot())? {
             Some(snap) => format!(
-                "resident index snapshot: {} objects, {} terms, {:.1} MB ({})\n",
+                "resident index snapshot: {} objects, {} terms, {:.1} MB ({}){}\n",
                 snap.objects,
                 snap.terms,
                 snap.bytes as f64 / 1e6,
-                snap.name
+                snap.name,
+                match snap.refreshed {
+                    true => "; refreshed from the earlier snapshot, reading only the new files",
+                    false => "",
+                }
             ),
             None => "no resident index snapshot: the object tables are mapped, restricted, hold \
                  tied records or need more than [limits] resident_memory_bytes (docs/index.md)\n"

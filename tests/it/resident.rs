@@ -1346,6 +1346,7 @@ fn ingest_objects_writes_the_snapshot_of_its_commit() {
 
     let out = ingest(&[]);
     assert!(out.contains("resident index snapshot: 2 objects"), "{out}");
+    assert!(!out.contains("refreshed"), "nothing to refresh: {out}");
     let first = names();
     assert_eq!(first.len(), 1, "{first:?}");
     let (items, pinned) = context();
@@ -1362,6 +1363,7 @@ fn ingest_objects_writes_the_snapshot_of_its_commit() {
     );
     let out = ingest(&[]);
     assert!(out.contains("resident index snapshot: 3 objects"), "{out}");
+    assert!(out.contains("refreshed from the earlier snapshot"), "{out}");
     let second = names();
     assert_eq!(
         second.len(),

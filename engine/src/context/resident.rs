@@ -45,6 +45,9 @@ pub struct Snapshot {
     pub bytes: u64,
     pub objects: usize,
     pub terms: usize,
+    /// Whether its generation was refreshed from an earlier one (reading only the new files)
+    /// rather than built whole or already held.
+    pub refreshed: bool,
 }
 
 /// The name FIND's plan gives the generation's rows (EXPLAIN shows it).
@@ -488,6 +491,7 @@ impl Resident {
         catalog: &dyn Catalog,
         exec: &Executor,
     ) -> Result<Option<Snapshot>> {
+        let before = self.refreshes();
         let Some(Keyed {
             key,
             generation,
@@ -547,6 +551,7 @@ impl Resident {
             bytes: size,
             objects: generation.objects(),
             terms: generation.term_count(),
+            refreshed: self.refreshes() > before,
         }))
     }
 
