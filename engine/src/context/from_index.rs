@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use datafusion::common::HashMap;
 use signalql_catalog::objects::resident::{
-    Generation, PACKABLE, Reps, RoaringBitmap, SECRET, role_bit,
+    Generation, PACKABLE, Reps, RoaringBitmap, SECRET, ordinal_of, role_bit,
 };
 use signalql_udfs::scalar::lexical::{SUMMARY_WEIGHT, TEXT_WEIGHT, TITLE_WEIGHT};
 use signalql_udfs::scalar::token_estimate::Estimator;
@@ -408,21 +408,6 @@ fn identity(g: &Generation) -> Option<(StringColumn, Vec<i64>, Vec<i64>)> {
 pub(crate) fn kept_facts(g: &Generation) -> Option<Vec<u8>> {
     let facts = g.derived(Facts::of)?;
     facts.as_ref().as_ref().map(Facts::keep)
-}
-
-/// The ordinal of the object `id` among the `n` ids of a generation (its ordinals are the ids
-/// in byte order).
-fn ordinal_of(ids: &StringColumn, n: usize, id: &str) -> Option<u32> {
-    let (mut lo, mut hi) = (0usize, n);
-    while lo < hi {
-        let mid = (lo + hi) / 2;
-        match ids.value(mid).cmp(id) {
-            std::cmp::Ordering::Less => lo = mid + 1,
-            std::cmp::Ordering::Greater => hi = mid,
-            std::cmp::Ordering::Equal => return Some(mid as u32),
-        }
-    }
-    None
 }
 
 /// The decisions of the CONTEXT FOR `q` with parameters `p` at `t` (µs) from `g`; `None` when

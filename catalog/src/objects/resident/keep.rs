@@ -93,16 +93,10 @@ impl<'a> In<'a> {
     /// A section written by [`Out::u32s`] read as triples (three words each), without first
     /// reading it into a vector of words; `None` when its length is not a multiple of 12.
     pub fn u32_triples(&mut self) -> Option<Vec<(u32, u32, u32)>> {
-        let b = self.bytes()?;
-        if b.len() % 12 != 0 {
-            return None;
-        }
-        let word = |c: &[u8]| u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-        Some(
-            b.chunks_exact(12)
-                .map(|c| (word(&c[..4]), word(&c[4..8]), word(&c[8..])))
-                .collect(),
-        )
+        self.words(|c: [u8; 12]| {
+            let word = |i: usize| u32::from_le_bytes([c[i], c[i + 1], c[i + 2], c[i + 3]]);
+            (word(0), word(4), word(8))
+        })
     }
 
     /// A section of little-endian words of `N` bytes; `None` when its length is not a

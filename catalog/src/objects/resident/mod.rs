@@ -570,6 +570,21 @@ fn add(ordinals: &mut Vec<u32>, o: u32) {
     }
 }
 
+/// The ordinal of the object `id` among the first `n` of a generation's `ids` (its ordinals
+/// are the ids in byte order), if held.
+pub fn ordinal_of(ids: &StringColumn, n: usize, id: &str) -> Option<u32> {
+    let (mut lo, mut hi) = (0usize, n);
+    while lo < hi {
+        let mid = (lo + hi) / 2;
+        match ids.value(mid).cmp(id) {
+            std::cmp::Ordering::Less => lo = mid + 1,
+            std::cmp::Ordering::Greater => hi = mid,
+            std::cmp::Ordering::Equal => return Some(mid as u32),
+        }
+    }
+    None
+}
+
 /// `ordinals` as a set. (The batches of a scan's partitions interleave, so the ordinals of a
 /// term come in runs; sorting them once is cheaper than inserting each into a bitmap.)
 fn set(mut ordinals: Vec<u32>) -> RoaringBitmap {

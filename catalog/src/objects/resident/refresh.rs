@@ -23,7 +23,7 @@ use datafusion::arrow::compute::interleave;
 use signalql_udfs::strings::StringColumn;
 
 use super::context::{Edges, Lazy, Reps};
-use super::{Generation, NO_KIND, Postings, RoaringBitmap, compact};
+use super::{Generation, NO_KIND, Postings, RoaringBitmap, compact, ordinal_of};
 use crate::error::{CatalogError, Result};
 
 /// No position: the object is not in the refreshed generation.
@@ -32,20 +32,6 @@ const GONE: u32 = u32::MAX;
 /// The ids of `g`'s objects, by ordinal.
 fn ids(g: &Generation) -> Option<StringColumn> {
     StringColumn::try_new(g.column("object_id")?.as_ref()).ok()
-}
-
-/// The ordinal of `id` among `ids` (sorted by byte order), if held.
-fn ordinal_of(ids: &StringColumn, n: usize, id: &str) -> Option<usize> {
-    let (mut lo, mut hi) = (0usize, n);
-    while lo < hi {
-        let mid = (lo + hi) / 2;
-        match ids.value(mid).cmp(id) {
-            std::cmp::Ordering::Less => lo = mid + 1,
-            std::cmp::Ordering::Greater => hi = mid,
-            std::cmp::Ordering::Equal => return Some(mid),
-        }
-    }
-    None
 }
 
 /// `bitmap` renumbered through `map` (increasing where it is not [`GONE`], so the values
@@ -90,7 +76,7 @@ impl Generation {
         let mut removed = vec![false; n];
         for id in touched {
             if let Some(o) = ordinal_of(&old_ids, n, id) {
-                removed[o] = true;
+                removed[o as usize] = true;
             }
         }
         // The merged order: (0, earlier ordinal) or (1, delta ordinal), by id.

@@ -65,10 +65,16 @@ fn views_again(columns: RecordBatch, views: &[usize]) -> Result<RecordBatch> {
         let Some(t) = opened_as(a.data_type()) else {
             return Err(corrupt("its columns"));
         };
-        *a = cast(a.as_ref(), &t)?;
-        *f = Field::new(f.name(), t, f.is_nullable());
+        recast(f, a, t)?;
     }
     Ok(RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)?)
+}
+
+/// The column `a` (of field `f`) cast to `t`, the field retyped with it.
+fn recast(f: &mut Field, a: &mut ArrayRef, t: DataType) -> Result<()> {
+    *a = cast(a.as_ref(), &t)?;
+    *f = Field::new(f.name(), t, f.is_nullable());
+    Ok(())
 }
 
 /// A part's place in the file, as the header gives it.
@@ -150,8 +156,7 @@ impl Generation {
         let mut views = Vec::new();
         for (i, (f, a)) in fields.iter_mut().zip(arrays.iter_mut()).enumerate() {
             if let Some(t) = kept_as(a.data_type()) {
-                *a = cast(a.as_ref(), &t)?;
-                *f = Field::new(f.name(), t, f.is_nullable());
+                recast(f, a, t)?;
                 views.push(i);
             }
         }
