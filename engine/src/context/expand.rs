@@ -7,7 +7,7 @@ use std::sync::Arc;
 use datafusion::common::HashMap;
 
 use super::select::{Edge, utf16_cmp};
-use signalql_catalog::objects::resident::keep::{In, Out};
+use signalql_catalog::objects::resident::keep::{In, Out, Strs, Words};
 
 /// How an object's relevance was reached by expansion.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,14 +37,16 @@ pub const NO_OWNER: u32 = u32::MAX;
 /// belong to (an owner), counted only while that object is live.
 #[derive(Debug, Default)]
 pub struct Graph {
-    names: Vec<Box<str>>,
+    /// Held in kept form ([`keep`](signalql_catalog::objects::resident::keep)), so a graph a
+    /// snapshot file kept is used where it lies in the mapping.
+    names: Strs,
     /// Relation names by byte-order rank, and each one's code-unit rank.
-    rels: Vec<Box<str>>,
-    rel16: Vec<u32>,
+    rels: Strs,
+    rel16: Words<u32>,
     /// Per node, where its adjacency starts in `pairs` (one more entry than nodes).
-    start: Vec<usize>,
+    start: Words<u64>,
     /// (neighbour, relation, owner).
-    pairs: Vec<(u32, u32, u32)>,
+    pairs: Words<[u32; 3]>,
     /// Whether a node name has a supplementary-plane character (a 4-byte UTF-8 sequence,
     /// lead byte 0xF0–0xF4), where byte order and code-unit order differ.
     astral: bool,
@@ -165,7 +167,7 @@ impl Graph {
         }
         pairs.sort_unstable();
         pairs.dedup();
-        let mut start = vec![0usize; names.len() + 1];
+        let mut start = vec![0u64; names.len() + 1];
         for &(u, ..) in &pairs {
             start[u as usize + 1] += 1;
         }
@@ -177,22 +179,22 @@ impl Graph {
         Graph {
             objects: first as u32..after as u32,
             astral: names.iter().any(|n| n.bytes().any(|b| b >= 0xF0)),
-            names: names.into_iter().map(Box::from).collect(),
-            rels: rel_names.into_iter().map(Box::from).collect(),
-            rel16,
-            start,
-            pairs: pairs.into_iter().map(|(_, v, r, o)| (v, r, o)).collect(),
+            names: Strs::from_values(names.iter().copied()),
+            rels: Strs::from_values(rel_names.iter().copied()),
+            rel16: Words::from_values(rel16),
+            start: Words::from_values(start),
+            pairs: Words::from_values(pairs.into_iter().map(|(_, v, r, o)| [v, r, o])),
             scratch: Scratch::default(),
         }
     }
 
     /// The graph in [`keep`](signalql_catalog::objects::resident::keep)'s form, for [`from_kept`](Self::from_kept).
     pub(crate) fn keep(&self, out: &mut Out) {
-        out.strs(self.names.iter().map(|n| &**n));
-        out.strs(self.rels.iter().map(|n| &**n));
-        out.u32s(self.rel16.iter().copied());
-        out.u64s(self.start.iter().map(|&s| s as u64));
-        out.u32s(self.pairs.iter().flat_map(|&(v, r, o)| [v, r, o]));
+        out.strs(self.names.iter());
+        out.strs(self.rels.iter());
+        out.u32s(self.rel16.iter());
+        out.u64s(self.start.iter());
+        out.u32s(self.pairs.iter().flatten());
         out.u32s([self.astral as u32, self.objects.start, self.objects.end]);
     }
 
@@ -200,28 +202,31 @@ impl Graph {
     /// [`NO_OWNER`]); `None` when the bytes do not hold one (every index is checked, so
     /// nothing read from them can index outside the graph).
     pub(crate) fn from_kept(r: &mut In<'_>, objects: usize) -> Option<Graph> {
-        let names: Vec<Box<str>> = r.strs()?.into_iter().map(Box::from).collect();
-        let rels: Vec<Box<str>> = r.strs()?.into_iter().map(Box::from).collect();
-        let rel16 = r.u32s()?;
-        let start = r
-            .u64s()?
-            .into_iter()
-            .map(usize::try_from)
-            .collect::<Result<Vec<usize>, _>>()
-            .ok()?;
-        let pairs = r.u32_triples()?;
+        let names = r.strings()?;
+        let rels = r.strings()?;
+        let rel16 = r.words::<u32>()?;
+        let start = r.words::<u64>()?;
+        let pairs = r.words::<[u32; 3]>()?;
         let [astral, first, after] = r.u32s()?.try_into().ok()?;
         let nodes = names.len();
-        let sorted = |v: &[Box<str>]| v.windows(2).all(|w| w[0] < w[1]);
+        let sorted = |v: &Strs| {
+            let mut prev: Option<&str> = None;
+            v.iter().all(|n| prev.replace(n).is_none_or(|p| p < n))
+        };
+        let ordered = {
+            let mut ends = start.iter();
+            let mut prev = ends.next();
+            prev == Some(0)
+                && ends.all(|e| prev.replace(e).is_some_and(|p| p <= e))
+                && prev == u64::try_from(pairs.len()).ok()
+        };
         let ok = sorted(&names)
             && sorted(&rels)
             && rel16.len() == rels.len()
-            && rel16.iter().all(|&r| (r as usize) < rels.len())
+            && rel16.iter().all(|r| (r as usize) < rels.len())
             && start.len() == nodes + 1
-            && start.first() == Some(&0)
-            && start.windows(2).all(|w| w[0] <= w[1])
-            && start.last() == Some(&pairs.len())
-            && pairs.iter().all(|&(v, rel, o)| {
+            && ordered
+            && pairs.iter().all(|[v, rel, o]| {
                 (v as usize) < nodes
                     && (rel as usize) < rels.len()
                     && (o == NO_OWNER || (o as usize) < objects)
@@ -242,25 +247,33 @@ impl Graph {
     }
 
     /// The nodes, by name.
-    pub fn names(&self) -> &[Box<str>] {
+    pub fn names(&self) -> &Strs {
         &self.names
+    }
+
+    /// The node whose name `cmp` finds (a binary search over the names, in byte order).
+    fn search(&self, cmp: impl Fn(&str) -> Ordering) -> Option<u32> {
+        let (mut lo, mut hi) = (0, self.names.len());
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            match cmp(self.names.get(mid)) {
+                Ordering::Less => lo = mid + 1,
+                Ordering::Greater => hi = mid,
+                Ordering::Equal => return Some(mid as u32),
+            }
+        }
+        None
     }
 
     /// The node of `name`.
     fn node(&self, name: &str) -> Option<u32> {
-        self.names
-            .binary_search_by(|n| (**n).cmp(name))
-            .ok()
-            .map(|i| i as u32)
+        self.search(|n| n.cmp(name))
     }
 
     /// The node of the object `id` (`object:` and the id), without building its name.
     pub fn object(&self, id: &str) -> Option<u32> {
         let want = || b"object:".iter().chain(id.as_bytes());
-        self.names
-            .binary_search_by(|n| n.as_bytes().iter().cmp(want()))
-            .ok()
-            .map(|i| i as u32)
+        self.search(|n| n.as_bytes().iter().cmp(want()))
     }
 
     /// Expansion (step 4): every seed's score halves per hop, in either direction, up to
@@ -290,7 +303,12 @@ impl Graph {
                 node.map(|n| (n, *score))
             })
             .collect();
-        let by_node = |v: u32| passable(v, &self.names[v as usize][OBJECT.len()..]);
+        let by_node = |v: u32| {
+            passable(
+                v,
+                self.names.get(v as usize).get(OBJECT.len()..).unwrap_or(""),
+            )
+        };
         self.expand_nodes(&nodes, max_depth, &by_node, &|o| live(o))
     }
 
@@ -361,7 +379,7 @@ impl Graph {
             let at_start: Vec<T> = frontier.iter().map(|&u| values[u as usize]).collect();
             let mut next = Vec::new();
             for (&u, value) in frontier.iter().zip(at_start) {
-                for &(v, rel, owner) in self.adjacency(u) {
+                for [v, rel, owner] in self.adjacency(u) {
                     if self.crossable(v, owner, &mut pass, passable, live)
                         && offer(values, u, value, v, rel)
                         && listed_in[v as usize] != round
@@ -378,8 +396,9 @@ impl Graph {
     }
 
     /// The adjacency of `u`: (neighbour, relation, owner), by neighbour.
-    fn adjacency(&self, u: u32) -> &[(u32, u32, u32)] {
-        &self.pairs[self.start[u as usize]..self.start[u as usize + 1]]
+    fn adjacency(&self, u: u32) -> impl Iterator<Item = [u32; 3]> + '_ {
+        let (from, to) = (self.start.get(u as usize), self.start.get(u as usize + 1));
+        self.pairs.range(from as usize..to as usize)
     }
 
     /// Whether expansion may step onto `v` by an edge of `owner`: the edge counts (no owner,
@@ -435,7 +454,7 @@ impl Graph {
         // the ids'): node ids are byte-order ranks, the same order unless a name is astral.
         if self.astral {
             seed_nodes.sort_unstable_by(|a, b| {
-                utf16_cmp(&self.names[*a as usize], &self.names[*b as usize])
+                utf16_cmp(self.names.get(*a as usize), self.names.get(*b as usize))
             });
         } else {
             seed_nodes.sort_unstable();
@@ -459,7 +478,11 @@ impl Graph {
                         .cmp(&score)
                         .then(hops.cmp(&old.hops))
                         .then(seed16[from as usize].cmp(&seed16[old.from as usize]))
-                        .then(self.rel16[rel as usize].cmp(&self.rel16[old.via as usize]))
+                        .then(
+                            self.rel16
+                                .get(rel as usize)
+                                .cmp(&self.rel16.get(old.via as usize)),
+                        )
                         .then(Some(u).cmp(&old.prev))
                         .is_lt();
                 if better {
@@ -580,7 +603,7 @@ impl Expansion {
     pub fn reached(&self, id: &str) -> Option<Reached> {
         let step = self.step(id)?;
         let names = &self.graph.names;
-        let name = |n: u32| names[n as usize].to_string();
+        let name = |n: u32| names.get(n as usize).to_string();
         let mut path = vec![name(self.graph.object(id)?)];
         let mut cur = step.prev;
         while let Some(p) = cur {
@@ -588,12 +611,12 @@ impl Expansion {
             path.push(name(p));
         }
         path.reverse();
-        let from = &names[step.from as usize];
+        let from = names.get(step.from as usize);
         Some(Reached {
             score: step.score,
             hops: step.hops,
             from: from.strip_prefix("object:").unwrap_or(from).to_string(),
-            via: self.graph.rels[step.via as usize].to_string(),
+            via: self.graph.rels.get(step.via as usize).to_string(),
             path,
         })
     }
@@ -831,7 +854,7 @@ mod tests {
                     && crate::context::select::boost(prop, k) >= threshold
                 {
                     proptest::prop_assert_eq!(sub.node_score_hops(node), want, "node {}", node);
-                    let id = graph.names()[node as usize].strip_prefix("object:");
+                    let id = graph.names().get(node as usize).strip_prefix("object:");
                     if let Some(id) = id {
                         proptest::prop_assert_eq!(sub.reached(id), full.reached(id));
                     }

@@ -35,7 +35,7 @@ use super::pack::{Decisions, Key, PackParams, pack_ranked, satisfied};
 use super::select::{CHARS_DIV_4, Candidate, Reason, Rep, STORED, boost};
 use crate::error::Result;
 use crate::syntax::ast::{ContextQuery, ExcludeItem};
-use signalql_catalog::objects::resident::keep::{In, Out};
+use signalql_catalog::objects::resident::keep::{Bytes, In, Out, Words};
 
 /// No node, or no ordinal.
 const NONE: u32 = u32::MAX;
@@ -51,19 +51,19 @@ struct Facts {
     revision: Vec<i64>,
     created: Vec<i64>,
     /// Per object, its project's code (`NONE`: NULL) in `projects`.
-    project: Vec<u32>,
+    project: Words<u32>,
     projects: HashMap<String, u32>,
     /// Per object, the codes of its state, trust, origin and validation in `names`.
-    codes: Vec<[u32; 4]>,
+    codes: Words<[u32; 4]>,
     names: Vec<Arc<str>>,
-    flags: Vec<u8>,
+    flags: Words<u8>,
     /// Every role flag some representation has.
     roles_seen: u16,
     graph: Arc<Graph>,
     /// Per graph node, the object's ordinal (`NONE`: an entity, or an object not held).
-    node_ordinal: Vec<u32>,
+    node_ordinal: Words<u32>,
     /// Per ordinal, its graph node (`NONE`: no edges).
-    ordinal_node: Vec<u32>,
+    ordinal_node: Words<u32>,
     predicates: Predicates,
 }
 
@@ -113,7 +113,7 @@ impl Predicates {
                 .unwrap_or_default()
         };
         let mut by_project = vec![RoaringBitmap::new(); f.projects.len()];
-        for (o, &c) in f.project.iter().enumerate() {
+        for (o, c) in f.project.iter().enumerate() {
             if let Some(b) = by_project.get_mut(c as usize) {
                 b.insert(o as u32);
             }
@@ -123,10 +123,10 @@ impl Predicates {
             tombstoned: each(&|o| !g.live(o as u32, i64::MAX - 1)),
             by_project,
             by_created: std::sync::OnceLock::new(),
-            secret: each(&|o| f.flags[o] & ALL_SECRET != 0),
+            secret: each(&|o| f.flags.get(o) & ALL_SECRET != 0),
             untrusted: each(&|o| &**f.name(o, 1) == "untrusted"),
             stale: each(&|o| matches!(&**f.name(o, 0), "stale" | "invalid")),
-            unpackable: each(&|o| f.flags[o] & ANY_ELIGIBLE == 0),
+            unpackable: each(&|o| f.flags.get(o) & ANY_ELIGIBLE == 0),
         }
     }
 
@@ -195,15 +195,13 @@ impl Facts {
         let n = g.objects();
         let mut projects: HashMap<String, u32> = HashMap::new();
         let project_col = StringColumn::cast_from(g.column("project")?.as_ref()).ok()?;
-        let project = (0..n)
-            .map(|o| match project_col.get(o) {
-                None => NONE,
-                Some(p) => {
-                    let next = projects.len() as u32;
-                    *projects.entry(p.to_string()).or_insert(next)
-                }
-            })
-            .collect();
+        let project = Words::from_values((0..n).map(|o| match project_col.get(o) {
+            None => NONE,
+            Some(p) => {
+                let next = projects.len() as u32;
+                *projects.entry(p.to_string()).or_insert(next)
+            }
+        }));
         let mut names: Vec<Arc<str>> = Vec::new();
         let mut index: HashMap<String, u32> = HashMap::new();
         let columns = ["state", "trust", "origin", "validation"].map(|c| {
@@ -221,14 +219,12 @@ impl Facts {
             index.insert(s.to_string(), names.len() as u32 - 1);
             names.len() as u32 - 1
         };
-        let codes = (0..n)
-            .map(|o| {
-                [&state, &trust, &origin, &validation].map(|c| code(c.get(o).unwrap_or_default()))
-            })
-            .collect();
+        let codes = Words::from_values((0..n).map(|o| {
+            [&state, &trust, &origin, &validation].map(|c| code(c.get(o).unwrap_or_default()))
+        }));
         let reps = g.reps()?;
         let mut roles_seen = 0u16;
-        let flags = (0..n as u32)
+        let flags: Vec<u8> = (0..n as u32)
             .map(|o| {
                 let range = reps.of(o);
                 let mut f = 0u8;
@@ -264,6 +260,10 @@ impl Facts {
                 ordinal_node[o as usize] = node as u32;
             }
         }
+        let (node_ordinal, ordinal_node) = (
+            Words::from_values(node_ordinal),
+            Words::from_values(ordinal_node),
+        );
         Some(Facts {
             ids,
             revision,
@@ -272,7 +272,7 @@ impl Facts {
             projects,
             codes,
             names,
-            flags,
+            flags: Words::from_values(flags),
             roles_seen,
             graph,
             node_ordinal,
@@ -297,7 +297,7 @@ impl Facts {
     fn keep(&self) -> Vec<u8> {
         let mut out = Out::default();
         out.bytes(KEPT);
-        out.u32s(self.project.iter().copied());
+        out.u32s(self.project.iter());
         let mut projects: Vec<(&str, u32)> = self
             .projects
             .iter()
@@ -305,41 +305,42 @@ impl Facts {
             .collect();
         projects.sort_unstable_by_key(|&(_, c)| c);
         out.strs(projects.iter().map(|&(p, _)| p));
-        out.u32s(self.codes.iter().flatten().copied());
+        out.u32s(self.codes.iter().flatten());
         out.strs(self.names.iter().map(|n| &**n));
-        out.bytes(&self.flags);
+        out.bytes(&self.flags.iter().collect::<Vec<u8>>());
         out.u32s([u32::from(self.roles_seen)]);
         self.graph.keep(&mut out);
-        out.u32s(self.node_ordinal.iter().copied());
-        out.u32s(self.ordinal_node.iter().copied());
+        out.u32s(self.node_ordinal.iter());
+        out.u32s(self.ordinal_node.iter());
         out.into_bytes()
     }
 
     /// The facts [`keep`](Self::keep) wrote for `g`; `None` when `bytes` are not that (another
     /// version of the form, or a value out of its range: nothing read can index outside `g`).
-    fn from_kept(g: &Generation, bytes: &[u8]) -> Option<Facts> {
-        let mut r = In::new(bytes);
+    fn from_kept(g: &Generation, bytes: &Bytes) -> Option<Facts> {
+        let mut r = In::of(bytes);
         if r.bytes()? != KEPT {
             return None;
         }
         let (ids, revision, created) = identity(g)?;
         let n = g.objects();
-        let project = r.u32s()?;
+        let project = r.words::<u32>()?;
         let projects = r.strs()?;
-        let codes = r.u32s()?;
+        let codes = r.words::<[u32; 4]>()?;
         let names = r.strs()?;
-        let flags = r.bytes()?.to_vec();
+        let flags = r.words::<u8>()?;
         let [roles_seen] = r.u32s()?.try_into().ok()?;
         let graph = Graph::from_kept(&mut r, n)?;
-        let node_ordinal = r.u32s()?;
-        let ordinal_node = r.u32s()?;
+        let node_ordinal = r.words::<u32>()?;
+        let ordinal_node = r.words::<u32>()?;
         let nodes = graph.names().len();
-        let under = |v: &[u32], bound: usize| v.iter().all(|&x| x == NONE || (x as usize) < bound);
+        let under =
+            |v: &Words<u32>, bound: usize| v.iter().all(|x| x == NONE || (x as usize) < bound);
         let ok = r.is_empty()
             && project.len() == n
             && under(&project, projects.len())
-            && codes.len() == 4 * n
-            && codes.iter().all(|&c| (c as usize) < names.len())
+            && codes.len() == n
+            && codes.iter().flatten().all(|c| (c as usize) < names.len())
             && flags.len() == n
             && node_ordinal.len() == nodes
             && under(&node_ordinal, n)
@@ -358,10 +359,7 @@ impl Facts {
                 .enumerate()
                 .map(|(c, p)| (p.to_string(), c as u32))
                 .collect(),
-            codes: codes
-                .chunks_exact(4)
-                .map(|c| [c[0], c[1], c[2], c[3]])
-                .collect(),
+            codes,
             names: names.into_iter().map(Arc::from).collect(),
             flags,
             roles_seen: u16::try_from(roles_seen).ok()?,
@@ -373,7 +371,7 @@ impl Facts {
     }
 
     fn name(&self, o: usize, which: usize) -> &Arc<str> {
-        &self.names[self.codes[o][which] as usize]
+        &self.names[self.codes.get(o)[which] as usize]
     }
 
     /// The ordinal of the object `id`, if held.
@@ -495,13 +493,13 @@ pub(crate) fn decide(
     let graph_seeds: Vec<(u32, i64)> = match p.max_depth > 0 && !f.graph.names().is_empty() {
         true => held
             .iter()
-            .filter(|o| f.ordinal_node[**o as usize] != NONE)
-            .map(|o| (f.ordinal_node[*o as usize], lexical(sums[*o as usize])))
+            .map(|&o| (f.ordinal_node.get(o as usize), lexical(sums[o as usize])))
+            .filter(|&(node, _)| node != NONE)
             .collect(),
         false => Vec::new(),
     };
     let passable = |node: u32| {
-        let o = f.node_ordinal[node as usize];
+        let o = f.node_ordinal.get(node as usize);
         o != NONE && eligible[o as usize]
     };
     let live = |owner: u32| g.live(owner, t);
@@ -514,8 +512,8 @@ pub(crate) fn decide(
     let mut relevant = held;
     if !graph_seeds.is_empty() {
         let scores = f.graph.scores(&graph_seeds, p.max_depth, &passable, &live);
-        for (node, (&score, &hopped)) in scores.score().iter().zip(scores.hopped()).enumerate() {
-            let o = f.node_ordinal[node];
+        let each = scores.score().iter().zip(scores.hopped());
+        for ((&score, &hopped), o) in each.zip(f.node_ordinal.iter()) {
             if hopped && o != NONE {
                 propagated[o as usize] = score;
                 if sums[o as usize] == 0 {
@@ -534,7 +532,7 @@ pub(crate) fn decide(
             let k = match p.prefer.is_empty() {
                 true => 0,
                 false => {
-                    let c = f.codes[o as usize];
+                    let c = f.codes.get(o as usize);
                     *boosts.entry((c[0], c[1])).or_insert_with(|| {
                         satisfied(p, f.name(o as usize, 0), f.name(o as usize, 1)).len()
                     })
@@ -576,7 +574,7 @@ pub(crate) fn decide(
         let (lex, prop) = scores_of(o);
         match prop > lex {
             true => e
-                .node_score_hops(f.ordinal_node[o as usize])
+                .node_score_hops(f.ordinal_node.get(o as usize))
                 .filter(|(score, _)| *score == prop)
                 .map(|(_, hops)| hops),
             false => Some(0),

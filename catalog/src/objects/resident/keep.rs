@@ -4,6 +4,16 @@
 //! that many bytes; integers little-endian, strings as their end offsets then their bytes.
 //! Reading checks every length against the bytes (a short or malformed section is `None`);
 //! the caller checks what the values mean (ranges, counts).
+//!
+//! A section can be read into vectors ([`In::u32s`], [`In::strs`]) or in place
+//! ([`In::words`], [`In::strings`]): a [`Words`] or [`Strs`] holds the section's bytes
+//! (a slice of the snapshot file's mapping when read through [`In::of`]) and decodes a
+//! value when it is asked for, so a new process does not copy what it kept.
+
+use std::marker::PhantomData;
+use std::ops::Range;
+
+pub use bytes::Bytes;
 
 /// The bytes being written.
 #[derive(Debug, Default)]
@@ -55,15 +65,218 @@ impl Out {
     }
 }
 
+/// A value of fixed size, kept little-endian.
+pub trait Word: Copy {
+    const BYTES: usize;
+    /// The value of `b` (`BYTES` long).
+    fn read(b: &[u8]) -> Self;
+    fn write(self, out: &mut Vec<u8>);
+}
+
+fn array<const N: usize>(b: &[u8]) -> [u8; N] {
+    b.get(..N).and_then(|b| b.try_into().ok()).unwrap_or([0; N])
+}
+
+impl Word for u8 {
+    const BYTES: usize = 1;
+    fn read(b: &[u8]) -> u8 {
+        b.first().copied().unwrap_or(0)
+    }
+    fn write(self, out: &mut Vec<u8>) {
+        out.push(self);
+    }
+}
+
+impl Word for u32 {
+    const BYTES: usize = 4;
+    fn read(b: &[u8]) -> u32 {
+        u32::from_le_bytes(array(b))
+    }
+    fn write(self, out: &mut Vec<u8>) {
+        out.extend(self.to_le_bytes());
+    }
+}
+
+impl Word for u64 {
+    const BYTES: usize = 8;
+    fn read(b: &[u8]) -> u64 {
+        u64::from_le_bytes(array(b))
+    }
+    fn write(self, out: &mut Vec<u8>) {
+        out.extend(self.to_le_bytes());
+    }
+}
+
+impl<const K: usize> Word for [u32; K] {
+    const BYTES: usize = 4 * K;
+    fn read(b: &[u8]) -> [u32; K] {
+        std::array::from_fn(|i| u32::read(b.get(4 * i..).unwrap_or_default()))
+    }
+    fn write(self, out: &mut Vec<u8>) {
+        self.into_iter().for_each(|v| v.write(out));
+    }
+}
+
+/// A section of [`Word`]s, read in place: each decoded when asked for.
+#[derive(Debug, Clone)]
+pub struct Words<T> {
+    bytes: Bytes,
+    _values: PhantomData<T>,
+}
+
+impl<T> Default for Words<T> {
+    fn default() -> Self {
+        Words {
+            bytes: Bytes::new(),
+            _values: PhantomData,
+        }
+    }
+}
+
+impl<T: Word> Words<T> {
+    /// `values`, held in their kept form.
+    pub fn from_values(values: impl IntoIterator<Item = T>) -> Words<T> {
+        let mut out = Vec::new();
+        values.into_iter().for_each(|v| v.write(&mut out));
+        Words {
+            bytes: Bytes::from(out),
+            _values: PhantomData,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.bytes.len() / T::BYTES
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+
+    /// The value at `i`; panics when `i` is not under [`len`](Self::len), as a slice does.
+    pub fn get(&self, i: usize) -> T {
+        T::read(&self.bytes[i * T::BYTES..(i + 1) * T::BYTES])
+    }
+
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = T> + '_ {
+        self.bytes.chunks_exact(T::BYTES).map(T::read)
+    }
+
+    /// The values at `range`; panics when it is not within [`len`](Self::len).
+    pub fn range(&self, range: Range<usize>) -> impl ExactSizeIterator<Item = T> + '_ {
+        self.bytes[range.start * T::BYTES..range.end * T::BYTES]
+            .chunks_exact(T::BYTES)
+            .map(T::read)
+    }
+
+    /// The bytes it holds.
+    pub fn memory_bytes(&self) -> usize {
+        self.bytes.len()
+    }
+}
+
+/// Strings of a section written by [`Out::strs`], read in place.
+#[derive(Debug, Clone, Default)]
+pub struct Strs {
+    ends: Words<u64>,
+    pool: Bytes,
+}
+
+impl Strs {
+    /// `values`, held in their kept form.
+    pub fn from_values<'a>(values: impl Iterator<Item = &'a str> + Clone) -> Strs {
+        let mut out = Out::default();
+        out.strs(values);
+        let bytes = Bytes::from(out.into_bytes());
+        // Just written, so it reads back.
+        In::of(&bytes).strings().unwrap_or_default()
+    }
+
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    /// The string at `i`; panics when `i` is not under [`len`](Self::len), as a slice does.
+    pub fn get(&self, i: usize) -> &str {
+        let start = if i == 0 {
+            0
+        } else {
+            self.ends.get(i - 1) as usize
+        };
+        let end = self.ends.get(i) as usize;
+        // Checked when read: the pool is UTF-8 and every end is a character boundary.
+        std::str::from_utf8(&self.pool[start..end]).unwrap_or_default()
+    }
+
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = &str> + Clone + '_ {
+        (0..self.len()).map(|i| self.get(i))
+    }
+
+    /// The bytes it holds.
+    pub fn memory_bytes(&self) -> usize {
+        self.ends.memory_bytes() + self.pool.len()
+    }
+}
+
 /// The bytes being read.
 #[derive(Debug)]
 pub struct In<'a> {
     bytes: &'a [u8],
+    /// What `bytes` lie in, when [`In::of`] made it: sections read in place point into it.
+    owner: Option<&'a Bytes>,
 }
 
 impl<'a> In<'a> {
+    /// Reading `bytes`: what is read in place is copied first.
     pub fn new(bytes: &'a [u8]) -> In<'a> {
-        In { bytes }
+        In { bytes, owner: None }
+    }
+
+    /// Reading `bytes`, in place: [`Words`] and [`Strs`] point into them.
+    pub fn of(bytes: &'a Bytes) -> In<'a> {
+        In {
+            bytes,
+            owner: Some(bytes),
+        }
+    }
+
+    /// A section as bytes of its own (a slice of the owner's, or a copy).
+    fn shared(&mut self) -> Option<Bytes> {
+        let b = self.bytes()?;
+        Some(match self.owner {
+            Some(owner) => owner.slice_ref(b),
+            None => Bytes::copy_from_slice(b),
+        })
+    }
+
+    /// A section written by [`Out::u32s`] or [`Out::u64s`] (or of words of `K` u32s), read in
+    /// place; `None` when its length is not a multiple of the word's.
+    pub fn words<T: Word>(&mut self) -> Option<Words<T>> {
+        let bytes = self.shared()?;
+        (bytes.len() % T::BYTES == 0).then_some(Words {
+            bytes,
+            _values: PhantomData,
+        })
+    }
+
+    /// Strings written by [`Out::strs`], read in place; `None` when an offset is out of order
+    /// or outside the pool, or a string is not UTF-8 (all checked here, once).
+    pub fn strings(&mut self) -> Option<Strs> {
+        let ends = self.words::<u64>()?;
+        let pool = self.shared()?;
+        let text = std::str::from_utf8(&pool).ok()?;
+        let mut start = 0u64;
+        for end in ends.iter() {
+            let at = usize::try_from(end).ok()?;
+            if end < start || !text.is_char_boundary(at) || at > text.len() {
+                return None;
+            }
+            start = end;
+        }
+        Some(Strs { ends, pool })
     }
 
     /// Whether every section has been read.
@@ -83,34 +296,18 @@ impl<'a> In<'a> {
     }
 
     pub fn u32s(&mut self) -> Option<Vec<u32>> {
-        self.words(u32::from_le_bytes)
+        self.values()
     }
 
     pub fn u64s(&mut self) -> Option<Vec<u64>> {
-        self.words(u64::from_le_bytes)
+        self.values()
     }
 
-    /// A section written by [`Out::u32s`] read as triples (three words each), without first
-    /// reading it into a vector of words; `None` when its length is not a multiple of 12.
-    pub fn u32_triples(&mut self) -> Option<Vec<(u32, u32, u32)>> {
-        self.words(|c: [u8; 12]| {
-            let word = |i: usize| u32::from_le_bytes([c[i], c[i + 1], c[i + 2], c[i + 3]]);
-            (word(0), word(4), word(8))
-        })
-    }
-
-    /// A section of little-endian words of `N` bytes; `None` when its length is not a
-    /// multiple of `N`.
-    fn words<const N: usize, T>(&mut self, from: fn([u8; N]) -> T) -> Option<Vec<T>> {
+    /// A section of words, read into a vector; `None` when its length is not a multiple of
+    /// the word's.
+    fn values<T: Word>(&mut self) -> Option<Vec<T>> {
         let b = self.bytes()?;
-        if b.len() % N != 0 {
-            return None;
-        }
-        Some(
-            b.chunks_exact(N)
-                .map(|c| from(c.try_into().unwrap_or([0; N])))
-                .collect(),
-        )
+        (b.len() % T::BYTES == 0).then(|| b.chunks_exact(T::BYTES).map(T::read).collect())
     }
 
     /// Strings written by [`Out::strs`]; `None` when an offset is out of order or outside
@@ -157,13 +354,48 @@ mod tests {
                 && r.bytes().is_some();
             assert!(!whole, "cut at {cut}");
         }
-        // An offset inside a character, or past the pool.
-        for ends in [vec![2u64], vec![9]] {
+        // An offset inside a character, or past the pool, or out of order.
+        for ends in [vec![2u64], vec![9], vec![3, 1]] {
             let mut out = Out::default();
             out.u64s(ends);
             out.bytes("añb".as_bytes());
-            let bytes = out.into_bytes();
+            let bytes = Bytes::from(out.into_bytes());
             assert_eq!(In::new(&bytes).strs(), None);
+            assert!(In::of(&bytes).strings().is_none());
         }
+    }
+
+    #[test]
+    fn sections_read_in_place_give_what_was_written() {
+        let mut out = Out::default();
+        out.u32s([1u32, u32::MAX, 7, 0, 5, 6]);
+        out.strs(["", "añb", "c"].iter().copied());
+        out.u64s([9u64, u64::MAX]);
+        let bytes = Bytes::from(out.into_bytes());
+        let mut r = In::of(&bytes);
+        let words = r.words::<u32>().unwrap_or_default();
+        assert_eq!(words.iter().collect::<Vec<_>>(), [1, u32::MAX, 7, 0, 5, 6]);
+        assert_eq!((words.len(), words.get(2)), (6, 7));
+        assert_eq!(words.range(1..3).collect::<Vec<_>>(), [u32::MAX, 7]);
+        let strs = r.strings().unwrap_or_default();
+        assert_eq!(strs.iter().collect::<Vec<_>>(), ["", "añb", "c"]);
+        assert_eq!(r.words::<u64>().map(|w| w.get(1)), Some(u64::MAX));
+        assert!(r.is_empty());
+        // In place: the sections point into the bytes read.
+        let inside = |p: *const u8| bytes.as_ptr_range().contains(&p);
+        assert!(inside(words.bytes.as_ptr()) && inside(strs.pool.as_ptr()));
+        // The same words as triples; a length that is not a multiple is not read.
+        let mut r = In::of(&bytes);
+        let triples = r.words::<[u32; 3]>().unwrap_or_default();
+        assert_eq!(
+            triples.iter().collect::<Vec<_>>(),
+            [[1, u32::MAX, 7], [0, 5, 6]]
+        );
+        assert!(In::of(&bytes).words::<[u32; 4]>().is_none());
+        // Held from values: the same as read.
+        let held = Words::from_values([[1u32, 2, 3], [4, 5, 6]]);
+        assert_eq!(held.iter().collect::<Vec<_>>(), [[1, 2, 3], [4, 5, 6]]);
+        let held = Strs::from_values(["x", "", "ÿz"].iter().copied());
+        assert_eq!(held.iter().collect::<Vec<_>>(), ["x", "", "ÿz"]);
     }
 }

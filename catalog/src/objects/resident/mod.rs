@@ -31,7 +31,7 @@ use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, GenericListArray, Int64Array, OffsetSizeTrait, RecordBatch,
     UInt32Array,
 };
-use datafusion::arrow::compute::take;
+use datafusion::arrow::compute::{cast, take};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::common::HashMap;
 pub use roaring::RoaringBitmap;
@@ -116,7 +116,11 @@ const NO_KIND: u32 = u32::MAX;
 /// An immutable image of the object tables (see the module's documentation).
 #[derive(Debug)]
 pub struct Generation {
-    /// Per ordinal, FIND's columns ([`FIND_COLUMNS`]).
+    /// FIND's columns ([`FIND_COLUMNS`]) as the object tables give them.
+    schema: SchemaRef,
+    /// Per ordinal, FIND's columns. A column `schema` declares as string or binary views may
+    /// be held as large strings or binaries instead (as a snapshot file keeps them): it is
+    /// cast to the declared type only for the rows an answer takes, not at opening.
     columns: RecordBatch,
     /// Per ordinal, `tombstoned_at` in microseconds (`i64::MAX`: none).
     tombstoned: Vec<i64>,
@@ -384,7 +388,8 @@ impl Generation {
         self.edges.get()
     }
 
-    /// The per-object column `name` of [`FIND_COLUMNS`].
+    /// The per-object column `name` of [`FIND_COLUMNS`], as held: a declared view column may
+    /// be large strings or binaries (read strings through `StringColumn`).
     pub fn column(&self, name: &str) -> Option<&ArrayRef> {
         self.columns.column_by_name(name)
     }
@@ -416,10 +421,13 @@ impl Generation {
         Arc::clone(kept).downcast::<T>().ok()
     }
 
-    /// The fields of the per-object columns ([`FIND_COLUMNS`]).
+    /// The fields of the per-object columns ([`FIND_COLUMNS`]), as declared.
     fn column_fields(&self) -> Vec<Field> {
-        let schema = self.columns.schema();
-        schema.fields().iter().map(|f| f.as_ref().clone()).collect()
+        self.schema
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone())
+            .collect()
     }
 
     /// The schema of [`find`](Self::find)'s answer (`score`, Int64, last when `about`).
@@ -458,8 +466,13 @@ impl Generation {
         };
         let indices = UInt32Array::from(ordinals);
         let mut arrays: Vec<ArrayRef> = Vec::with_capacity(FIND_COLUMNS.len() + 1);
-        for c in self.columns.columns() {
-            arrays.push(take(c.as_ref(), &indices, None)?);
+        for (c, f) in self.columns.columns().iter().zip(self.schema.fields()) {
+            let taken = take(c.as_ref(), &indices, None)?;
+            arrays.push(if taken.data_type() == f.data_type() {
+                taken
+            } else {
+                cast(taken.as_ref(), f.data_type())?
+            });
         }
         if let Some(s) = scores {
             arrays.push(Arc::new(Int64Array::from(s)));
@@ -971,6 +984,7 @@ impl Builder {
             .collect();
         let objects = self.tombstoned.len();
         Ok(Generation {
+            schema: self.columns.schema(),
             columns: self.columns,
             tombstoned: self.tombstoned,
             kind: self.kind,

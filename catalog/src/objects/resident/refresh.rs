@@ -19,7 +19,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, OnceLock};
 
 use datafusion::arrow::array::{Array, ArrayRef, RecordBatch, UInt32Array};
-use datafusion::arrow::compute::interleave;
+use datafusion::arrow::compute::{cast, interleave};
 use signalql_udfs::strings::StringColumn;
 
 use super::context::{Edges, Lazy, Reps};
@@ -68,7 +68,7 @@ impl Generation {
             return Ok(None);
         };
         let (n, m) = (self.objects(), delta.objects());
-        if self.columns.schema().fields() != delta.columns.schema().fields()
+        if self.schema.fields() != delta.schema.fields()
             || (0..m).any(|j| !touched.contains(new_ids.value(j)))
         {
             return Ok(None);
@@ -114,6 +114,13 @@ impl Generation {
 
         let mut arrays: Vec<ArrayRef> = Vec::with_capacity(self.columns.num_columns());
         for (a, b) in self.columns.columns().iter().zip(delta.columns.columns()) {
+            // A declared view column may be held as large strings in one of the two (opened
+            // from a snapshot file): the delta's is cast to the earlier one's.
+            let b = if b.data_type() == a.data_type() {
+                Arc::clone(b)
+            } else {
+                cast(b.as_ref(), a.data_type())?
+            };
             arrays.push(compact(interleave(&[a.as_ref(), b.as_ref()], &order)?));
         }
         let columns = RecordBatch::try_new(self.columns.schema(), arrays)?;
@@ -158,6 +165,7 @@ impl Generation {
         orphans.sort_unstable();
         orphans.dedup();
         Ok(Some(Generation {
+            schema: Arc::clone(&self.schema),
             columns,
             tombstoned,
             kind,

@@ -23,9 +23,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
-use datafusion::arrow::array::{ArrayRef, AsArray, Int64Array, RecordBatch, UInt32Array};
+use datafusion::arrow::array::{AsArray, Int64Array, RecordBatch, UInt32Array};
 use datafusion::arrow::compute::cast;
-use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, UInt32Type};
+use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef, UInt32Type};
 
 use super::columns::{corrupt, from_ipc, ipc};
 use super::context::Lazy;
@@ -52,29 +52,26 @@ pub fn map(path: &Path) -> std::io::Result<bytes::Bytes> {
     Ok(bytes::Bytes::from_owner(mapped))
 }
 
-/// `columns` with the columns at `views` (large strings or binaries in the file) as views
-/// again, pointing into the same bytes; an error when one is not a large string or binary.
-fn views_again(columns: RecordBatch, views: &[usize]) -> Result<RecordBatch> {
-    let schema = columns.schema();
-    let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
-    let mut arrays: Vec<ArrayRef> = columns.columns().to_vec();
+/// The declared schema of `columns`: the columns at `views` (large strings or binaries in
+/// the file) as views; an error when one is not a large string or binary. The arrays stay as
+/// they are in the file ([`Generation`]'s `columns`).
+fn declared(columns: &RecordBatch, views: &[usize]) -> Result<SchemaRef> {
+    let mut fields: Vec<Field> = columns
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.as_ref().clone())
+        .collect();
     for &i in views {
-        let (Some(f), Some(a)) = (fields.get_mut(i), arrays.get_mut(i)) else {
+        let Some(f) = fields.get_mut(i) else {
             return Err(corrupt("its columns"));
         };
-        let Some(t) = opened_as(a.data_type()) else {
+        let Some(t) = opened_as(f.data_type()) else {
             return Err(corrupt("its columns"));
         };
-        recast(f, a, t)?;
+        *f = Field::new(f.name(), t, f.is_nullable());
     }
-    Ok(RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)?)
-}
-
-/// The column `a` (of field `f`) cast to `t`, the field retyped with it.
-fn recast(f: &mut Field, a: &mut ArrayRef, t: DataType) -> Result<()> {
-    *a = cast(a.as_ref(), &t)?;
-    *f = Field::new(f.name(), t, f.is_nullable());
-    Ok(())
+    Ok(Arc::new(Schema::new(fields)))
 }
 
 /// A part's place in the file, as the header gives it.
@@ -155,8 +152,12 @@ impl Generation {
         let mut arrays = self.columns.columns().to_vec();
         let mut views = Vec::new();
         for (i, (f, a)) in fields.iter_mut().zip(arrays.iter_mut()).enumerate() {
-            if let Some(t) = kept_as(a.data_type()) {
-                recast(f, a, t)?;
+            if let Some(t) = kept_as(f.data_type()) {
+                // Held as views (built here) or already as kept (opened from a file).
+                if a.data_type() != &t {
+                    *a = cast(a.as_ref(), &t)?;
+                }
+                *f = Field::new(f.name(), t, f.is_nullable());
                 views.push(i);
             }
         }
@@ -268,7 +269,7 @@ impl Generation {
         }
         let (tombstoned, kind) = (tombstoned.values().to_vec(), kind.values().to_vec());
         let columns = batch.project(&(0..n - 2).collect::<Vec<_>>())?;
-        let columns = views_again(columns, &h.views)?;
+        let schema = declared(&columns, &h.views)?;
         let objects = tombstoned.len();
         let postings = Postings::open(h.postings.of(&bytes, "postings")?, h.terms)?;
         if crc32fast::hash(&postings.bytes[..postings.blob]) != h.directory_crc32 {
@@ -291,6 +292,7 @@ impl Generation {
         Ok((
             h.key,
             Generation {
+                schema,
                 columns,
                 tombstoned,
                 kind,
