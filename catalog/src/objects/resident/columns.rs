@@ -53,6 +53,21 @@ pub(super) fn read<T>(
     read(batch.column_by_name(name)?.as_ref())
 }
 
+/// The bytes `batch`'s arrays use: each buffer's slice, not the allocation it lies in. (A
+/// snapshot's arrays are slices of one mapping, whose whole length Arrow's
+/// `get_array_memory_size` would count once per buffer: 9 GB for a 1.25 GB file.)
+pub(super) fn batch_bytes(batch: &RecordBatch) -> usize {
+    batch
+        .columns()
+        .iter()
+        .map(|c| {
+            let data = c.to_data();
+            data.get_slice_memory_size()
+                .unwrap_or_else(|_| c.get_array_memory_size())
+        })
+        .sum()
+}
+
 /// `batch` as an Arrow IPC stream.
 pub(super) fn ipc(batch: &RecordBatch) -> Result<Vec<u8>> {
     let mut out = Vec::new();

@@ -22,7 +22,7 @@ use datafusion::arrow::array::{
 use datafusion::arrow::datatypes::{DataType, Field, Schema, UInt32Type};
 use signalql_udfs::strings::StringColumn;
 
-use super::columns::{corrupt, from_ipc, integers, read, strings};
+use super::columns::{batch_bytes, corrupt, from_ipc, integers, read, strings};
 use crate::error::Result;
 use crate::objects::ROLES;
 use crate::objects::index::packable;
@@ -246,7 +246,7 @@ impl Reps {
     }
 
     pub(super) fn memory_bytes(&self) -> usize {
-        self.batch.get_array_memory_size() + self.start.len() * 4 + self.flags.len() * 2
+        batch_bytes(&self.batch) + self.start.len() * 4 + self.flags.len() * 2
     }
 }
 
@@ -343,7 +343,7 @@ impl Edges {
     }
 
     pub(super) fn memory_bytes(&self) -> usize {
-        self.batch.get_array_memory_size()
+        batch_bytes(&self.batch)
     }
 }
 

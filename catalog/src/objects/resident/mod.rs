@@ -48,7 +48,7 @@ pub mod keep;
 pub mod locate;
 pub mod refresh;
 pub mod snapshot;
-use columns::{corrupt, integers, micros, read, strings};
+use columns::{batch_bytes, corrupt, integers, micros, read, strings};
 pub use context::{DERIVATION_COLUMNS, Edges, LINK_COLUMNS, PACKABLE, Reps, SECRET, role_bit};
 use context::{EdgeRow, Lazy, RepRow};
 
@@ -366,7 +366,7 @@ impl Generation {
 
     /// Its memory: the columns' buffers, the per-object vectors and the postings.
     pub fn memory_bytes(&self) -> usize {
-        self.columns.get_array_memory_size()
+        batch_bytes(&self.columns)
             + self.tombstoned.len() * 8
             + self.kind.len() * 4
             + self.kinds.iter().map(String::len).sum::<usize>()
