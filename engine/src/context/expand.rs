@@ -65,12 +65,11 @@ struct Scratch {
     steps: Pool<NodeStep>,
     scores: Pool<i64>,
     ranks: Pool<u32>,
-    marks: Pool<u8>,
-    flags: Pool<bool>,
 }
 
-/// Buffers of each kind a [`Scratch`] keeps (statements expanding at once, usually).
-const KEPT: usize = 2;
+/// Buffers of each kind a [`Scratch`] keeps (a statement holds up to three of one kind at
+/// once: a [`Scores`]' marks, then an expansion's seed ranks and marks).
+const KEPT: usize = 3;
 
 #[derive(Debug)]
 struct Pool<T>(std::sync::Mutex<Vec<Vec<T>>>);
@@ -111,7 +110,9 @@ impl<T: Copy> Pool<T> {
 pub struct Scores<'a> {
     graph: &'a Graph,
     score: Vec<i64>,
-    hopped: Vec<bool>,
+    /// Per node, [`rounds`](Graph::rounds)'s mark: a node listed in some round's frontier
+    /// was improved by a hop.
+    marks: Vec<u32>,
 }
 
 impl Scores<'_> {
@@ -119,8 +120,9 @@ impl Scores<'_> {
         &self.score
     }
 
-    pub fn hopped(&self) -> &[bool] {
-        &self.hopped
+    /// Per node, whether its score came through a hop.
+    pub fn hopped(&self) -> impl ExactSizeIterator<Item = bool> + '_ {
+        self.marks.iter().map(|m| m & ROUND != 0)
     }
 }
 
@@ -128,9 +130,17 @@ impl Drop for Scores<'_> {
     fn drop(&mut self) {
         let scratch = &self.graph.scratch;
         scratch.scores.give(std::mem::take(&mut self.score));
-        scratch.flags.give(std::mem::take(&mut self.hopped));
+        scratch.ranks.give(std::mem::take(&mut self.marks));
     }
 }
+
+/// A node's mark in [`Graph::rounds`]: the last round that listed it in the next frontier
+/// (0: none, so not improved by a hop), and whether expansion may step onto it ([`OPEN`]:
+/// an entity or a passable object; [`SHUT`]: not). One word per node, so a step reads one
+/// cache line of the marks, not one per array.
+const ROUND: u32 = (1 << 30) - 1;
+const OPEN: u32 = 1 << 30;
+const SHUT: u32 = 1 << 31;
 
 impl Graph {
     /// The graph of `edges`: (a, b, relation, owner) each.
@@ -326,12 +336,11 @@ impl Graph {
     ) -> Scores<'_> {
         let nodes = self.names.len();
         let mut score = self.scratch.scores.take(nodes, UNSCORED);
-        let mut hopped = self.scratch.flags.take(nodes, false);
         for &(n, s) in seeds {
             score[n as usize] = s;
         }
         let frontier = seeds.iter().map(|(n, _)| *n).collect();
-        self.rounds(
+        let marks = self.rounds(
             &mut score,
             frontier,
             max_depth,
@@ -342,7 +351,6 @@ impl Graph {
                 let better = *old == UNSCORED || s > *old;
                 if better {
                     *old = s;
-                    hopped[v as usize] = true;
                 }
                 better
             },
@@ -350,16 +358,18 @@ impl Graph {
         Scores {
             graph: self,
             score,
-            hopped,
+            marks,
         }
     }
 
     /// Propagation in `max_depth` rounds from `frontier`. Each round offers each frontier
     /// node's value as it was when the round began (so no value travels more than one hop a
-    /// round, nor more than MAX DEPTH hops in all) to each neighbour it may cross to
-    /// ([`crossable`](Self::crossable)): `offer(values, u, u's value, v, relation)` says
+    /// round, nor more than MAX DEPTH hops in all) to each neighbour it may cross to (by an
+    /// edge with no owner or a `live` one, onto an entity or a `passable` object; `passable`
+    /// is asked of every object node first): `offer(values, u, u's value, v, relation)` says
     /// whether it improved `v`, which then joins the next round's frontier, once. An `offer`
-    /// keeping the best by a total order makes the frontier's order change nothing.
+    /// keeping the best by a total order makes the frontier's order change nothing. Gives
+    /// back the nodes' marks ([`ROUND`]: a node improved by a hop has a round).
     fn rounds<T: Copy>(
         &self,
         values: &mut [T],
@@ -368,59 +378,47 @@ impl Graph {
         passable: &impl Fn(u32) -> bool,
         live: &impl Fn(u32) -> bool,
         mut offer: impl FnMut(&mut [T], u32, T, u32, u32) -> bool,
-    ) {
+    ) -> Vec<u32> {
         let nodes = self.names.len();
-        let mut pass = self.scratch.marks.take(nodes, 0);
-        // Per node, the last round that listed it in the next frontier (no sort, no hash).
-        let mut listed_in = self.scratch.ranks.take(nodes, 0);
+        // Per node, its mark (no sort, no hash), whether it may be stepped onto set first: the
+        // object nodes are one range in id order, so `passable` is asked in order, not once
+        // per node as expansion first meets it (at a million objects, a cache miss each).
+        let mut marks = self.scratch.ranks.take(nodes, OPEN);
+        let objects = self.objects.start as usize..(self.objects.end as usize).min(nodes);
+        for (m, v) in marks[objects.clone()].iter_mut().zip(objects) {
+            if !passable(v as u32) {
+                *m = SHUT;
+            }
+        }
         frontier.sort_unstable();
         frontier.dedup();
-        for round in 1..=max_depth {
+        // MAX DEPTH is far under ROUND; rounds past it would not be told apart.
+        for round in 1..=max_depth.min(ROUND) {
             let at_start: Vec<T> = frontier.iter().map(|&u| values[u as usize]).collect();
             let mut next = Vec::new();
             for (&u, value) in frontier.iter().zip(at_start) {
                 for [v, rel, owner] in self.adjacency(u) {
-                    if self.crossable(v, owner, &mut pass, passable, live)
+                    if (owner == NO_OWNER || live(owner))
+                        && marks[v as usize] & OPEN != 0
                         && offer(values, u, value, v, rel)
-                        && listed_in[v as usize] != round
                     {
-                        listed_in[v as usize] = round;
-                        next.push(v);
+                        let m = &mut marks[v as usize];
+                        if *m & ROUND != round {
+                            *m = (*m & !ROUND) | round;
+                            next.push(v);
+                        }
                     }
                 }
             }
             frontier = next;
         }
-        self.scratch.marks.give(pass);
-        self.scratch.ranks.give(listed_in);
+        marks
     }
 
     /// The adjacency of `u`: (neighbour, relation, owner), by neighbour.
     fn adjacency(&self, u: u32) -> impl Iterator<Item = [u32; 3]> + '_ {
         let (from, to) = (self.start.get(u as usize), self.start.get(u as usize + 1));
         self.pairs.range(from as usize..to as usize)
-    }
-
-    /// Whether expansion may step onto `v` by an edge of `owner`: the edge counts (no owner,
-    /// or a `live` one) and `v` is an entity or a `passable` object, asked once per node
-    /// (`pass`: 0 not yet asked, 1 passable, 2 not).
-    fn crossable(
-        &self,
-        v: u32,
-        owner: u32,
-        pass: &mut [u8],
-        passable: &impl Fn(u32) -> bool,
-        live: &impl Fn(u32) -> bool,
-    ) -> bool {
-        if owner != NO_OWNER && !live(owner) {
-            return false;
-        }
-        let open = &mut pass[v as usize];
-        if *open == 0 {
-            let passes = !self.objects.contains(&v) || passable(v);
-            *open = if passes { 1 } else { 2 };
-        }
-        *open == 1
     }
 
     /// [`expand`](Self::expand) from seeds given as nodes, with `passable` asked of object
@@ -463,7 +461,7 @@ impl Graph {
         for (r, n) in seed_nodes.iter().enumerate() {
             seed16[*n as usize] = r as u32;
         }
-        self.rounds(
+        let marks = self.rounds(
             &mut best,
             frontier,
             max_depth,
@@ -498,6 +496,7 @@ impl Graph {
             },
         );
         self.scratch.ranks.give(seed16);
+        self.scratch.ranks.give(marks);
         Expansion {
             graph: Arc::clone(self),
             best,
@@ -837,7 +836,7 @@ mod tests {
             let live = |_: u32| true;
             let full = graph.expand_nodes(&seeds, depth, &open, &live);
             let scores = graph.scores(&seeds, depth, &open, &live);
-            let (score, hopped) = (scores.score(), scores.hopped());
+            let (score, hopped) = (scores.score(), scores.hopped().collect::<Vec<_>>());
             let strong: Vec<(u32, i64)> = seeds
                 .iter()
                 .filter(|(_, s)| crate::context::select::boost(s >> 1, k) >= threshold)

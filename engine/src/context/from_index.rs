@@ -502,7 +502,9 @@ pub(crate) fn decide(
         let o = f.node_ordinal.get(node as usize);
         o != NONE && eligible[o as usize]
     };
-    let live = |owner: u32| g.live(owner, t);
+    // (An edge's owner is read only when some object has a tombstone.)
+    let any_tombstoned = !f.predicates.tombstoned.is_empty();
+    let live = |owner: u32| !any_tombstoned || g.live(owner, t);
 
     // Every relevant object's rank score; those from the MAX OBJECTS-th score up are ranked.
     // Per ordinal, the score propagated to those expansion reached through a hop; the
@@ -513,7 +515,7 @@ pub(crate) fn decide(
     if !graph_seeds.is_empty() {
         let scores = f.graph.scores(&graph_seeds, p.max_depth, &passable, &live);
         let each = scores.score().iter().zip(scores.hopped());
-        for ((&score, &hopped), o) in each.zip(f.node_ordinal.iter()) {
+        for ((&score, hopped), o) in each.zip(f.node_ordinal.iter()) {
             if hopped && o != NONE {
                 propagated[o as usize] = score;
                 if sums[o as usize] == 0 {
