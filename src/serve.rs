@@ -158,15 +158,22 @@ async fn query(State(callers): State<Arc<Callers>>, request: Request) -> Respons
     })
     .await
     .unwrap_or_else(|e| Err(Error::internal(format!("the query task failed: {e}"))));
-    let value = match answer {
-        Ok(Answer::Envelope(e)) => serde_json::to_value(&*e),
-        Ok(Answer::Bundle(b)) => serde_json::to_value(&*b),
-        Ok(Answer::Explanation(x)) => serde_json::to_value(&*x),
-        Ok(Answer::Plan(p)) => serde_json::to_value(&*p),
+    // Written straight to bytes, not through a `Value` tree: an explanation's list of a
+    // hundred thousand rejections was a map allocated per entry (80 of EXPLAIN's 104 ms).
+    let body = match answer {
+        Ok(Answer::Envelope(e)) => serde_json::to_vec(&*e),
+        Ok(Answer::Bundle(b)) => serde_json::to_vec(&*b),
+        Ok(Answer::Explanation(x)) => serde_json::to_vec(&*x),
+        Ok(Answer::Plan(p)) => serde_json::to_vec(&*p),
         Err(e) => return refusal(status_of(&e), &e),
     };
-    match value {
-        Ok(v) => (StatusCode::OK, axum::Json(v)).into_response(),
+    match body {
+        Ok(b) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/json")],
+            b,
+        )
+            .into_response(),
         Err(e) => refusal(
             StatusCode::INTERNAL_SERVER_ERROR,
             &Error::internal(e.to_string()),
