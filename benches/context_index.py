@@ -20,8 +20,10 @@ What is timed (medians; every process on this machine, nothing else running):
   rejected list.
 * CLI: process wall time of `signalql query` (page cache warm: one unmeasured run first).
 * memory: the server's resident set before its first statement and after CONTEXT FOR (what the
-  resident index adds), its peak (VmHWM) after CONTEXT FOR and EXPLAIN; the snapshot file and
-  the Parquet text index on disk.
+  resident index adds, with the code the first statement pages in), and of that the index's
+  own (its snapshot mapping's resident pages and the anonymous memory added, from
+  /proc/PID/smaps); its peak (VmHWM) after CONTEXT FOR and EXPLAIN; the snapshot file and the
+  Parquet text index on disk.
 * refresh: a copy of ROOT served and warmed, then `ingest objects DOCS` (into the copy, at a
   time before T), then the first FIND and CONTEXT FOR through the warm server: once with the
   snapshot file the ingest writes (the server maps it) and once with `--no-snapshot` (the
@@ -104,6 +106,22 @@ class Server:
                 if line.startswith(field + ":"):
                     return int(line.split()[1])
         return 0
+
+    def index_kib(self):
+        """What the resident index itself holds in the server, in KiB: the resident pages of its
+        snapshot file's mapping, and the process's anonymous memory (whose growth across a
+        statement is what the index allocated)."""
+        mapped, anonymous, in_snapshot = 0, 0, False
+        with open(f"/proc/{self.proc.pid}/smaps") as f:
+            for line in f:
+                head = line.split()
+                if head and not head[0].endswith(":"):
+                    in_snapshot = line.rstrip().endswith(".snapshot") and "/_signalql/resident/" in line
+                elif head and head[0] == "Rss:" and in_snapshot:
+                    mapped += int(head[1])
+                elif head and head[0] == "Anonymous:":
+                    anonymous += int(head[1])
+        return mapped, anonymous
 
     def close(self):
         self.proc.terminate()
@@ -224,8 +242,13 @@ def main():
     try:
         time.sleep(0.2)
         before = server.memory_kib("VmRSS")
+        _, anonymous_before = server.index_kib()
         _, bundle = server.query(context)
         out["resident_rss_added_mib"] = round((server.memory_kib("VmRSS") - before) / 1024, 1)
+        # Of that, the index's own: its snapshot's resident pages and the anonymous memory
+        # added (the rest is the binary's code and libraries paged in by the first statement).
+        mapped, anonymous = server.index_kib()
+        out["resident_index_own_mib"] = round((mapped + anonymous - anonymous_before) / 1024, 1)
         addressed = [server.query(f'CONTEXT FOR "{task}" BUDGET {8100 + i} TOKENS')[0] for i in range(runs)]
         out["context_new_address_ms"] = median_ms(addressed)
         explain = f"EXPLAIN CONTEXT {bundle['id']}"

@@ -72,7 +72,7 @@ struct Scratch {
 const KEPT: usize = 3;
 
 #[derive(Debug)]
-struct Pool<T>(std::sync::Mutex<Vec<Vec<T>>>);
+pub(crate) struct Pool<T>(std::sync::Mutex<Vec<Vec<T>>>);
 
 impl<T> Default for Pool<T> {
     fn default() -> Self {
@@ -102,6 +102,39 @@ impl<T: Copy> Pool<T> {
         if kept.len() < KEPT {
             kept.push(v);
         }
+    }
+
+    /// [`take`](Self::take), given back when the loan is dropped.
+    pub(crate) fn lend(&self, len: usize, fill: T) -> Lent<'_, T> {
+        Lent {
+            pool: self,
+            v: self.take(len, fill),
+        }
+    }
+}
+
+/// A buffer lent by a [`Pool`], given back when dropped.
+pub(crate) struct Lent<'a, T: Copy> {
+    pool: &'a Pool<T>,
+    v: Vec<T>,
+}
+
+impl<T: Copy> std::ops::Deref for Lent<'_, T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        &self.v
+    }
+}
+
+impl<T: Copy> std::ops::DerefMut for Lent<'_, T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        &mut self.v
+    }
+}
+
+impl<T: Copy> Drop for Lent<'_, T> {
+    fn drop(&mut self) {
+        self.pool.give(std::mem::take(&mut self.v));
     }
 }
 

@@ -30,7 +30,7 @@ use signalql_udfs::scalar::lexical::{SUMMARY_WEIGHT, TEXT_WEIGHT, TITLE_WEIGHT};
 use signalql_udfs::scalar::token_estimate::Estimator;
 use signalql_udfs::strings::StringColumn;
 
-use super::expand::{Expansion, Graph};
+use super::expand::{Expansion, Graph, Pool};
 use super::pack::{Decisions, Key, PackParams, pack_ranked, satisfied};
 use super::select::{CHARS_DIV_4, Candidate, Reason, Rep, STORED, boost};
 use crate::error::Result;
@@ -65,6 +65,10 @@ struct Facts {
     /// Per ordinal, its graph node (`NONE`: no edges).
     ordinal_node: Words<u32>,
     predicates: Predicates,
+    /// Buffers of one entry per object a statement borrows (its sums and propagated scores,
+    /// its eligibility), so it does not fault in fresh pages for them each time.
+    sums: Pool<i64>,
+    marks: Pool<bool>,
 }
 
 /// A bitmap per rejection predicate (DESIGN.md §5, "Scale"), over ordinals: those that do not
@@ -278,6 +282,8 @@ impl Facts {
             node_ordinal,
             ordinal_node,
             predicates: Predicates::empty(),
+            sums: Pool::default(),
+            marks: Pool::default(),
         })
     }
 
@@ -367,6 +373,8 @@ impl Facts {
             node_ordinal,
             ordinal_node,
             predicates: Predicates::empty(),
+            sums: Pool::default(),
+            marks: Pool::default(),
         })
     }
 
@@ -451,7 +459,7 @@ pub(crate) fn decide(
         }
     }
     rejected.sort_unstable_by_key(|&(o, _)| o);
-    let mut eligible = vec![false; n];
+    let mut eligible = f.marks.lend(n, false);
     for o in &eligible_set {
         eligible[o as usize] = true;
     }
@@ -469,7 +477,7 @@ pub(crate) fn decide(
     let weights = [TITLE_WEIGHT, SUMMARY_WEIGHT, TEXT_WEIGHT];
     // Dense per ordinal (a common-term task makes nearly every object a seed); `held`
     // lists the ordinals with a sum, in the order first met.
-    let mut sums: Vec<i64> = vec![0; n];
+    let mut sums = f.sums.lend(n, 0);
     let mut held: Vec<u32> = Vec::new();
     for [title, summary, other] in tiers.iter().flatten() {
         for (tier, w) in [title, summary, other].into_iter().zip(weights) {
@@ -510,7 +518,7 @@ pub(crate) fn decide(
     // Per ordinal, the score propagated to those expansion reached through a hop; the
     // relevant are the seeds, then the objects only expansion reached.
     let seeds = held.len() as u64;
-    let mut propagated: Vec<i64> = vec![0; n];
+    let mut propagated = f.sums.lend(n, 0);
     let mut relevant = held;
     if !graph_seeds.is_empty() {
         let scores = f.graph.scores(&graph_seeds, p.max_depth, &passable, &live);
