@@ -294,29 +294,17 @@ impl Graph {
         &self.names
     }
 
-    /// The node whose name `cmp` finds (a binary search over the names, in byte order).
-    fn search(&self, cmp: impl Fn(&str) -> Ordering) -> Option<u32> {
-        let (mut lo, mut hi) = (0, self.names.len());
-        while lo < hi {
-            let mid = lo + (hi - lo) / 2;
-            match cmp(self.names.get(mid)) {
-                Ordering::Less => lo = mid + 1,
-                Ordering::Greater => hi = mid,
-                Ordering::Equal => return Some(mid as u32),
-            }
-        }
-        None
-    }
-
     /// The node of `name`.
     fn node(&self, name: &str) -> Option<u32> {
-        self.search(|n| n.cmp(name))
+        self.names.search(|n| n.cmp(name)).map(|i| i as u32)
     }
 
     /// The node of the object `id` (`object:` and the id), without building its name.
     pub fn object(&self, id: &str) -> Option<u32> {
         let want = || b"object:".iter().chain(id.as_bytes());
-        self.search(|n| n.as_bytes().iter().cmp(want()))
+        self.names
+            .search(|n| n.as_bytes().iter().cmp(want()))
+            .map(|i| i as u32)
     }
 
     /// Expansion (step 4): every seed's score halves per hop, in either direction, up to

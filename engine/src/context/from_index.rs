@@ -68,7 +68,7 @@ struct Facts {
     /// Buffers of one entry per object a statement borrows (its sums and propagated scores,
     /// its eligibility), so it does not fault in fresh pages for them each time.
     sums: Pool<i64>,
-    marks: Pool<bool>,
+    eligible: Pool<bool>,
 }
 
 /// A bitmap per rejection predicate (DESIGN.md §5, "Scale"), over ordinals: those that do not
@@ -283,7 +283,7 @@ impl Facts {
             ordinal_node,
             predicates: Predicates::empty(),
             sums: Pool::default(),
-            marks: Pool::default(),
+            eligible: Pool::default(),
         })
     }
 
@@ -374,7 +374,7 @@ impl Facts {
             ordinal_node,
             predicates: Predicates::empty(),
             sums: Pool::default(),
-            marks: Pool::default(),
+            eligible: Pool::default(),
         })
     }
 
@@ -459,7 +459,7 @@ pub(crate) fn decide(
         }
     }
     rejected.sort_unstable_by_key(|&(o, _)| o);
-    let mut eligible = f.marks.lend(n, false);
+    let mut eligible = f.eligible.lend(n, false);
     for o in &eligible_set {
         eligible[o as usize] = true;
     }

@@ -394,6 +394,37 @@ pub(super) fn edges_of(
     Some(out)
 }
 
+/// What the engine kept in a snapshot file under one name ([`Generation::kept`]): its bytes,
+/// checked against their CRC-32 once, when first asked for.
+#[derive(Debug)]
+pub(super) struct KeptPart {
+    bytes: bytes::Bytes,
+    crc32: u32,
+    whole: OnceLock<bool>,
+}
+
+impl KeptPart {
+    pub(super) fn of(bytes: bytes::Bytes, crc32: u32) -> KeptPart {
+        KeptPart {
+            bytes,
+            crc32,
+            whole: OnceLock::new(),
+        }
+    }
+
+    /// The bytes, when they match their checksum.
+    pub(super) fn checked(&self) -> Option<&bytes::Bytes> {
+        let whole = *self
+            .whole
+            .get_or_init(|| crc32fast::hash(&self.bytes) == self.crc32);
+        whole.then_some(&self.bytes)
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.bytes.len()
+    }
+}
+
 /// A part of a generation decoded from its Arrow IPC stream ([`Lazy`]).
 pub(super) trait Decoded: Sized {
     /// The part in `batch` of a generation of `objects` objects; an error when it is not one.

@@ -215,6 +215,12 @@ impl Strs {
         (0..self.len()).map(|i| self.get(i))
     }
 
+    /// The position of the string `cmp` finds (its order against what is sought), the strings
+    /// being in that order.
+    pub fn search(&self, cmp: impl Fn(&str) -> std::cmp::Ordering) -> Option<usize> {
+        super::search(self.len(), |i| cmp(self.get(i)))
+    }
+
     /// The bytes it holds.
     pub fn memory_bytes(&self) -> usize {
         self.ends.memory_bytes() + self.pool.len()

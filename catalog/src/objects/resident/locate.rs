@@ -200,9 +200,6 @@ impl ContentFiles {
         Some(out.into_bytes())
     }
 
-    /// Takes the key hashes [`keep`](Self::keep) wrote, for the files not yet held that are
-    /// still there with their size: only their footers are read. Bytes not in that form, and
-    /// a file that cannot be opened, are passed over (its keys are read when first wanted).
     /// [`adopt`](Self::adopt) at the first lookup that needs content, not now.
     pub fn adopt_later(&self, bytes: bytes::Bytes) {
         if let Ok(mut p) = self.pending.lock() {
@@ -220,6 +217,9 @@ impl ContentFiles {
         }
     }
 
+    /// Takes the key hashes [`keep`](Self::keep) wrote, for the files not yet held that are
+    /// still there with their size: only their footers are read. Bytes not in that form, and
+    /// a file that cannot be opened, are passed over (its keys are read when first wanted).
     pub fn adopt(&self, bytes: &[u8]) {
         let mut r = In::new(bytes);
         if r.bytes() != Some(KEPT) {

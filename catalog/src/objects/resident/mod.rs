@@ -138,9 +138,9 @@ pub struct Generation {
     /// The edges of the selected revisions; `None` when the graph tables could not be held,
     /// or a representation has no name or hash (CONTEXT FOR then keeps the Parquet plan).
     edges: Lazy<Edges>,
-    /// What the engine kept with the generation in its snapshot file, by name, with the
-    /// CRC-32 each is checked against when asked for.
-    kept: std::collections::BTreeMap<String, (bytes::Bytes, u32)>,
+    /// What the engine kept with the generation in its snapshot file, by name, each checked
+    /// against its CRC-32 when first asked for.
+    kept: std::collections::BTreeMap<String, context::KeptPart>,
     /// The ids, sorted, that some row of the tables names but that the generation does not
     /// hold (an object with no record or no revision, or rows of an unknown object): a
     /// refresh that meets one of them reads its earlier rows ([`refresh`]).
@@ -373,7 +373,11 @@ impl Generation {
             + self.postings.bytes.len()
             + self.reps.memory_bytes()
             + self.edges.memory_bytes()
-            + self.kept.values().map(|(b, _)| b.len()).sum::<usize>()
+            + self
+                .kept
+                .values()
+                .map(context::KeptPart::len)
+                .sum::<usize>()
             + self.orphans.iter().map(|o| o.len() + 24).sum::<usize>()
     }
 
@@ -586,13 +590,19 @@ fn add(ordinals: &mut Vec<u32>, o: u32) {
 /// The ordinal of the object `id` among the first `n` of a generation's `ids` (its ordinals
 /// are the ids in byte order), if held.
 pub fn ordinal_of(ids: &StringColumn, n: usize, id: &str) -> Option<u32> {
+    search(n, |i| ids.value(i).cmp(id)).map(|i| i as u32)
+}
+
+/// The position under `n` at which `cmp` (a position's order against what is sought, the
+/// positions in that order) is `Equal`: a binary search over positions rather than a slice.
+pub(crate) fn search(n: usize, cmp: impl Fn(usize) -> std::cmp::Ordering) -> Option<usize> {
     let (mut lo, mut hi) = (0usize, n);
     while lo < hi {
-        let mid = (lo + hi) / 2;
-        match ids.value(mid).cmp(id) {
+        let mid = lo + (hi - lo) / 2;
+        match cmp(mid) {
             std::cmp::Ordering::Less => lo = mid + 1,
             std::cmp::Ordering::Greater => hi = mid,
-            std::cmp::Ordering::Equal => return Some(mid as u32),
+            std::cmp::Ordering::Equal => return Some(mid),
         }
     }
     None

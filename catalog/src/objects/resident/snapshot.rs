@@ -28,7 +28,7 @@ use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef, UInt32Type};
 
 use super::columns::{corrupt, from_ipc, ipc};
-use super::context::Lazy;
+use super::context::{KeptPart, Lazy};
 use super::{
     FIND_COLUMNS, Generation, KIND, NO_KIND, Postings, SNAPSHOT_MAGIC, TOMBSTONED, u64_at,
 };
@@ -118,9 +118,10 @@ struct Header {
     /// decoded).
     directory_crc32: u32,
     orphans: Vec<String>,
-    /// The per-object columns held as string or binary views, which the file keeps as large
-    /// strings or binaries (Arrow validates a view array string by string, a large string
-    /// array in one pass over its bytes; opened, they are views into the file again).
+    /// The per-object columns declared as string or binary views, which the file keeps as
+    /// large strings or binaries (Arrow validates a view array string by string, a large
+    /// string array in one pass over its bytes); opened, they stay so, cast to views only for
+    /// the rows an answer takes.
     views: Vec<usize>,
 }
 
@@ -287,7 +288,7 @@ impl Generation {
         let kept = h
             .kept
             .iter()
-            .map(|(name, p)| Ok((name.clone(), (p.of(&bytes, name)?, p.crc32))))
+            .map(|(name, p)| Ok((name.clone(), KeptPart::of(p.of(&bytes, name)?, p.crc32))))
             .collect::<Result<_>>()?;
         Ok((
             h.key,
@@ -312,8 +313,7 @@ impl Generation {
     /// [`to_snapshot`](Self::to_snapshot)); `None` for a generation built in this process, or
     /// when its part does not match its checksum.
     pub fn kept(&self, name: &str) -> Option<&bytes::Bytes> {
-        let (bytes, crc32) = self.kept.get(name)?;
-        (crc32fast::hash(bytes) == *crc32).then_some(bytes)
+        self.kept.get(name)?.checked()
     }
 
     /// Whether every part of the generation is whole: its representations and edges decode
