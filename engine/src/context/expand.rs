@@ -464,7 +464,7 @@ impl Graph {
                 hops: 0,
                 from: n,
                 via: 0,
-                prev: None,
+                prev: 0,
             };
             frontier.push(n);
             seed_nodes.push(n);
@@ -502,7 +502,7 @@ impl Graph {
                                 .get(rel as usize)
                                 .cmp(&self.rel16.get(old.via as usize)),
                         )
-                        .then(Some(u).cmp(&old.prev))
+                        .then((u + 1).cmp(&old.prev))
                         .is_lt();
                 if better {
                     best[v as usize] = NodeStep {
@@ -510,7 +510,7 @@ impl Graph {
                         hops,
                         from,
                         via: rel,
-                        prev: Some(u),
+                        prev: u + 1,
                     };
                 }
                 better
@@ -565,8 +565,12 @@ struct NodeStep {
     from: u32,
     /// The relation of the last edge.
     via: u32,
-    prev: Option<u32>,
+    /// The previous node plus one (0: none, a seed), so it orders as `Option<u32>` would
+    /// and the step takes 24 bytes, not 32.
+    prev: u32,
 }
+
+const _: () = assert!(std::mem::size_of::<NodeStep>() == 24);
 
 impl NodeStep {
     const UNREACHED: NodeStep = NodeStep {
@@ -574,7 +578,7 @@ impl NodeStep {
         hops: UNREACHED,
         from: 0,
         via: 0,
-        prev: None,
+        prev: 0,
     };
 
     /// Reached through at least one hop.
@@ -625,9 +629,10 @@ impl Expansion {
         let names = &self.graph.names;
         let name = |n: u32| names.get(n as usize).to_string();
         let mut path = vec![name(self.graph.object(id)?)];
-        let mut cur = step.prev;
+        let previous = |prev: u32| prev.checked_sub(1);
+        let mut cur = previous(step.prev);
         while let Some(p) = cur {
-            cur = self.best.get(p as usize).and_then(|s| s.prev);
+            cur = self.best.get(p as usize).and_then(|s| previous(s.prev));
             path.push(name(p));
         }
         path.reverse();

@@ -22,6 +22,7 @@
 
 use std::sync::Arc;
 
+use datafusion::arrow::buffer::ScalarBuffer;
 use datafusion::common::HashMap;
 use signalql_catalog::objects::resident::{
     Generation, PACKABLE, Reps, RoaringBitmap, SECRET, ordinal_of, role_bit,
@@ -48,8 +49,9 @@ const ANY_ELIGIBLE: u8 = 2;
 /// What the engine derives from a generation once (kept with it).
 struct Facts {
     ids: StringColumn,
-    revision: Vec<i64>,
-    created: Vec<i64>,
+    /// In place in the generation's columns where they hold Int64 and microseconds.
+    revision: ScalarBuffer<i64>,
+    created: ScalarBuffer<i64>,
     /// Per object, its project's code (`NONE`: NULL) in `projects`.
     project: Words<u32>,
     projects: HashMap<String, u32>,
@@ -396,17 +398,13 @@ pub(crate) const FACTS: &str = "facts";
 const KEPT: &[u8] = b"signalql-facts-1";
 
 /// The ids, revision numbers and creation times (µs) of `g`'s objects, by ordinal.
-fn identity(g: &Generation) -> Option<(StringColumn, Vec<i64>, Vec<i64>)> {
+fn identity(g: &Generation) -> Option<(StringColumn, ScalarBuffer<i64>, ScalarBuffer<i64>)> {
     let ids = StringColumn::try_new(g.column("object_id")?.as_ref()).ok()?;
-    let revision = g
-        .numbers("revision")?
-        .into_iter()
-        .collect::<Option<Vec<_>>>()?;
-    let created = g
-        .numbers("created_at")?
-        .into_iter()
-        .collect::<Option<Vec<_>>>()?;
-    Some((ids, revision, created))
+    Some((
+        ids,
+        g.whole_numbers("revision")?,
+        g.whole_numbers("created_at")?,
+    ))
 }
 
 /// What CONTEXT FOR derives from `g`, in the form its snapshot file keeps (see

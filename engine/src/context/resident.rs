@@ -88,14 +88,28 @@ pub const SNAPSHOTS: &str = "_signalql/resident";
 /// The snapshot file of the generation of the tables `key` names, in this build's format (a
 /// file of another format has another name, so writing never meets one).
 fn snapshot_name(key: &[String]) -> String {
+    format!(
+        "{SNAPSHOTS}/{}.snapshot",
+        key_hash(key, signalql_catalog::objects::resident::SNAPSHOT_MAGIC)
+    )
+}
+
+/// The name a bundle's pin gives the generation it was decided from: a hash of its key
+/// alone. Not the snapshot file's name, which also hashes the file format, so that a new
+/// format (a rebuilt file of the same tables) still recomputes old bundles from the index.
+fn generation_name(key: &[String]) -> String {
+    format!("generation:{}", key_hash(key, b""))
+}
+
+fn key_hash(key: &[String], salt: &[u8]) -> String {
     use sha2::{Digest, Sha256};
     let mut h = Sha256::new();
-    h.update(signalql_catalog::objects::resident::SNAPSHOT_MAGIC);
+    h.update(salt);
     for k in key {
         h.update(k.as_bytes());
         h.update([0]);
     }
-    format!("{SNAPSHOTS}/{}.snapshot", hex::encode(&h.finalize()[..16]))
+    hex::encode(&h.finalize()[..16])
 }
 
 /// The generation of the snapshot file for `key`, when there is one and it is whole and was
@@ -286,8 +300,8 @@ impl Resident {
         Ok(keyed.map(|k| k.generation))
     }
 
-    /// [`generation`](Self::generation) with a name of its key (the name of its snapshot
-    /// file): a bundle decided from it keeps the name as its pin (context/build.rs).
+    /// [`generation`](Self::generation) with a name of its key ([`generation_name`]): a
+    /// bundle decided from it keeps the name as its pin (context/build.rs).
     pub(crate) async fn pinned(
         &self,
         ctx: &SessionContext,
@@ -295,7 +309,7 @@ impl Resident {
         exec: &Executor,
     ) -> Result<Option<(String, Arc<Generation>, Standing)>> {
         let keyed = Box::pin(self.keyed(ctx, catalog, exec, !self.snapshots_only, false)).await?;
-        Ok(keyed.map(|k| (snapshot_name(&k.key), k.generation, k.standing)))
+        Ok(keyed.map(|k| (generation_name(&k.key), k.generation, k.standing)))
     }
 
     /// [`generation`](Self::generation) with its key; `build`: built when neither held nor in

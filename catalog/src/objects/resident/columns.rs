@@ -3,7 +3,7 @@
 //! the error of a snapshot that is not whole.
 
 use datafusion::arrow::array::{Array, AsArray, RecordBatch};
-use datafusion::arrow::buffer::Buffer;
+use datafusion::arrow::buffer::{Buffer, ScalarBuffer};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Int64Type, TimeUnit, TimestampMicrosecondType};
 use datafusion::arrow::ipc::reader::StreamDecoder;
@@ -28,6 +28,31 @@ pub(super) fn micros(array: &dyn Array) -> Option<Vec<Option<i64>>> {
     .ok()?;
     let p = as_micros.as_primitive::<TimestampMicrosecondType>();
     Some(p.iter().collect())
+}
+
+/// `array` as whole integers in place: the values of a timestamp in microseconds or an Int64
+/// with no NULL are the array's own buffer (no copy, a snapshot's mapping); another
+/// timestamp unit or integer type is converted. `None` when it is neither, or holds a NULL.
+pub(super) fn whole_numbers(array: &dyn Array) -> Option<ScalarBuffer<i64>> {
+    if array.null_count() > 0 {
+        return None;
+    }
+    match array.data_type() {
+        DataType::Timestamp(TimeUnit::Microsecond, _) => Some(
+            array
+                .as_primitive::<TimestampMicrosecondType>()
+                .values()
+                .clone(),
+        ),
+        DataType::Int64 => Some(array.as_primitive::<Int64Type>().values().clone()),
+        _ => {
+            let numbers = micros(array).or_else(|| integers(array))?;
+            numbers
+                .into_iter()
+                .collect::<Option<Vec<i64>>>()
+                .map(ScalarBuffer::from)
+        }
+    }
 }
 
 /// `array` as Int64, `None` when it is not an integer column.

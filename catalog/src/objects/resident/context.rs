@@ -12,14 +12,15 @@
 //!   object's node, and derivations), the ordinal of the object it belongs to (its liveness
 //!   at T decides whether the edge counts) and its two node names and relation.
 
+use std::borrow::Cow;
 use std::ops::Range;
 use std::sync::{Arc, OnceLock};
 
 use datafusion::arrow::array::{
-    Array, ArrayRef, AsArray, BooleanArray, Int64Array, ListArray, ListBuilder, RecordBatch,
-    StringArray, StringBuilder, UInt32Array,
+    Array, ArrayRef, AsArray, BooleanArray, DictionaryArray, FixedSizeBinaryArray, Int64Array,
+    ListArray, ListBuilder, RecordBatch, StringArray, StringBuilder, UInt16Array, UInt32Array,
 };
-use datafusion::arrow::datatypes::{DataType, Field, Schema, UInt32Type};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, UInt16Type, UInt32Type};
 use signalql_udfs::strings::StringColumn;
 
 use super::columns::{batch_bytes, corrupt, from_ipc, integers, read, strings};
@@ -59,13 +60,50 @@ pub(super) struct RepRow {
     pub roles: Vec<Arc<str>>,
 }
 
+/// A dictionary of strings keyed by u16: a representation's name and media type take few
+/// values.
+fn words() -> DataType {
+    DataType::Dictionary(Box::new(DataType::UInt16), Box::new(DataType::Utf8))
+}
+
+/// The bytes of a lower-case hex SHA-256 (what ingest and `gen` write), kept as 32 bytes
+/// instead of 64 characters; `None` for any other text, which is kept as written.
+fn sha256_bytes(hash: &str) -> Option<[u8; 32]> {
+    let mut out = [0u8; 32];
+    let lower = hash.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+    (hash.len() == 64 && lower && hex::decode_to_slice(hash, &mut out).is_ok()).then_some(out)
+}
+
+/// A column of `values` by u16 keys (an error past 65 536 distinct values).
+fn dictionary<'a>(values: impl Iterator<Item = &'a str>) -> Result<ArrayRef> {
+    let mut seen: Vec<&str> = Vec::new();
+    let mut index = std::collections::HashMap::new();
+    let keys = values
+        .map(|v| {
+            let next = seen.len();
+            let k = *index.entry(v).or_insert_with(|| {
+                seen.push(v);
+                next
+            });
+            u16::try_from(k)
+                .map_err(|_| corrupt("representations of more than 65 536 names or media types"))
+        })
+        .collect::<Result<UInt16Array>>()?;
+    Ok(Arc::new(DictionaryArray::<UInt16Type>::try_new(
+        keys,
+        Arc::new(StringArray::from_iter_values(seen)),
+    )?))
+}
+
 fn reps_schema() -> Arc<Schema> {
     Arc::new(Schema::new(vec![
         Field::new("ordinal", DataType::UInt32, false),
-        Field::new("name", DataType::Utf8, false),
-        Field::new("media_type", DataType::Utf8, false),
+        Field::new("name", words(), false),
+        Field::new("media_type", words(), false),
         Field::new("content_ref", DataType::Utf8, true),
-        Field::new("content_hash", DataType::Utf8, false),
+        // A SHA-256 as its bytes, else the hash as text (exactly one of the two is set).
+        Field::new("content_sha256", DataType::FixedSizeBinary(32), true),
+        Field::new("content_hash", DataType::Utf8, true),
         Field::new("tokens", DataType::Int64, true),
         Field::new("stored", DataType::Boolean, false),
         Field::new(
@@ -83,9 +121,10 @@ pub struct Reps {
     /// Per ordinal, where its representations start (one more entry than objects).
     start: Vec<u32>,
     flags: Vec<u16>,
-    names: StringArray,
-    media: StringArray,
+    names: Words,
+    media: Words,
     refs: StringArray,
+    sha256: FixedSizeBinaryArray,
     hashes: StringArray,
     tokens: Int64Array,
     stored: BooleanArray,
@@ -106,16 +145,20 @@ impl Reps {
         }
         let arrays: Vec<ArrayRef> = vec![
             Arc::new(UInt32Array::from_iter_values(rows.iter().map(|r| r.o))),
-            Arc::new(StringArray::from_iter_values(rows.iter().map(|r| &*r.name))),
-            Arc::new(StringArray::from_iter_values(
-                rows.iter().map(|r| &*r.media),
-            )),
+            dictionary(rows.iter().map(|r| &*r.name))?,
+            dictionary(rows.iter().map(|r| &*r.media))?,
             Arc::new(StringArray::from_iter(
                 rows.iter().map(|r| r.content_ref.as_deref()),
             )),
-            Arc::new(StringArray::from_iter_values(
-                rows.iter().map(|r| r.content_hash.as_str()),
-            )),
+            Arc::new(FixedSizeBinaryArray::try_from_sparse_iter_with_size(
+                rows.iter().map(|r| sha256_bytes(&r.content_hash)),
+                32,
+            )?),
+            Arc::new(StringArray::from_iter(rows.iter().map(|r| {
+                sha256_bytes(&r.content_hash)
+                    .is_none()
+                    .then_some(r.content_hash.as_str())
+            }))),
             Arc::new(Int64Array::from_iter(rows.iter().map(|r| r.tokens))),
             Arc::new(BooleanArray::from_iter(rows.iter().map(|r| Some(r.stored)))),
             Arc::new(roles.finish()),
@@ -141,15 +184,25 @@ impl Reps {
                 .cloned()
                 .ok_or_else(bad)
         };
-        let (names, media, refs, hashes) = (s(1)?, s(2)?, s(3)?, s(4)?);
+        let w = |i: usize| Words::of(batch.column(i)).ok_or_else(bad);
+        let (names, media, refs, hashes) = (w(1)?, w(2)?, s(3)?, s(5)?);
+        let sha256 = batch
+            .column(4)
+            .as_fixed_size_binary_opt()
+            .cloned()
+            .ok_or_else(bad)?;
+        // Exactly one form of each hash.
+        if (0..batch.num_rows()).any(|r| sha256.is_valid(r) == hashes.is_valid(r)) {
+            return Err(bad());
+        }
         let tokens = batch
-            .column(5)
+            .column(6)
             .as_primitive_opt::<datafusion::arrow::datatypes::Int64Type>()
             .cloned()
             .ok_or_else(bad)?;
-        let stored = batch.column(6).as_boolean_opt().cloned().ok_or_else(bad)?;
+        let stored = batch.column(7).as_boolean_opt().cloned().ok_or_else(bad)?;
         let roles = batch
-            .column(7)
+            .column(8)
             .as_list_opt::<i32>()
             .cloned()
             .ok_or_else(bad)?;
@@ -191,6 +244,7 @@ impl Reps {
             names,
             media,
             refs,
+            sha256,
             hashes,
             tokens,
             stored,
@@ -224,8 +278,12 @@ impl Reps {
         self.refs.is_valid(r).then(|| self.refs.value(r))
     }
 
-    pub fn content_hash(&self, r: usize) -> &str {
-        self.hashes.value(r)
+    pub fn content_hash(&self, r: usize) -> Cow<'_, str> {
+        if self.sha256.is_valid(r) {
+            Cow::Owned(hex::encode(self.sha256.value(r)))
+        } else {
+            Cow::Borrowed(self.hashes.value(r))
+        }
     }
 
     /// The chars-div-4-v1 token count (`None`: none, so not packed).
@@ -247,6 +305,32 @@ impl Reps {
 
     pub(super) fn memory_bytes(&self) -> usize {
         batch_bytes(&self.batch) + self.start.len() * 4 + self.flags.len() * 2
+    }
+}
+
+/// A dictionary column of strings by u16 keys, checked once when opened.
+#[derive(Debug)]
+struct Words {
+    keys: UInt16Array,
+    values: StringArray,
+}
+
+impl Words {
+    /// `None` when `column` is not one, or a key points past its values.
+    fn of(column: &ArrayRef) -> Option<Words> {
+        let d = column.as_dictionary_opt::<UInt16Type>()?;
+        let values = d.values().as_string_opt::<i32>()?.clone();
+        let n = values.len();
+        let whole =
+            d.keys().null_count() == 0 && d.keys().values().iter().all(|&k| (k as usize) < n);
+        whole.then(|| Words {
+            keys: d.keys().clone(),
+            values,
+        })
+    }
+
+    fn value(&self, r: usize) -> &str {
+        self.values.value(self.keys.value(r) as usize)
     }
 }
 
@@ -510,5 +594,52 @@ impl<T: Decoded> Lazy<T> {
             .get()
             .and_then(Option::as_ref)
             .map_or(0, T::memory_bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::columns::ipc;
+    use super::*;
+
+    fn row(o: u32, name: &str, hash: &str) -> RepRow {
+        RepRow {
+            o,
+            name: Arc::from(name),
+            media: Arc::from("text/markdown"),
+            content_ref: None,
+            content_hash: hash.to_string(),
+            tokens: Some(3),
+            stored: false,
+            roles: vec![Arc::from("secret")],
+        }
+    }
+
+    #[test]
+    fn representations_keep_their_hashes_and_names_through_a_snapshot() {
+        let sha = "0123456789abcdef".repeat(4);
+        let rows = vec![
+            row(1, "text", &sha),
+            row(0, "summary", "not-a-sha"),
+            row(0, "text", &sha.to_uppercase()),
+        ];
+        let built = Reps::build(rows, 2).unwrap();
+        let bytes = ipc(built.batch()).unwrap();
+        let reps = Reps::open(from_ipc(bytes.into(), "representations").unwrap(), 2).unwrap();
+        let got: Vec<_> = (0..3)
+            .map(|r| (reps.name(r).to_string(), reps.content_hash(r).into_owned()))
+            .collect();
+        // Sorted by ordinal then name; a hash that is not lower-case hex is kept as written.
+        assert_eq!(
+            got,
+            vec![
+                ("summary".to_string(), "not-a-sha".to_string()),
+                ("text".to_string(), sha.to_uppercase()),
+                ("text".to_string(), sha.clone()),
+            ]
+        );
+        assert_eq!(reps.media_type(2), "text/markdown");
+        assert_eq!(reps.of(1), 2..3);
+        assert_ne!(reps.flags(0) & SECRET, 0);
     }
 }

@@ -31,6 +31,7 @@ use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, GenericListArray, Int64Array, OffsetSizeTrait, RecordBatch,
     UInt32Array,
 };
+use datafusion::arrow::buffer::ScalarBuffer;
 use datafusion::arrow::compute::{cast, take};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::common::HashMap;
@@ -150,7 +151,7 @@ pub struct Generation {
 }
 
 /// The bytes a snapshot file starts with.
-pub const SNAPSHOT_MAGIC: &[u8; 20] = b"signalql-resident-6\n";
+pub const SNAPSHOT_MAGIC: &[u8; 20] = b"signalql-resident-7\n";
 
 /// A directory entry of [`Postings`]: the term's offset and length in the pool (little-endian
 /// u64, u32), then per tier [`TIER`] bytes: its bitmap's offset and length in the blob and
@@ -398,11 +399,11 @@ impl Generation {
         self.columns.column_by_name(name)
     }
 
-    /// The per-object column `name` as integers: a timestamp in microseconds, an integer as
-    /// Int64; `None` when it is neither.
-    pub fn numbers(&self, name: &str) -> Option<Vec<Option<i64>>> {
-        let a = self.column(name)?;
-        micros(a.as_ref()).or_else(|| integers(a.as_ref()))
+    /// The per-object column `name` as integers (a timestamp in microseconds, an integer as
+    /// Int64) when none is NULL; in place where the column already holds microseconds or
+    /// Int64 (a snapshot's mapping: nothing copied). `None` when it is neither or has a NULL.
+    pub fn whole_numbers(&self, name: &str) -> Option<ScalarBuffer<i64>> {
+        columns::whole_numbers(self.column(name)?.as_ref())
     }
 
     /// Whether the object `o` is live at `t` (microseconds).
