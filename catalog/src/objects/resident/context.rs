@@ -18,9 +18,9 @@ use std::sync::{Arc, OnceLock};
 
 use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, BooleanArray, DictionaryArray, FixedSizeBinaryArray, Int64Array,
-    ListArray, ListBuilder, RecordBatch, StringArray, StringBuilder, UInt16Array, UInt32Array,
+    ListArray, ListBuilder, RecordBatch, StringArray, StringBuilder, UInt32Array,
 };
-use datafusion::arrow::datatypes::{DataType, Field, Schema, UInt16Type, UInt32Type};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, UInt32Type};
 use signalql_udfs::strings::StringColumn;
 
 use super::columns::{batch_bytes, corrupt, from_ipc, integers, read, strings};
@@ -60,10 +60,10 @@ pub(super) struct RepRow {
     pub roles: Vec<Arc<str>>,
 }
 
-/// A dictionary of strings keyed by u16: a representation's name and media type take few
-/// values.
+/// A dictionary of strings keyed by u32: a representation's name and media type take few
+/// values (u32 keys, so that no number of distinct names can fail a build).
 fn words() -> DataType {
-    DataType::Dictionary(Box::new(DataType::UInt16), Box::new(DataType::Utf8))
+    DataType::Dictionary(Box::new(DataType::UInt32), Box::new(DataType::Utf8))
 }
 
 /// The bytes of a lower-case hex SHA-256 (what ingest and `gen` write), kept as 32 bytes
@@ -74,7 +74,7 @@ fn sha256_bytes(hash: &str) -> Option<[u8; 32]> {
     (hash.len() == 64 && lower && hex::decode_to_slice(hash, &mut out).is_ok()).then_some(out)
 }
 
-/// A column of `values` by u16 keys (an error past 65 536 distinct values).
+/// A column of `values` by u32 keys.
 fn dictionary<'a>(values: impl Iterator<Item = &'a str>) -> Result<ArrayRef> {
     let mut seen: Vec<&str> = Vec::new();
     let mut index = std::collections::HashMap::new();
@@ -85,11 +85,10 @@ fn dictionary<'a>(values: impl Iterator<Item = &'a str>) -> Result<ArrayRef> {
                 seen.push(v);
                 next
             });
-            u16::try_from(k)
-                .map_err(|_| corrupt("representations of more than 65 536 names or media types"))
+            u32::try_from(k).map_err(|_| corrupt("too many representation names"))
         })
-        .collect::<Result<UInt16Array>>()?;
-    Ok(Arc::new(DictionaryArray::<UInt16Type>::try_new(
+        .collect::<Result<UInt32Array>>()?;
+    Ok(Arc::new(DictionaryArray::<UInt32Type>::try_new(
         keys,
         Arc::new(StringArray::from_iter_values(seen)),
     )?))
@@ -308,17 +307,17 @@ impl Reps {
     }
 }
 
-/// A dictionary column of strings by u16 keys, checked once when opened.
+/// A dictionary column of strings by u32 keys, checked once when opened.
 #[derive(Debug)]
 struct Words {
-    keys: UInt16Array,
+    keys: UInt32Array,
     values: StringArray,
 }
 
 impl Words {
     /// `None` when `column` is not one, or a key points past its values.
     fn of(column: &ArrayRef) -> Option<Words> {
-        let d = column.as_dictionary_opt::<UInt16Type>()?;
+        let d = column.as_dictionary_opt::<UInt32Type>()?;
         let values = d.values().as_string_opt::<i32>()?.clone();
         let n = values.len();
         let whole =
