@@ -120,14 +120,14 @@ pub(crate) struct Lent<'a, T: Copy> {
 }
 
 impl<T: Copy> std::ops::Deref for Lent<'_, T> {
-    type Target = [T];
-    fn deref(&self) -> &[T] {
+    type Target = Vec<T>;
+    fn deref(&self) -> &Vec<T> {
         &self.v
     }
 }
 
 impl<T: Copy> std::ops::DerefMut for Lent<'_, T> {
-    fn deref_mut(&mut self) -> &mut [T] {
+    fn deref_mut(&mut self) -> &mut Vec<T> {
         &mut self.v
     }
 }

@@ -71,6 +71,11 @@ struct Facts {
     /// its eligibility), so it does not fault in fresh pages for them each time.
     sums: Pool<i64>,
     eligible: Pool<bool>,
+    /// Lists of up to one entry per object (the seeds by ordinal and by node, the scored),
+    /// lent the same way: at a million objects, tens of megabytes a statement.
+    ordinals: Pool<u32>,
+    seeds: Pool<(u32, i64)>,
+    scored: Pool<(i64, u32)>,
 }
 
 /// A bitmap per rejection predicate (DESIGN.md §5, "Scale"), over ordinals: those that do not
@@ -286,6 +291,9 @@ impl Facts {
             predicates: Predicates::empty(),
             sums: Pool::default(),
             eligible: Pool::default(),
+            ordinals: Pool::default(),
+            seeds: Pool::default(),
+            scored: Pool::default(),
         })
     }
 
@@ -377,6 +385,9 @@ impl Facts {
             predicates: Predicates::empty(),
             sums: Pool::default(),
             eligible: Pool::default(),
+            ordinals: Pool::default(),
+            seeds: Pool::default(),
+            scored: Pool::default(),
         })
     }
 
@@ -476,7 +487,7 @@ pub(crate) fn decide(
     // Dense per ordinal (a common-term task makes nearly every object a seed); `held`
     // lists the ordinals with a sum, in ordinal order (expansion's frontier starts sorted).
     let mut sums = f.sums.lend(n, 0);
-    let mut held: Vec<u32> = Vec::new();
+    let mut held = f.ordinals.lend(0, 0);
     for [title, summary, other] in tiers.iter().flatten() {
         for (tier, w) in [title, summary, other].into_iter().zip(weights) {
             for o in tier {
@@ -504,14 +515,14 @@ pub(crate) fn decide(
     // Expansion from the seeds in the graph: first every node's best score (exact, without
     // the path), then, once the threshold is known, the paths from the seeds that can still
     // reach it (below).
-    let graph_seeds: Vec<(u32, i64)> = match p.max_depth > 0 && !f.graph.names().is_empty() {
-        true => held
-            .iter()
-            .map(|&o| (f.ordinal_node.get(o as usize), lexical(sums[o as usize])))
-            .filter(|&(node, _)| node != NONE)
-            .collect(),
-        false => Vec::new(),
-    };
+    let mut graph_seeds = f.seeds.lend(0, (0, 0));
+    if p.max_depth > 0 && !f.graph.names().is_empty() {
+        graph_seeds.extend(
+            held.iter()
+                .map(|&o| (f.ordinal_node.get(o as usize), lexical(sums[o as usize])))
+                .filter(|&(node, _)| node != NONE),
+        );
+    }
     let passable = |node: u32| {
         let o = f.node_ordinal.get(node as usize);
         o != NONE && eligible[o as usize]
@@ -541,22 +552,20 @@ pub(crate) fn decide(
     let scores_of = |o: u32| (lexical(sums[o as usize]), propagated[o as usize]);
     // PREFER terms satisfied, per (state, trust) codes met (none without PREFER).
     let mut boosts: HashMap<(u32, u32), usize> = HashMap::new();
-    let mut scored: Vec<(i64, u32)> = relevant
-        .iter()
-        .map(|&o| {
-            let (lex, prop) = scores_of(o);
-            let k = match p.prefer.is_empty() {
-                true => 0,
-                false => {
-                    let c = f.codes.get(o as usize);
-                    *boosts.entry((c[0], c[1])).or_insert_with(|| {
-                        satisfied(p, f.name(o as usize, 0), f.name(o as usize, 1)).len()
-                    })
-                }
-            };
-            (boost(lex.max(prop), k), o)
-        })
-        .collect();
+    let mut scored = f.scored.lend(0, (0, 0));
+    scored.extend(relevant.iter().map(|&o| {
+        let (lex, prop) = scores_of(o);
+        let k = match p.prefer.is_empty() {
+            true => 0,
+            false => {
+                let c = f.codes.get(o as usize);
+                *boosts.entry((c[0], c[1])).or_insert_with(|| {
+                    satisfied(p, f.name(o as usize, 0), f.name(o as usize, 1)).len()
+                })
+            }
+        };
+        (boost(lex.max(prop), k), o)
+    }));
     let expanded = relevant
         .iter()
         .filter(|&&o| {
@@ -573,7 +582,7 @@ pub(crate) fn decide(
     };
     let mut over: Vec<(u32, Reason)> = Vec::new();
     let mut ranked: Vec<u32> = Vec::new();
-    for &(score, o) in &scored {
+    for &(score, o) in scored.iter() {
         if score < threshold {
             over.push((o, Reason::MaxObjects));
         } else {
