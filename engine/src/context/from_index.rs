@@ -67,12 +67,18 @@ struct Facts {
     /// Per ordinal, its graph node (`NONE`: no edges).
     ordinal_node: Words<u32>,
     predicates: Predicates,
-    /// Buffers of one entry per object a statement borrows (its sums and propagated scores,
-    /// its eligibility), so it does not fault in fresh pages for them each time.
+    /// What a statement borrows of one entry per object.
+    loans: Loans,
+}
+
+/// Buffers of one entry per object a statement borrows, so it does not fault in fresh pages
+/// for them each time (at a million objects, tens of megabytes a statement): its sums and
+/// propagated scores, its eligibility, and the lists of up to one entry per object (the
+/// seeds by ordinal and by node, the scored).
+#[derive(Default)]
+struct Loans {
     sums: Pool<i64>,
     eligible: Pool<bool>,
-    /// Lists of up to one entry per object (the seeds by ordinal and by node, the scored),
-    /// lent the same way: at a million objects, tens of megabytes a statement.
     ordinals: Pool<u32>,
     seeds: Pool<(u32, i64)>,
     scored: Pool<(i64, u32)>,
@@ -289,11 +295,7 @@ impl Facts {
             node_ordinal,
             ordinal_node,
             predicates: Predicates::empty(),
-            sums: Pool::default(),
-            eligible: Pool::default(),
-            ordinals: Pool::default(),
-            seeds: Pool::default(),
-            scored: Pool::default(),
+            loans: Loans::default(),
         })
     }
 
@@ -383,11 +385,7 @@ impl Facts {
             node_ordinal,
             ordinal_node,
             predicates: Predicates::empty(),
-            sums: Pool::default(),
-            eligible: Pool::default(),
-            ordinals: Pool::default(),
-            seeds: Pool::default(),
-            scored: Pool::default(),
+            loans: Loans::default(),
         })
     }
 
@@ -468,7 +466,7 @@ pub(crate) fn decide(
         }
     }
     rejected.sort_unstable_by_key(|&(o, _)| o);
-    let mut eligible = f.eligible.lend(n, false);
+    let mut eligible = f.loans.eligible.lend(n, false);
     for o in &eligible_set {
         eligible[o as usize] = true;
     }
@@ -486,8 +484,8 @@ pub(crate) fn decide(
     let weights = [TITLE_WEIGHT, SUMMARY_WEIGHT, TEXT_WEIGHT];
     // Dense per ordinal (a common-term task makes nearly every object a seed); `held`
     // lists the ordinals with a sum, in ordinal order (expansion's frontier starts sorted).
-    let mut sums = f.sums.lend(n, 0);
-    let mut held = f.ordinals.lend(0, 0);
+    let mut sums = f.loans.sums.lend(n, 0);
+    let mut held = f.loans.ordinals.lend(0, 0);
     for [title, summary, other] in tiers.iter().flatten() {
         for (tier, w) in [title, summary, other].into_iter().zip(weights) {
             for o in tier {
@@ -515,7 +513,7 @@ pub(crate) fn decide(
     // Expansion from the seeds in the graph: first every node's best score (exact, without
     // the path), then, once the threshold is known, the paths from the seeds that can still
     // reach it (below).
-    let mut graph_seeds = f.seeds.lend(0, (0, 0));
+    let mut graph_seeds = f.loans.seeds.lend(0, (0, 0));
     if p.max_depth > 0 && !f.graph.names().is_empty() {
         graph_seeds.extend(
             held.iter()
@@ -535,7 +533,7 @@ pub(crate) fn decide(
     // Per ordinal, the score propagated to those expansion reached through a hop; the
     // relevant are the seeds, then the objects only expansion reached.
     let seeds = held.len() as u64;
-    let mut propagated = f.sums.lend(n, 0);
+    let mut propagated = f.loans.sums.lend(n, 0);
     let mut relevant = held;
     if !graph_seeds.is_empty() {
         let scores = f.graph.scores(&graph_seeds, p.max_depth, &passable, &live);
@@ -552,7 +550,7 @@ pub(crate) fn decide(
     let scores_of = |o: u32| (lexical(sums[o as usize]), propagated[o as usize]);
     // PREFER terms satisfied, per (state, trust) codes met (none without PREFER).
     let mut boosts: HashMap<(u32, u32), usize> = HashMap::new();
-    let mut scored = f.scored.lend(0, (0, 0));
+    let mut scored = f.loans.scored.lend(0, (0, 0));
     scored.extend(relevant.iter().map(|&o| {
         let (lex, prop) = scores_of(o);
         let k = match p.prefer.is_empty() {

@@ -17,8 +17,8 @@ use std::ops::Range;
 use std::sync::{Arc, OnceLock};
 
 use datafusion::arrow::array::{
-    Array, ArrayRef, AsArray, BooleanArray, DictionaryArray, FixedSizeBinaryArray, Int64Array,
-    ListArray, ListBuilder, RecordBatch, StringArray, StringBuilder, UInt32Array,
+    Array, ArrayRef, AsArray, BooleanArray, FixedSizeBinaryArray, Int64Array, ListArray,
+    ListBuilder, RecordBatch, StringArray, StringBuilder, StringDictionaryBuilder, UInt32Array,
 };
 use datafusion::arrow::datatypes::{DataType, Field, Schema, UInt32Type};
 use signalql_udfs::strings::StringColumn;
@@ -74,24 +74,13 @@ fn sha256_bytes(hash: &str) -> Option<[u8; 32]> {
     (hash.len() == 64 && lower && hex::decode_to_slice(hash, &mut out).is_ok()).then_some(out)
 }
 
-/// A column of `values` by u32 keys.
+/// A column of `values` by u32 keys ([`words`]).
 fn dictionary<'a>(values: impl Iterator<Item = &'a str>) -> Result<ArrayRef> {
-    let mut seen: Vec<&str> = Vec::new();
-    let mut index = std::collections::HashMap::new();
-    let keys = values
-        .map(|v| {
-            let next = seen.len();
-            let k = *index.entry(v).or_insert_with(|| {
-                seen.push(v);
-                next
-            });
-            u32::try_from(k).map_err(|_| corrupt("too many representation names"))
-        })
-        .collect::<Result<UInt32Array>>()?;
-    Ok(Arc::new(DictionaryArray::<UInt32Type>::try_new(
-        keys,
-        Arc::new(StringArray::from_iter_values(seen)),
-    )?))
+    let mut b = StringDictionaryBuilder::<UInt32Type>::new();
+    for v in values {
+        b.append(v)?;
+    }
+    Ok(Arc::new(b.finish()))
 }
 
 fn reps_schema() -> Arc<Schema> {
@@ -120,8 +109,8 @@ pub struct Reps {
     /// Per ordinal, where its representations start (one more entry than objects).
     start: Vec<u32>,
     flags: Vec<u16>,
-    names: Words,
-    media: Words,
+    names: Dictionary,
+    media: Dictionary,
     refs: StringArray,
     sha256: FixedSizeBinaryArray,
     hashes: StringArray,
@@ -142,6 +131,8 @@ impl Reps {
             }
             roles.append(true);
         }
+        let sha256: Vec<Option<[u8; 32]>> =
+            rows.iter().map(|r| sha256_bytes(&r.content_hash)).collect();
         let arrays: Vec<ArrayRef> = vec![
             Arc::new(UInt32Array::from_iter_values(rows.iter().map(|r| r.o))),
             dictionary(rows.iter().map(|r| &*r.name))?,
@@ -150,14 +141,12 @@ impl Reps {
                 rows.iter().map(|r| r.content_ref.as_deref()),
             )),
             Arc::new(FixedSizeBinaryArray::try_from_sparse_iter_with_size(
-                rows.iter().map(|r| sha256_bytes(&r.content_hash)),
+                sha256.iter().copied(),
                 32,
             )?),
-            Arc::new(StringArray::from_iter(rows.iter().map(|r| {
-                sha256_bytes(&r.content_hash)
-                    .is_none()
-                    .then_some(r.content_hash.as_str())
-            }))),
+            Arc::new(StringArray::from_iter(rows.iter().zip(&sha256).map(
+                |(r, bytes)| bytes.is_none().then_some(r.content_hash.as_str()),
+            ))),
             Arc::new(Int64Array::from_iter(rows.iter().map(|r| r.tokens))),
             Arc::new(BooleanArray::from_iter(rows.iter().map(|r| Some(r.stored)))),
             Arc::new(roles.finish()),
@@ -183,7 +172,7 @@ impl Reps {
                 .cloned()
                 .ok_or_else(bad)
         };
-        let w = |i: usize| Words::of(batch.column(i)).ok_or_else(bad);
+        let w = |i: usize| Dictionary::of(batch.column(i)).ok_or_else(bad);
         let (names, media, refs, hashes) = (w(1)?, w(2)?, s(3)?, s(5)?);
         let sha256 = batch
             .column(4)
@@ -307,22 +296,23 @@ impl Reps {
     }
 }
 
-/// A dictionary column of strings by u32 keys, checked once when opened.
+/// A dictionary column of strings by u32 keys, read in place and checked once when opened
+/// (`StringColumn` would copy each key into a usize: 8 bytes per representation).
 #[derive(Debug)]
-struct Words {
+struct Dictionary {
     keys: UInt32Array,
     values: StringArray,
 }
 
-impl Words {
+impl Dictionary {
     /// `None` when `column` is not one, or a key points past its values.
-    fn of(column: &ArrayRef) -> Option<Words> {
+    fn of(column: &ArrayRef) -> Option<Dictionary> {
         let d = column.as_dictionary_opt::<UInt32Type>()?;
         let values = d.values().as_string_opt::<i32>()?.clone();
         let n = values.len();
         let whole =
             d.keys().null_count() == 0 && d.keys().values().iter().all(|&k| (k as usize) < n);
-        whole.then(|| Words {
+        whole.then(|| Dictionary {
             keys: d.keys().clone(),
             values,
         })
