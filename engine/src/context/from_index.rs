@@ -466,9 +466,19 @@ pub(crate) fn decide(
         }
     }
     rejected.sort_unstable_by_key(|&(o, _)| o);
-    let mut eligible = f.loans.eligible.lend(n, false);
-    for o in &eligible_set {
-        eligible[o as usize] = true;
+    // Per ordinal. Most objects are eligible as a rule: then all are set and the few
+    // rejected cleared. (Bitmaps are walked by `for_each`, whose fold runs a container at a
+    // time; a `for` loop's `next` goes through every level of the bitmap per element.)
+    let dense = eligible_set.len() * 2 > n as u64;
+    let mut eligible = f.loans.eligible.lend(n, dense);
+    if dense {
+        (&f.predicates.all - &eligible_set)
+            .iter()
+            .for_each(|o| eligible[o as usize] = false);
+    } else {
+        eligible_set
+            .iter()
+            .for_each(|o| eligible[o as usize] = true);
     }
 
     // Seeds: the eligible objects holding a task term, with their lexical-v1 sums.
@@ -488,7 +498,7 @@ pub(crate) fn decide(
     let mut held = f.loans.ordinals.lend(0, 0);
     for [title, summary, other] in tiers.iter().flatten() {
         for (tier, w) in [title, summary, other].into_iter().zip(weights) {
-            for o in tier {
+            tier.iter().for_each(|o| {
                 if eligible.get(o as usize).copied().unwrap_or(false) {
                     let sum = &mut sums[o as usize];
                     if *sum == 0 {
@@ -496,7 +506,7 @@ pub(crate) fn decide(
                     }
                     *sum += w;
                 }
-            }
+            });
         }
     }
     // Many seeds: one pass over the sums in order beats sorting them (at a million objects
