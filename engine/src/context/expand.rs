@@ -384,14 +384,7 @@ impl Graph {
             last.saturating_sub(1),
             passable,
             live,
-            |score, _, s, v, _| {
-                let (s, old) = (s >> 1, &mut score[v as usize]);
-                let better = *old == UNSCORED || s > *old;
-                if better {
-                    *old = s;
-                }
-                better
-            },
+            offer_half,
         );
         if last > 0 {
             self.last_scores_round(&mut score, &mut marks, &frontier, last, live, pull);
@@ -426,14 +419,13 @@ impl Graph {
         let degree = |u: u32| self.start.get(u as usize + 1) - self.start.get(u as usize);
         let pushed: u64 = frontier.iter().map(|&u| degree(u)).sum();
         let pulled = self.start.get(targets.end as usize) - self.start.get(targets.start as usize);
-        let better = |old: i64, s: i64| old == UNSCORED || s > old;
         let mark = |m: &mut u32| *m = (*m & !ROUND) | round;
         if pull.unwrap_or(pushed > pulled / 2) {
             // Improvements are written after the pass: a target is also a neighbour whose
             // value as the round began is what it offers. The values are read from a copy in
             // 32 bits when they fit (half the pages the reads land on: at a million objects,
             // within reach of the TLB).
-            let mut small = self.scratch.small.take(0, 0);
+            let mut small = self.scratch.small.lend(0, 0);
             small.extend(score.iter().map_while(|&s| match s {
                 UNSCORED => Some(i32::MIN),
                 s => i32::try_from(s).ok().filter(|&s| s != i32::MIN),
@@ -442,22 +434,22 @@ impl Graph {
                 true => self.pull(&small, score, marks, targets, live),
                 false => self.pull(score, score, marks, targets, live),
             };
-            self.scratch.small.give(small);
             for (v, s) in improved {
                 score[v as usize] = s;
                 mark(&mut marks[v as usize]);
             }
         } else {
-            // The frontier's values as the round began (a target may be on it).
+            // The push of `rounds`, onto the targets only and listing no next frontier (one
+            // round function shared with `rounds`, which lists it, was 41 -> 44 ms at a
+            // million zipf objects).
             let at_start: Vec<i64> = frontier.iter().map(|&u| score[u as usize]).collect();
             for (&u, s) in frontier.iter().zip(at_start) {
                 for [v, _, owner] in self.adjacency(u) {
                     if targets.contains(&v)
                         && marks[v as usize] & OPEN != 0
-                        && better(score[v as usize], s >> 1)
                         && (owner == NO_OWNER || live(owner))
+                        && offer_half(score, u, s, v, 0)
                     {
-                        score[v as usize] = s >> 1;
                         mark(&mut marks[v as usize]);
                     }
                 }
@@ -676,6 +668,17 @@ const UNREACHED: u32 = u32::MAX;
 
 /// The score of a node [`Graph::scores`] has not reached.
 pub const UNSCORED: i64 = i64::MIN;
+
+/// [`Graph::scores`]' offer: half of `s` to `v`, kept when it is higher than `v`'s score (or
+/// `v` has none).
+fn offer_half(score: &mut [i64], _: u32, s: i64, v: u32, _: u32) -> bool {
+    let (s, old) = (s >> 1, &mut score[v as usize]);
+    let better = *old == UNSCORED || s > *old;
+    if better {
+        *old = s;
+    }
+    better
+}
 
 /// A score as [`Graph::pull`] reads it: in full, or in 32 bits.
 trait Value: Copy + Ord {

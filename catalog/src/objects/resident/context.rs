@@ -20,6 +20,7 @@ use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, BooleanArray, FixedSizeBinaryArray, Int64Array, ListArray,
     ListBuilder, RecordBatch, StringArray, StringBuilder, StringDictionaryBuilder, UInt32Array,
 };
+use datafusion::arrow::buffer::BooleanBuffer;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, UInt32Type};
 use signalql_udfs::strings::StringColumn;
 
@@ -179,8 +180,13 @@ impl Reps {
             .as_fixed_size_binary_opt()
             .cloned()
             .ok_or_else(bad)?;
-        // Exactly one form of each hash.
-        if (0..batch.num_rows()).any(|r| sha256.is_valid(r) == hashes.is_valid(r)) {
+        // Exactly one form of each hash: the two validity bitmaps differ in every row
+        // (compared a word at a time, not a row at a time: this runs at every open).
+        let valid = |a: &dyn Array| match a.nulls() {
+            Some(n) => n.inner().clone(),
+            None => BooleanBuffer::new_set(a.len()),
+        };
+        if (&valid(&sha256) ^ &valid(&hashes)).count_set_bits() != batch.num_rows() {
             return Err(bad());
         }
         let tokens = batch
@@ -630,5 +636,21 @@ mod tests {
         assert_eq!(reps.media_type(2), "text/markdown");
         assert_eq!(reps.of(1), 2..3);
         assert_ne!(reps.flags(0) & SECRET, 0);
+    }
+
+    #[test]
+    fn a_representation_with_both_hash_forms_or_neither_is_not_opened() {
+        let sha = "0123456789abcdef".repeat(4);
+        let built = Reps::build(vec![row(0, "text", &sha), row(1, "text", "x")], 2).unwrap();
+        let batch = built.batch();
+        // Column 5 is the hash as text: set on both rows (row 0 then has both forms), or on
+        // neither (row 1 then has none).
+        for text in [[Some("a"), Some("x")], [None, None]] {
+            let mut columns = batch.columns().to_vec();
+            columns[5] = Arc::new(StringArray::from(text.to_vec()));
+            let changed = RecordBatch::try_new(batch.schema(), columns).unwrap();
+            assert!(Reps::open(changed, 2).is_err(), "{text:?}");
+        }
+        assert!(Reps::open(batch.clone(), 2).is_ok());
     }
 }
