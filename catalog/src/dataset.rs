@@ -186,7 +186,8 @@ pub struct TableInfo {
     pub decided: Arc<std::sync::Mutex<HashMap<String, bool>>>,
     /// The same question asked of each file, kept by the dataset for every opening of its
     /// tables: by (caller restriction and key, file location, file size), the key's non-null
-    /// values and how many of them are numbers. A table version that adds files asks only
+    /// values and how many of them are numbers (its distinct values when the file's
+    /// dictionary pages were read instead of its rows: they decide alike). A table version that adds files asks only
     /// them (a file is named by its location and size, as in [`Dataset::opened_file_schema`]).
     pub counted: FileCounts,
 }
@@ -1008,6 +1009,34 @@ impl Dataset {
             m.insert(key, read.clone());
         }
         Ok(read)
+    }
+
+    /// The values of the text column `column` in a file of `table` opened before (by its
+    /// location and size), read from the file's dictionary pages alone
+    /// ([`crate::dictionary::text_dictionary`]): `Ok(None)` when they do not hold every value,
+    /// or the file was not opened through this dataset. The error is a read that failed.
+    pub async fn file_text_dictionary(
+        &self,
+        state: &SessionState,
+        table: &str,
+        (location, size): (&str, u64),
+        column: &str,
+    ) -> Result<Option<Vec<String>>, String> {
+        let metadata = match self.file_schemas.lock() {
+            Ok(m) => match m.get(&(location.to_string(), size)) {
+                Some(f) => Arc::clone(&f.metadata),
+                None => return Ok(None),
+            },
+            Err(_) => return Ok(None),
+        };
+        let place = self.place(table).map_err(|e| e.to_string())?;
+        let url =
+            ListingTableUrl::parse(place.root.location_url(location)).map_err(|e| e.to_string())?;
+        let store = state
+            .runtime_env()
+            .object_store(url.object_store())
+            .map_err(|e| e.to_string())?;
+        crate::dictionary::text_dictionary(store.as_ref(), url.prefix(), &metadata, column).await
     }
 
     /// The Arrow schema of a file of a table opened before, by its location and size, as

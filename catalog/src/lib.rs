@@ -5,6 +5,7 @@ pub mod columns;
 pub mod commit;
 pub mod dataset;
 pub mod delta;
+pub mod dictionary;
 pub mod drift;
 pub mod entity_gen;
 pub mod error;

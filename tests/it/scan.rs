@@ -520,8 +520,11 @@ async fn runs_of(engine: &Engine, query: &str) -> (usize, serde_json::Value) {
 
 /// No statement reads data it does not need (issue 45): ordering ties by a struct child of
 /// text runs the statement's one plan, with no pass over the table to learn whether the
-/// child holds numbers (its type is declared); a JSON-text key's pass runs once per table as
-/// opened, the answer kept with the table for later statements.
+/// child holds numbers (its type is declared). A JSON-text key is decided from the files'
+/// dictionary pages where they hold every value (tests/data/foreign/jsontext was written by
+/// pyarrow, which dictionary-encodes it): no pass either. A file written without a
+/// dictionary is counted by a pass over its rows, once per table as opened, the answer kept
+/// with the table for later statements; a table version that adds a file reads only it.
 #[tokio::test]
 async fn ordering_by_a_property_runs_one_plan_and_a_json_key_is_probed_once() {
     let sample = Engine::open_with(signalql::sample_dataset(), EngineOptions::default()).unwrap();
@@ -532,58 +535,85 @@ async fn ordering_by_a_property_runs_one_plan_and_a_json_key_is_probed_once() {
     assert_eq!(rows.as_array().map(Vec::len), Some(5));
 
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/foreign/jsontext");
-    let json = Engine::open_with(&root, EngineOptions::default()).unwrap();
     let order = "FROM events WHERE event_name = \"buy\" RETURN user_id, properties.amount \
                  ORDER BY properties.amount DESC LIMIT 3";
-    let (first, rows) = runs_of(&json, order).await;
-    assert_eq!(
-        first, 2,
-        "the pass over properties.amount, then the statement"
-    );
     // As numbers (tests/golden/foreign/json_order.case): 100 > 10.64 > 9.5.
+    let numeric = serde_json::json!([["u3", "100"], ["u1", "10.64"], ["u1", "9.5"]]);
+    // With a file whose amount is "x7", the key is text, ordered as text:
+    // "x7" > "9.5" > "2.33" > "100" > "10.64".
+    let text = serde_json::json!([["u4", "x7"], ["u1", "9.5"], ["u2", "2.33"]]);
+    let json = Engine::open_with(&root, EngineOptions::default()).unwrap();
     assert_eq!(
-        rows,
-        serde_json::json!([["u3", "100"], ["u1", "10.64"], ["u1", "9.5"]])
-    );
-    let (again, same) = runs_of(&json, order).await;
-    assert_eq!(
-        (again, &same),
-        (1, &rows),
-        "decided once for the table as opened"
+        runs_of(&json, order).await,
+        (1, numeric.clone()),
+        "decided from the dictionary pages"
     );
 
-    // A file added: the table is opened anew and only the new file is counted (the counting
-    // plan returns one row per file it read). Its amount "x7" makes the key text, ordered as
-    // text: "x7" > "9.5" > "2.33" > "100" > "10.64".
-    let tmp = tempfile::tempdir().unwrap();
-    crate::common::copy_dir(&root, tmp.path());
-    let copy = Engine::open_with(tmp.path(), EngineOptions::default()).unwrap();
-    let (first, counted) = probe_rows(&copy, order).await;
-    assert_eq!((first, counted), (2, 1), "one file, counted once");
-    let file = std::fs::File::open(root.join("events/part-0.parquet")).unwrap();
-    let batch = ParquetRecordBatchReaderBuilder::try_new(file)
-        .unwrap()
-        .build()
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .slice(4, 1);
-    let mut columns = batch.columns().to_vec();
+    let batch = ParquetRecordBatchReaderBuilder::try_new(
+        std::fs::File::open(root.join("events/part-0.parquet")).unwrap(),
+    )
+    .unwrap()
+    .build()
+    .unwrap()
+    .next()
+    .unwrap()
+    .unwrap();
+    let write = |path: std::path::PathBuf, batch: &RecordBatch, dictionary: bool| {
+        let props = datafusion::parquet::file::properties::WriterProperties::builder()
+            .set_dictionary_enabled(dictionary)
+            .build();
+        let out = std::fs::File::create(path).unwrap();
+        let mut writer = ArrowWriter::try_new(out, batch.schema(), Some(props)).unwrap();
+        writer.write(batch).unwrap();
+        writer.close().unwrap();
+    };
+    let mut columns = batch.slice(4, 1).columns().to_vec();
     columns[1] = Arc::new(StringArray::from(vec!["u4"]));
     columns[3] = Arc::new(StringArray::from(vec![r#"{"amount": "x7"}"#]));
     let added = RecordBatch::try_new(batch.schema(), columns).unwrap();
-    let out = std::fs::File::create(tmp.path().join("events/part-1.parquet")).unwrap();
-    let mut writer = ArrowWriter::try_new(out, added.schema(), None).unwrap();
-    writer.write(&added).unwrap();
-    writer.close().unwrap();
-    let (runs, counted) = probe_rows(&copy, order).await;
-    assert_eq!((runs, counted), (2, 1), "only the added file is counted");
-    let (_, rows) = runs_of(&copy, order).await;
-    assert_eq!(
-        rows,
-        serde_json::json!([["u4", "x7"], ["u1", "9.5"], ["u2", "2.33"]])
-    );
+
+    for dictionary in [true, false] {
+        let tmp = tempfile::tempdir().unwrap();
+        crate::common::copy_dir(&root, tmp.path());
+        write(tmp.path().join("events/part-0.parquet"), &batch, dictionary);
+        let copy = Engine::open_with(tmp.path(), EngineOptions::default()).unwrap();
+        let passes = usize::from(!dictionary);
+        let (runs, rows) = runs_of(&copy, order).await;
+        assert_eq!(
+            (runs, &rows),
+            (1 + passes, &numeric),
+            "dictionary {dictionary}"
+        );
+        assert_eq!(
+            runs_of(&copy, order).await.0,
+            1,
+            "decided once for the table as opened"
+        );
+        write(tmp.path().join("events/part-1.parquet"), &added, dictionary);
+        let (runs, first) = probe_rows(&copy, order).await;
+        assert_eq!(
+            runs,
+            1 + passes,
+            "dictionary {dictionary}: only the added file"
+        );
+        if !dictionary {
+            assert_eq!(first, 1, "the pass counted one file");
+        }
+        assert_eq!(runs_of(&copy, order).await, (1, text.clone()));
+        // A caller who may not see u4's row: the dictionaries hold its "x7" too, so its
+        // table is counted by a pass over the rows it may see, and the key is numeric there.
+        std::fs::write(
+            tmp.path().join("policy.toml"),
+            "[principals.default]\n[principals.default.filters]\nevents = 'user_id != \"u4\"'\n",
+        )
+        .unwrap();
+        let restricted = Engine::open_with(tmp.path(), EngineOptions::default()).unwrap();
+        assert_eq!(
+            runs_of(&restricted, order).await,
+            (2, numeric.clone()),
+            "dictionary {dictionary}: counted over the rows the caller may see"
+        );
+    }
 }
 
 /// The plans `query` ran in `engine`, and the rows its first plan (the counting pass, when

@@ -17,6 +17,7 @@
 mod views;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use datafusion::arrow::array::{Array, AsArray};
@@ -448,7 +449,7 @@ impl Binder<'_> {
         asked: &[(FieldRef, String, Expr)],
     ) -> Result<Vec<(i64, i64)>> {
         if table.view.is_none() && !table.files.is_empty() {
-            let missing: HashSet<&str> = match table.counted.lock() {
+            let uncounted: Vec<(String, u64)> = match table.counted.lock() {
                 Ok(counted) => table
                     .files
                     .iter()
@@ -457,16 +458,23 @@ impl Binder<'_> {
                             !counted.contains_key(&(q.clone(), location.clone(), *size))
                         })
                     })
-                    .map(|(l, _)| l.as_str())
+                    .cloned()
                     .collect(),
-                Err(_) => HashSet::new(),
+                Err(_) => Vec::new(),
             };
+            let settled = self.count_dictionaries(table, asked, &uncounted).await?;
+            let missing: HashSet<&str> = uncounted
+                .iter()
+                .map(|(l, _)| l.as_str())
+                .filter(|l| !settled.contains(*l))
+                .collect();
             // None when every file's counts are kept (no file is left).
             let probed = table
                 .only_files(|l| missing.contains(l))
                 .and_then(|sub| sub.with_file_ordinal(FILE));
             if let Some(sub) = probed {
-                let per_file = self.count_plan(&sub, asked, true).await?;
+                let scan = crate::catalog::scan(&sub, PROBE, vec![])?;
+                let per_file = self.count_plan(scan, asked, true).await?;
                 if let Ok(mut counted) = table.counted.lock() {
                     for (i, (location, size)) in sub.files.iter().enumerate() {
                         for (j, (_, q, _)) in asked.iter().enumerate() {
@@ -480,18 +488,98 @@ impl Binder<'_> {
                 return Ok(sums);
             }
         }
-        let whole = self.count_plan(table, asked, false).await?;
+        let whole = self
+            .count_plan(crate::catalog::scan(table, PROBE, vec![])?, asked, false)
+            .await?;
         Ok(whole
             .into_values()
             .next()
             .unwrap_or_else(|| vec![(0, 0); asked.len()]))
     }
 
-    /// One pass over `table` counting each asked key's non-null values and numbers, by the
-    /// [`FILE`] column when `by_file` (else under the one group 0).
-    async fn count_plan(
+    /// Counts the asked keys of the files `files` of `table` from their dictionary pages where
+    /// those hold every value of the key's column (docs/mapping.md): the keys' distinct values
+    /// and how many of them are numbers, which decide as the rows' counts do (a key is numeric
+    /// when it has values and all are numbers). Each key's expression is evaluated over the
+    /// values in this process, with no plan. The counts are kept in [`TableInfo::counted`];
+    /// returns the files so counted, the others are left to a pass over their rows. Not used
+    /// when the caller's restriction filters rows or hides the column (the dictionaries hold
+    /// the values of every row), nor for a key read from more than one column.
+    async fn count_dictionaries(
         &self,
         table: &TableInfo,
+        asked: &[(FieldRef, String, Expr)],
+        files: &[(String, u64)],
+    ) -> Result<HashSet<String>> {
+        use datafusion::arrow::array::{RecordBatch, StringArray};
+        use datafusion::arrow::datatypes::{DataType, Field, Schema};
+        use datafusion::common::DFSchema;
+        let mut settled = HashSet::new();
+        let mut columns = Vec::with_capacity(asked.len());
+        for (_, _, expr) in asked {
+            match expr.column_refs().into_iter().collect::<Vec<_>>()[..] {
+                [c] => columns.push(c.name.clone()),
+                _ => return Ok(settled),
+            }
+        }
+        if let Some(r) = &table.restriction
+            && (r.filter.is_some() || columns.iter().any(|c| r.hides(c)))
+        {
+            return Ok(settled);
+        }
+        let state = self.ctx().state();
+        let dataset = self.catalog.dataset();
+        // Per asked key, its column's values as a batch and the key's expression over it.
+        let mut evaluators = Vec::with_capacity(asked.len());
+        for ((_, _, expr), column) in asked.iter().zip(&columns) {
+            let data_type = table
+                .schema
+                .field_with_name(column)
+                .map(|f| f.data_type().clone())
+                .unwrap_or(DataType::Utf8);
+            let schema = Arc::new(Schema::new(vec![Field::new(column, data_type, true)]));
+            let qualified = DFSchema::try_from_qualified_schema(PROBE, &schema)?;
+            let physical = state.create_physical_expr(expr.clone(), &qualified)?;
+            evaluators.push((schema, physical));
+        }
+        for (location, size) in files {
+            let mut got = Vec::with_capacity(asked.len());
+            for ((schema, physical), column) in evaluators.iter().zip(&columns) {
+                let read = dataset
+                    .file_text_dictionary(&state, &table.name, (location, *size), column)
+                    .await;
+                // A failed read is left to the pass over the rows, which names the file.
+                let Ok(Some(values)) = read else {
+                    break;
+                };
+                let values = StringArray::from_iter_values(values);
+                let values =
+                    datafusion::arrow::compute::cast(&values, schema.field(0).data_type())?;
+                let batch = RecordBatch::try_new(Arc::clone(schema), vec![values])?;
+                let key = physical.evaluate(&batch)?.into_array(batch.num_rows())?;
+                let numbers = datafusion::arrow::compute::cast(&key, &DataType::Float64)?;
+                let present = |a: &dyn Array| (a.len() - a.null_count()) as i64;
+                got.push((present(key.as_ref()), present(numbers.as_ref())));
+            }
+            if got.len() < asked.len() {
+                continue;
+            }
+            if let Ok(mut counted) = table.counted.lock() {
+                for ((_, q, _), c) in asked.iter().zip(got) {
+                    counted.insert((q.clone(), location.clone(), *size), c);
+                }
+                settled.insert(location.clone());
+            }
+        }
+        Ok(settled)
+    }
+
+    /// One pass over `scan` (a table under the alias [`PROBE`]) counting each asked key's
+    /// non-null values and numbers, by the [`FILE`] column when `by_file` (else under the one
+    /// group 0).
+    async fn count_plan(
+        &self,
+        scan: datafusion::logical_expr::LogicalPlanBuilder,
         asked: &[(FieldRef, String, Expr)],
         by_file: bool,
     ) -> Result<HashMap<i64, Vec<(i64, i64)>>> {
@@ -516,10 +604,7 @@ impl Binder<'_> {
         };
         // The values under internal names first: DataFusion 55's leaf-projection push-down
         // fails on an aggregate of field accesses straight over the scan.
-        let plan = crate::catalog::scan(table, PROBE, vec![])?
-            .project(values)?
-            .aggregate(groups, aggs)?
-            .build()?;
+        let plan = scan.project(values)?.aggregate(groups, aggs)?.build()?;
         let mut out = HashMap::new();
         for batch in &self.exec.run(&plan).await?.batches {
             let int = |c: usize, row: usize| {
