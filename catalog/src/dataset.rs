@@ -187,8 +187,9 @@ pub struct TableInfo {
     /// The same question asked of each file, kept by the dataset for every opening of its
     /// tables: by (caller restriction and key, file location, file size), the key's non-null
     /// values and how many of them are numbers (its distinct values when the file's
-    /// dictionary pages were read instead of its rows: they decide alike). A table version that adds files asks only
-    /// them (a file is named by its location and size, as in [`Dataset::opened_file_schema`]).
+    /// dictionary pages were read instead of its rows: they decide alike). A table version
+    /// that adds files asks only them (a file is named by its location and size, as in
+    /// [`Dataset::opened_file_schema`]).
     pub counted: FileCounts,
 }
 

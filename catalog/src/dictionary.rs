@@ -17,12 +17,17 @@ use datafusion::parquet::file::serialized_reader::SerializedPageReader;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
 
+/// The most bytes of dictionary pages (as stored) read from one file: past it the values are
+/// held in memory outside the query pool, and the pass over the rows (which streams) is used.
+pub const MAX_DICTIONARY_BYTES: u64 = 16 << 20;
+
 /// The values of the top-level text column `column` in the file at `path` (whose footer is
 /// `metadata`), read from its dictionary pages, row group by row group (a value may repeat
 /// across row groups). `Ok(None)` when the dictionaries do not hold every value: a row group
 /// whose chunk of the column has a data page not dictionary-encoded (a writer's fallback to
 /// plain), or whose footer does not say (no page encoding statistics), or a column that is not
-/// a flat byte array, or a value that is not UTF-8. The error is a read that failed.
+/// a flat byte array, or a value that is not UTF-8; and when the dictionary pages add up to
+/// more than [`MAX_DICTIONARY_BYTES`]. The error is a read that failed.
 pub async fn text_dictionary(
     store: &dyn ObjectStore,
     path: &Path,
@@ -40,12 +45,21 @@ pub async fn text_dictionary(
     if c.physical_type() != PhysicalType::BYTE_ARRAY || c.max_rep_level() != 0 {
         return Ok(None);
     }
+    // Every row group's range first: nothing is read unless all of them settle it.
+    let Some(ranges) = metadata
+        .row_groups()
+        .iter()
+        .map(|g| dictionary_range(g.column(leaf)))
+        .collect::<Option<Vec<_>>>()
+    else {
+        return Ok(None);
+    };
+    if ranges.iter().map(|(s, e)| e - s).sum::<u64>() > MAX_DICTIONARY_BYTES {
+        return Ok(None);
+    }
     let mut values = Vec::new();
-    for group in metadata.row_groups() {
+    for (group, (start, end)) in metadata.row_groups().iter().zip(ranges) {
         let chunk = group.column(leaf);
-        let Some((start, end)) = dictionary_range(chunk) else {
-            return Ok(None);
-        };
         let bytes = store
             .get_range(path, start..end)
             .await
