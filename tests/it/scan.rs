@@ -711,3 +711,30 @@ async fn slices(engine: &Engine, q: &str) -> u64 {
         .as_u64()
         .unwrap_or(0)
 }
+
+/// The JSON-text key of a table on S3 is decided from its file's dictionary pages too: the
+/// ranged read of the dictionary goes through the bucket's object store, and the statement
+/// runs its one plan.
+#[test]
+fn a_json_key_on_s3_is_decided_from_the_dictionary_pages() {
+    use crate::common::s3::S3Server;
+    let s3 = S3Server::start();
+    s3.create_bucket("lake");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/foreign/jsontext");
+    s3.upload_dir(&root, "lake", "jsontext");
+    let options = EngineOptions {
+        storage: s3.storage(),
+        ..Default::default()
+    };
+    let order = "FROM events WHERE event_name = \"buy\" RETURN user_id, properties.amount \
+                 ORDER BY properties.amount DESC LIMIT 3";
+    let engine = Engine::open_with("s3://lake/jsontext", options).unwrap();
+    let got = crate::common::rt().block_on(runs_of(&engine, order));
+    assert_eq!(
+        got,
+        (
+            1,
+            serde_json::json!([["u3", "100"], ["u1", "10.64"], ["u1", "9.5"]])
+        )
+    );
+}
