@@ -1022,7 +1022,7 @@ impl Dataset {
         table: &str,
         (location, size): (&str, u64),
         column: &str,
-    ) -> Result<Option<Vec<String>>, String> {
+    ) -> Result<Option<datafusion::arrow::array::StringArray>, String> {
         let metadata = match self.file_schemas.lock() {
             Ok(m) => match m.get(&(location.to_string(), size)) {
                 Some(f) => Arc::clone(&f.metadata),

@@ -8,6 +8,7 @@ use std::io::Cursor;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use datafusion::arrow::array::{StringArray, StringBuilder};
 use datafusion::parquet::basic::{Encoding, Type as PhysicalType};
 use datafusion::parquet::column::page::{Page, PageReader};
 use datafusion::parquet::errors::ParquetError;
@@ -33,7 +34,7 @@ pub async fn text_dictionary(
     path: &Path,
     metadata: &ParquetMetaData,
     column: &str,
-) -> Result<Option<Vec<String>>, String> {
+) -> Result<Option<StringArray>, String> {
     let descr = metadata.file_metadata().schema_descr();
     let Some(leaf) = (0..descr.num_columns()).find(|&i| {
         let c = descr.column(i);
@@ -57,20 +58,21 @@ pub async fn text_dictionary(
     if ranges.iter().map(|(s, e)| e - s).sum::<u64>() > MAX_DICTIONARY_BYTES {
         return Ok(None);
     }
-    let mut values = Vec::new();
+    let mut values = StringBuilder::new();
     for (group, (start, end)) in metadata.row_groups().iter().zip(ranges) {
         let chunk = group.column(leaf);
         let bytes = store
             .get_range(path, start..end)
             .await
             .map_err(|e| e.to_string())?;
-        match read_dictionary(bytes, start, chunk, group.num_rows().max(0) as usize) {
-            Ok(Some(mut v)) => values.append(&mut v),
-            Ok(None) => return Ok(None),
+        let rows = group.num_rows().max(0) as usize;
+        match read_dictionary(bytes, start, chunk, rows, &mut values) {
+            Ok(true) => {}
+            Ok(false) => return Ok(None),
             Err(e) => return Err(format!("a dictionary page of column {column}: {e}")),
         }
     }
-    Ok(Some(values))
+    Ok(Some(values.finish()))
 }
 
 /// The byte range of `chunk`'s dictionary page, when its every data page is dictionary-encoded
@@ -86,15 +88,16 @@ fn dictionary_range(chunk: &ColumnChunkMetaData) -> Option<(u64, u64)> {
     (all_dictionary && start >= 4 && start < end).then_some((start, end))
 }
 
-/// The plain-encoded byte arrays of the dictionary page at the start of `bytes` (the file's
-/// bytes from offset `start`), as text; `None` when the page there is not a dictionary page or
-/// a value is not UTF-8.
+/// Appends to `out` the plain-encoded byte arrays of the dictionary page at the start of
+/// `bytes` (the file's bytes from offset `start`), as text; `false` when the page there is not
+/// a dictionary page or a value is not UTF-8.
 fn read_dictionary(
     bytes: Bytes,
     start: u64,
     chunk: &ColumnChunkMetaData,
     rows: usize,
-) -> Result<Option<Vec<String>>, ParquetError> {
+    out: &mut StringBuilder,
+) -> Result<bool, ParquetError> {
     let reader = Arc::new(Window { start, bytes });
     let mut pages = SerializedPageReader::new(reader, chunk, rows, None)?;
     let Some(Page::DictionaryPage {
@@ -104,12 +107,11 @@ fn read_dictionary(
         ..
     }) = pages.get_next_page()?
     else {
-        return Ok(None);
+        return Ok(false);
     };
     if !matches!(encoding, Encoding::PLAIN | Encoding::PLAIN_DICTIONARY) {
-        return Ok(None);
+        return Ok(false);
     }
-    let mut out = Vec::with_capacity(num_values as usize);
     let mut at = 0usize;
     for _ in 0..num_values {
         let len = buf
@@ -120,12 +122,12 @@ fn read_dictionary(
             .get(at + 4..at + 4 + len)
             .ok_or_else(|| ParquetError::EOF("a dictionary value".into()))?;
         match std::str::from_utf8(value) {
-            Ok(text) => out.push(text.to_string()),
-            Err(_) => return Ok(None),
+            Ok(text) => out.append_value(text),
+            Err(_) => return Ok(false),
         }
         at += 4 + len;
     }
-    Ok(Some(out))
+    Ok(true)
 }
 
 /// The bytes of a file from offset `start`, read as the file at its own offsets.

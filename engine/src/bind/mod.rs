@@ -501,7 +501,8 @@ impl Binder<'_> {
     /// those hold every value of the key's column (docs/mapping.md): the keys' distinct values
     /// and how many of them are numbers, which decide as the rows' counts do (a key is numeric
     /// when it has values and all are numbers). Each key's expression is evaluated over the
-    /// values in this process, with no plan. The counts are kept in [`TableInfo::counted`];
+    /// values in this process, with no plan; a column's dictionaries are read once for all
+    /// the keys read from it. The counts are kept in [`TableInfo::counted`];
     /// returns the files so counted, the others are left to a pass over their rows. Not used
     /// when the caller's restriction filters rows or hides the column (the dictionaries hold
     /// the values of every row), nor for a key read from more than one column.
@@ -511,8 +512,8 @@ impl Binder<'_> {
         asked: &[(FieldRef, String, Expr)],
         files: &[(String, u64)],
     ) -> Result<HashSet<String>> {
-        use datafusion::arrow::array::{RecordBatch, StringArray};
-        use datafusion::arrow::datatypes::{DataType, Field, Schema};
+        use datafusion::arrow::array::RecordBatch;
+        use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
         use datafusion::common::DFSchema;
         let mut settled = HashSet::new();
         let mut columns = Vec::with_capacity(asked.len());
@@ -529,40 +530,48 @@ impl Binder<'_> {
         }
         let state = self.ctx().state();
         let dataset = self.catalog.dataset();
-        // Per asked key, its column's values as a batch and the key's expression over it.
+        // Per column the keys read from, its schema; per asked key, its expression over it.
+        let mut read: Vec<(&str, SchemaRef)> = Vec::new();
         let mut evaluators = Vec::with_capacity(asked.len());
         for ((_, _, expr), column) in asked.iter().zip(&columns) {
-            let data_type = table
-                .schema
-                .field_with_name(column)
-                .map(|f| f.data_type().clone())
-                .unwrap_or(DataType::Utf8);
-            let schema = Arc::new(Schema::new(vec![Field::new(column, data_type, true)]));
-            let qualified = DFSchema::try_from_qualified_schema(PROBE, &schema)?;
-            let physical = state.create_physical_expr(expr.clone(), &qualified)?;
-            evaluators.push((schema, physical));
+            let c = match read.iter().position(|(name, _)| name == column) {
+                Some(c) => c,
+                None => {
+                    let data_type = table
+                        .schema
+                        .field_with_name(column)
+                        .map(|f| f.data_type().clone())
+                        .unwrap_or(DataType::Utf8);
+                    let field = Field::new(column, data_type, true);
+                    read.push((column, Arc::new(Schema::new(vec![field]))));
+                    read.len() - 1
+                }
+            };
+            let qualified = DFSchema::try_from_qualified_schema(PROBE, &read[c].1)?;
+            evaluators.push((c, state.create_physical_expr(expr.clone(), &qualified)?));
         }
-        for (location, size) in files {
-            let mut got = Vec::with_capacity(asked.len());
-            for ((schema, physical), column) in evaluators.iter().zip(&columns) {
-                let read = dataset
+        'files: for (location, size) in files {
+            // Each column's dictionaries read once, as a batch of its values.
+            let mut batches = Vec::with_capacity(read.len());
+            for (column, schema) in &read {
+                let got = dataset
                     .file_text_dictionary(&state, &table.name, (location, *size), column)
                     .await;
                 // A failed read is left to the pass over the rows, which names the file.
-                let Ok(Some(values)) = read else {
-                    break;
+                let Ok(Some(values)) = got else {
+                    continue 'files;
                 };
-                let values = StringArray::from_iter_values(values);
                 let values =
                     datafusion::arrow::compute::cast(&values, schema.field(0).data_type())?;
-                let batch = RecordBatch::try_new(Arc::clone(schema), vec![values])?;
-                let key = physical.evaluate(&batch)?.into_array(batch.num_rows())?;
+                batches.push(RecordBatch::try_new(Arc::clone(schema), vec![values])?);
+            }
+            let mut got = Vec::with_capacity(asked.len());
+            for (c, physical) in &evaluators {
+                let batch = &batches[*c];
+                let key = physical.evaluate(batch)?.into_array(batch.num_rows())?;
                 let numbers = datafusion::arrow::compute::cast(&key, &DataType::Float64)?;
                 let present = |a: &dyn Array| (a.len() - a.null_count()) as i64;
                 got.push((present(key.as_ref()), present(numbers.as_ref())));
-            }
-            if got.len() < asked.len() {
-                continue;
             }
             if let Ok(mut counted) = table.counted.lock() {
                 for ((_, q, _), c) in asked.iter().zip(got) {
