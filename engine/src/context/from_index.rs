@@ -124,26 +124,49 @@ impl Predicates {
         let n = f.revision.len() as u32;
         let mut all = RoaringBitmap::new();
         all.insert_range(0..n);
-        let each = |keep: &dyn Fn(usize) -> bool| -> RoaringBitmap {
-            // Ordinals in order, so `from_sorted_iter` cannot fail.
-            RoaringBitmap::from_sorted_iter((0..n).filter(|&o| keep(o as usize)))
-                .unwrap_or_default()
+        // Which name codes a predicate holds for, decided once per name, not per object.
+        let codes_where = |holds: &dyn Fn(&str) -> bool| -> Vec<bool> {
+            f.names.iter().map(|name| holds(name)).collect()
         };
-        let mut by_project = vec![RoaringBitmap::new(); f.projects.len()];
-        for (o, c) in f.project.iter().enumerate() {
-            if let Some(b) = by_project.get_mut(c as usize) {
-                b.insert(o as u32);
+        let untrusted_code = codes_where(&|name| name == "untrusted");
+        let stale_code = codes_where(&|name| matches!(name, "stale" | "invalid"));
+        // One pass in ordinal order, each predicate's ordinals listed, then made bitmaps
+        // (appending a sorted list; `push` one at a time costs ten times as much).
+        let mut lists: [Vec<u32>; 5] = Default::default();
+        let [tombstoned, secret, unpackable, untrusted, stale] = &mut lists;
+        let mut by_project = vec![Vec::new(); f.projects.len()];
+        for ((o, codes), (project, flags)) in (0..n)
+            .zip(f.codes.iter())
+            .zip(f.project.iter().zip(f.flags.iter()))
+        {
+            let code = |which: usize, of: &[bool]| of.get(codes[which] as usize) == Some(&true);
+            for (holds, list) in [
+                (!g.live(o, i64::MAX - 1), &mut *tombstoned),
+                (flags & ALL_SECRET != 0, &mut *secret),
+                (flags & ANY_ELIGIBLE == 0, &mut *unpackable),
+                (code(1, &untrusted_code), &mut *untrusted),
+                (code(0, &stale_code), &mut *stale),
+            ] {
+                if holds {
+                    list.push(o);
+                }
+            }
+            if let Some(list) = by_project.get_mut(project as usize) {
+                list.push(o);
             }
         }
+        // Ordinals in order, so `from_sorted_iter` cannot fail.
+        let bitmap = |list: Vec<u32>| RoaringBitmap::from_sorted_iter(list).unwrap_or_default();
+        let [tombstoned, secret, unpackable, untrusted, stale] = lists.map(bitmap);
         Predicates {
             all,
-            tombstoned: each(&|o| !g.live(o as u32, i64::MAX - 1)),
-            by_project,
+            tombstoned,
+            by_project: by_project.into_iter().map(bitmap).collect(),
             by_created: std::sync::OnceLock::new(),
-            secret: each(&|o| f.flags.get(o) & ALL_SECRET != 0),
-            untrusted: each(&|o| &**f.name(o, 1) == "untrusted"),
-            stale: each(&|o| matches!(&**f.name(o, 0), "stale" | "invalid")),
-            unpackable: each(&|o| f.flags.get(o) & ANY_ELIGIBLE == 0),
+            secret,
+            untrusted,
+            stale,
+            unpackable,
         }
     }
 
