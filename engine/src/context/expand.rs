@@ -253,10 +253,6 @@ impl Graph {
         let pairs = r.words::<[u32; 3]>()?;
         let [astral, first, after] = r.u32s()?.try_into().ok()?;
         let nodes = names.len();
-        let sorted = |v: &Strs| {
-            let mut prev: Option<&str> = None;
-            v.iter().all(|n| prev.replace(n).is_none_or(|p| p < n))
-        };
         let ordered = {
             let mut ends = start.iter();
             let mut prev = ends.next();
@@ -264,8 +260,8 @@ impl Graph {
                 && ends.all(|e| prev.replace(e).is_some_and(|p| p <= e))
                 && prev == u64::try_from(pairs.len()).ok()
         };
-        let ok = sorted(&names)
-            && sorted(&rels)
+        let ok = names.is_strictly_sorted()
+            && rels.is_strictly_sorted()
             && rel16.len() == rels.len()
             && rel16.iter().all(|r| (r as usize) < rels.len())
             && start.len() == nodes + 1
@@ -297,14 +293,16 @@ impl Graph {
 
     /// The node of `name`.
     fn node(&self, name: &str) -> Option<u32> {
-        self.names.search(|n| n.cmp(name)).map(|i| i as u32)
+        self.names
+            .search(|n| n.cmp(name.as_bytes()))
+            .map(|i| i as u32)
     }
 
     /// The node of the object `id` (`object:` and the id), without building its name.
     pub fn object(&self, id: &str) -> Option<u32> {
         let want = || b"object:".iter().chain(id.as_bytes());
         self.names
-            .search(|n| n.as_bytes().iter().cmp(want()))
+            .search(|n| n.iter().cmp(want()))
             .map(|i| i as u32)
     }
 

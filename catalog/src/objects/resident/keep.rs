@@ -201,24 +201,34 @@ impl Strs {
 
     /// The string at `i`; panics when `i` is not under [`len`](Self::len), as a slice does.
     pub fn get(&self, i: usize) -> &str {
+        // Checked when read: the pool is UTF-8 and every end is a character boundary.
+        std::str::from_utf8(self.bytes_at(i)).unwrap_or_default()
+    }
+
+    /// The bytes of the string at `i` (UTF-8), without checking them again: strings compare
+    /// as their bytes do, so an order or a search needs no [`get`](Self::get).
+    pub fn bytes_at(&self, i: usize) -> &[u8] {
         let start = if i == 0 {
             0
         } else {
             self.ends.get(i - 1) as usize
         };
-        let end = self.ends.get(i) as usize;
-        // Checked when read: the pool is UTF-8 and every end is a character boundary.
-        std::str::from_utf8(&self.pool[start..end]).unwrap_or_default()
+        &self.pool[start..self.ends.get(i) as usize]
     }
 
     pub fn iter(&self) -> impl ExactSizeIterator<Item = &str> + Clone + '_ {
         (0..self.len()).map(|i| self.get(i))
     }
 
-    /// The position of the string `cmp` finds (its order against what is sought), the strings
-    /// being in that order.
-    pub fn search(&self, cmp: impl Fn(&str) -> std::cmp::Ordering) -> Option<usize> {
-        super::search(self.len(), |i| cmp(self.get(i)))
+    /// The position of the string `cmp` finds (its order, by its bytes, against what is
+    /// sought), the strings being in that order.
+    pub fn search(&self, cmp: impl Fn(&[u8]) -> std::cmp::Ordering) -> Option<usize> {
+        super::search(self.len(), |i| cmp(self.bytes_at(i)))
+    }
+
+    /// Whether the strings are in strictly increasing order.
+    pub fn is_strictly_sorted(&self) -> bool {
+        (1..self.len()).all(|i| self.bytes_at(i - 1) < self.bytes_at(i))
     }
 
     /// The bytes it holds.
@@ -336,6 +346,23 @@ impl<'a> In<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn strings_order_and_search_by_their_bytes() {
+        // Byte order is str order for UTF-8: "z" < "é" (0xC3) < "日" (0xE6).
+        let sorted = Strs::from_values(["", "a", "ab", "z", "é", "日"].iter().copied());
+        assert!(sorted.is_strictly_sorted());
+        for (i, s) in sorted.iter().enumerate() {
+            assert_eq!(sorted.bytes_at(i), s.as_bytes());
+            assert_eq!(sorted.search(|n| n.cmp(s.as_bytes())), Some(i));
+        }
+        assert_eq!(sorted.search(|n| n.cmp("b".as_bytes())), None);
+        let repeated = Strs::from_values(["a", "b", "b"].iter().copied());
+        assert!(!repeated.is_strictly_sorted());
+        let unordered = Strs::from_values(["é", "z"].iter().copied());
+        assert!(!unordered.is_strictly_sorted());
+        assert!(Strs::from_values(std::iter::empty()).is_strictly_sorted());
+    }
 
     #[test]
     fn sections_read_back_and_bad_ones_are_none() {
