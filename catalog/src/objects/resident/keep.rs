@@ -226,9 +226,16 @@ impl Strs {
         super::search(self.len(), |i| cmp(self.bytes_at(i)))
     }
 
-    /// Whether the strings are in strictly increasing order.
+    /// Whether the strings are in strictly increasing order (one pass over the ends, each
+    /// read once: a snapshot's graph of a million objects is checked at every open).
     pub fn is_strictly_sorted(&self) -> bool {
-        (1..self.len()).all(|i| self.bytes_at(i - 1) < self.bytes_at(i))
+        let mut start = 0;
+        let mut previous: Option<&[u8]> = None;
+        self.ends.iter().all(|end| {
+            let s = &self.pool[start..end as usize];
+            start = end as usize;
+            previous.replace(s).is_none_or(|p| p < s)
+        })
     }
 
     /// The bytes it holds.
