@@ -18,10 +18,11 @@ use std::sync::{Arc, OnceLock};
 
 use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, BooleanArray, FixedSizeBinaryArray, Int64Array, ListArray,
-    ListBuilder, RecordBatch, StringArray, StringBuilder, StringDictionaryBuilder, UInt32Array,
+    ListBuilder, RecordBatch, StringArray, StringBuilder, StringDictionaryBuilder, UInt16Array,
+    UInt32Array,
 };
-use datafusion::arrow::buffer::BooleanBuffer;
-use datafusion::arrow::datatypes::{DataType, Field, Schema, UInt32Type};
+use datafusion::arrow::buffer::{BooleanBuffer, ScalarBuffer};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, UInt16Type, UInt32Type};
 use signalql_udfs::strings::StringColumn;
 
 use super::columns::{batch_bytes, corrupt, from_ipc, integers, read, strings};
@@ -100,7 +101,22 @@ fn reps_schema() -> Arc<Schema> {
             DataType::List(Arc::new(Field::new_list_field(DataType::Utf8, true))),
             false,
         ),
+        // [`Reps::flags`], decided from the roles, media type and token count when built
+        // (format 8): an open reads them in place instead of deciding them per row again.
+        Field::new("flags", DataType::UInt16, false),
     ]))
+}
+
+/// The flags of a representation (see [`SECRET`], [`PACKABLE`], [`role_bit`]).
+fn flags_of<'a>(roles: impl Iterator<Item = &'a str>, media: &str, tokens: Option<i64>) -> u16 {
+    let mut f = roles.fold(0u16, |f, role| f | role_bit(role).unwrap_or(0));
+    if f & role_bit("secret").unwrap_or(0) != 0 {
+        f |= SECRET;
+    }
+    if packable(media) && tokens.is_some() {
+        f |= PACKABLE;
+    }
+    f
 }
 
 /// The representations of the selected revisions (see the module's documentation).
@@ -109,7 +125,8 @@ pub struct Reps {
     batch: RecordBatch,
     /// Per ordinal, where its representations start (one more entry than objects).
     start: Vec<u32>,
-    flags: Vec<u16>,
+    /// The `flags` column, in place.
+    flags: ScalarBuffer<u16>,
     names: Dictionary,
     media: Dictionary,
     refs: StringArray,
@@ -151,6 +168,9 @@ impl Reps {
             Arc::new(Int64Array::from_iter(rows.iter().map(|r| r.tokens))),
             Arc::new(BooleanArray::from_iter(rows.iter().map(|r| Some(r.stored)))),
             Arc::new(roles.finish()),
+            Arc::new(UInt16Array::from_iter_values(rows.iter().map(|r| {
+                flags_of(r.roles.iter().map(|x| &**x), &r.media, r.tokens)
+            }))),
         ];
         Reps::open(RecordBatch::try_new(reps_schema(), arrays)?, objects)
     }
@@ -200,7 +220,13 @@ impl Reps {
             .as_list_opt::<i32>()
             .cloned()
             .ok_or_else(bad)?;
-        let role_values = roles.values().as_string_opt::<i32>().ok_or_else(bad)?;
+        roles.values().as_string_opt::<i32>().ok_or_else(bad)?;
+        let flags = batch
+            .column(9)
+            .as_primitive_opt::<UInt16Type>()
+            .ok_or_else(bad)?
+            .values()
+            .clone();
         let mut start = vec![0u32; objects + 1];
         let mut last = 0u32;
         for &o in ordinals.values() {
@@ -213,24 +239,6 @@ impl Reps {
         for i in 0..objects {
             start[i + 1] += start[i];
         }
-        let offsets = roles.value_offsets();
-        let flags = (0..batch.num_rows())
-            .map(|r| {
-                let mut f = 0u16;
-                for j in offsets[r] as usize..offsets[r + 1] as usize {
-                    if role_values.is_valid(j) {
-                        f |= role_bit(role_values.value(j)).unwrap_or(0);
-                    }
-                }
-                if f & role_bit("secret").unwrap_or(0) != 0 {
-                    f |= SECRET;
-                }
-                if packable(media.value(r)) && tokens.is_valid(r) {
-                    f |= PACKABLE;
-                }
-                f
-            })
-            .collect();
         Ok(Reps {
             batch,
             start,
@@ -298,7 +306,7 @@ impl Reps {
     }
 
     pub(super) fn memory_bytes(&self) -> usize {
-        batch_bytes(&self.batch) + self.start.len() * 4 + self.flags.len() * 2
+        batch_bytes(&self.batch) + self.start.len() * 4
     }
 }
 

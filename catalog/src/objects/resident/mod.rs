@@ -151,7 +151,7 @@ pub struct Generation {
 }
 
 /// The bytes a snapshot file starts with.
-pub const SNAPSHOT_MAGIC: &[u8; 20] = b"signalql-resident-7\n";
+pub const SNAPSHOT_MAGIC: &[u8; 20] = b"signalql-resident-8\n";
 
 /// A directory entry of [`Postings`]: the term's offset and length in the pool (little-endian
 /// u64, u32), then per tier [`TIER`] bytes: its bitmap's offset and length in the blob and
