@@ -677,7 +677,7 @@ async fn refresh(
     tables: &[(TableInfo, &[&str])],
     added: &[Vec<bool>],
     graph_held: bool,
-    base: &Generation,
+    base: &Arc<Generation>,
 ) -> Result<Option<Generation>> {
     let part = |t: &TableInfo, new: &[bool], which: bool| {
         let locations: std::collections::HashSet<&str> = t
@@ -756,7 +756,7 @@ async fn refresh(
         }
     }
     let delta = builder.finish()?;
-    Ok(base.refreshed(&delta, &touched)?)
+    Ok(base.refreshed(&Arc::new(delta), &touched)?)
 }
 
 /// Every batch of `plan`.

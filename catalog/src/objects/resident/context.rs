@@ -14,7 +14,7 @@
 
 use std::borrow::Cow;
 use std::ops::Range;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, BooleanArray, FixedSizeBinaryArray, Int64Array, ListArray,
@@ -543,12 +543,27 @@ impl Decoded for Edges {
 
 /// A part of a generation opened from a snapshot (its representations, its edges): checked
 /// against its CRC-32 and decoded on first use, so a statement that does not use it (FIND
-/// OBJECT does not read representations or edges) neither reads nor checks its pages.
+/// OBJECT does not read representations or edges) neither reads nor checks its pages. A
+/// refreshed generation's is made on first use the same way ([`Lazy::deferred`]).
 #[derive(Debug)]
 pub(super) struct Lazy<T> {
     part: Option<(bytes::Bytes, u32)>,
     objects: usize,
+    make: Mutex<Option<Deferred<T>>>,
     value: OnceLock<Option<T>>,
+}
+
+/// What makes a deferred part, and the memory it holds until it does (an earlier
+/// generation's, which it keeps).
+pub(super) struct Deferred<T> {
+    make: Box<dyn FnOnce() -> Option<T> + Send>,
+    holds: usize,
+}
+
+impl<T> std::fmt::Debug for Deferred<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Deferred({} bytes held)", self.holds)
+    }
 }
 
 impl<T: Decoded> Lazy<T> {
@@ -558,6 +573,23 @@ impl<T: Decoded> Lazy<T> {
         Lazy {
             part: Some((part, crc32)),
             objects,
+            make: Mutex::new(None),
+            value: OnceLock::new(),
+        }
+    }
+
+    /// A part made by `make` on first use (`None`: not held), holding `holds` bytes until then.
+    pub(super) fn deferred(
+        make: impl FnOnce() -> Option<T> + Send + 'static,
+        holds: usize,
+    ) -> Lazy<T> {
+        Lazy {
+            part: None,
+            objects: 0,
+            make: Mutex::new(Some(Deferred {
+                make: Box::new(make),
+                holds,
+            })),
             value: OnceLock::new(),
         }
     }
@@ -567,6 +599,7 @@ impl<T: Decoded> Lazy<T> {
         Lazy {
             part: None,
             objects: 0,
+            make: Mutex::new(None),
             value: OnceLock::from(value),
         }
     }
@@ -576,6 +609,10 @@ impl<T: Decoded> Lazy<T> {
     pub(super) fn get(&self) -> Option<&T> {
         self.value
             .get_or_init(|| {
+                let deferred = self.make.lock().unwrap_or_else(|e| e.into_inner()).take();
+                if let Some(d) = deferred {
+                    return (d.make)();
+                }
                 let (part, crc32) = self.part.as_ref()?;
                 if crc32fast::hash(part) != *crc32 {
                     return None;
@@ -586,17 +623,24 @@ impl<T: Decoded> Lazy<T> {
             .as_ref()
     }
 
-    /// Whether the part decodes, or was never in the file (not held).
+    /// Whether the part decodes, or was never in a file (not held, or made when used).
     pub(super) fn whole(&self) -> bool {
         self.part.is_none() || self.get().is_some()
     }
 
-    /// The decoded part's memory (none before it is decoded).
+    /// The decoded part's memory (none before it is decoded; a deferred part's, what it
+    /// holds until it is made).
     pub(super) fn memory_bytes(&self) -> usize {
-        self.value
-            .get()
-            .and_then(Option::as_ref)
-            .map_or(0, T::memory_bytes)
+        let holds = self
+            .make
+            .lock()
+            .map_or(0, |m| m.as_ref().map_or(0, |d| d.holds));
+        holds
+            + self
+                .value
+                .get()
+                .and_then(Option::as_ref)
+                .map_or(0, T::memory_bytes)
     }
 }
 

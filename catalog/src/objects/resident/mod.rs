@@ -40,18 +40,20 @@ use signalql_udfs::scalar::lexical::{SUMMARY_WEIGHT, TEXT_WEIGHT, TITLE_WEIGHT};
 use signalql_udfs::strings::StringColumn;
 
 use super::index::{for_each_index_token, packable};
-use crate::error::{CatalogError, Result};
+use crate::error::Result;
 
 mod columns;
 mod context;
 mod dense;
 pub mod keep;
 pub mod locate;
+mod postings;
 pub mod refresh;
 pub mod snapshot;
 use columns::{batch_bytes, corrupt, integers, micros, read, strings};
 pub use context::{DERIVATION_COLUMNS, Edges, LINK_COLUMNS, PACKABLE, Reps, SECRET, role_bit};
 use context::{EdgeRow, Lazy, RepRow};
+use postings::{Postings, Terms, u64_at};
 
 /// FIND OBJECT's columns, in order, as the generation keeps them per ordinal: from the
 /// object's record (`object_id`, `project`, `kind`, `title`) and its revision (the rest).
@@ -129,7 +131,7 @@ pub struct Generation {
     kind: Vec<u32>,
     kinds: Vec<String>,
     /// Per term, its disjoint tiers (title, summary, other).
-    postings: Postings,
+    postings: Arc<Terms>,
     /// The latest `recorded_at` or `created_at` (microseconds); `None`: no rows.
     horizon: Option<i64>,
     /// The representations of the selected revisions (CONTEXT FOR's packing metadata);
@@ -152,175 +154,6 @@ pub struct Generation {
 
 /// The bytes a snapshot file starts with.
 pub const SNAPSHOT_MAGIC: &[u8; 20] = b"signalql-resident-8\n";
-
-/// A directory entry of [`Postings`]: the term's offset and length in the pool (little-endian
-/// u64, u32), then per tier [`TIER`] bytes: its bitmap's offset and length in the blob and
-/// the bitmap's CRC-32 (u64, u32, u32), checked when the bitmap is decoded.
-const ENTRY: usize = 12 + 3 * TIER;
-const TIER: usize = 16;
-
-/// The postings of every term, serialised as one buffer: a directory of [`ENTRY`]-byte
-/// entries sorted by term, the terms' bytes (the pool), and each tier's roaring bitmap in its
-/// portable form (the blob). A term is found by binary search and only its bitmaps are
-/// decoded, so a generation opened from a snapshot file uses the file's bytes as they are.
-#[derive(Debug, Clone)]
-struct Postings {
-    bytes: bytes::Bytes,
-    count: usize,
-    /// Where the pool and the blob start.
-    pool: usize,
-    blob: usize,
-}
-
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[at..at + 8]);
-    u64::from_le_bytes(a)
-}
-
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    let mut a = [0u8; 4];
-    a.copy_from_slice(&b[at..at + 4]);
-    u32::from_le_bytes(a)
-}
-
-impl Postings {
-    /// The postings of `terms` (any order).
-    fn build(mut terms: Vec<(Box<str>, [RoaringBitmap; 3])>) -> Result<Postings> {
-        terms.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        let pool_len: usize = terms.iter().map(|t| t.0.len()).sum();
-        let mut entries = Vec::with_capacity(terms.len() * ENTRY);
-        let mut pool = Vec::with_capacity(pool_len);
-        let mut blob = Vec::new();
-        for (term, tiers) in &terms {
-            entries.extend_from_slice(&(pool.len() as u64).to_le_bytes());
-            entries.extend_from_slice(&(term.len() as u32).to_le_bytes());
-            pool.extend_from_slice(term.as_bytes());
-            for tier in tiers {
-                let start = blob.len();
-                tier.serialize_into(&mut blob)
-                    .map_err(|e| CatalogError::Invalid(e.to_string()))?;
-                entries.extend_from_slice(&(start as u64).to_le_bytes());
-                entries.extend_from_slice(&((blob.len() - start) as u32).to_le_bytes());
-                entries.extend_from_slice(&crc32fast::hash(&blob[start..]).to_le_bytes());
-            }
-        }
-        let (pool_at, blob_at) = (entries.len(), entries.len() + pool.len());
-        entries.extend_from_slice(&pool);
-        entries.extend_from_slice(&blob);
-        Ok(Postings {
-            bytes: entries.into(),
-            count: terms.len(),
-            pool: pool_at,
-            blob: blob_at,
-        })
-    }
-
-    /// Postings read from `bytes` holding `count` terms: every entry's ranges are checked, so
-    /// lookups cannot read outside the buffer.
-    fn open(bytes: bytes::Bytes, count: usize) -> Result<Postings> {
-        let pool = count
-            .checked_mul(ENTRY)
-            .filter(|&n| n <= bytes.len())
-            .ok_or_else(|| corrupt("its directory is cut short"))?;
-        let mut pool_len = 0usize;
-        for i in 0..count {
-            let e = i * ENTRY;
-            let end = (u64_at(&bytes, e) as usize).checked_add(u32_at(&bytes, e + 8) as usize);
-            pool_len = pool_len.max(end.ok_or_else(|| corrupt("a term's range"))?);
-        }
-        let blob = pool
-            .checked_add(pool_len)
-            .filter(|&n| n <= bytes.len())
-            .ok_or_else(|| corrupt("its terms are cut short"))?;
-        let blob_len = bytes.len() - blob;
-        for i in 0..count {
-            for t in 0..3 {
-                let e = i * ENTRY + 12 + t * TIER;
-                let end = (u64_at(&bytes, e) as usize).checked_add(u32_at(&bytes, e + 8) as usize);
-                if end.is_none_or(|end| end > blob_len) {
-                    return Err(corrupt("a posting list's range"));
-                }
-            }
-        }
-        let p = Postings {
-            bytes,
-            count,
-            pool,
-            blob,
-        };
-        if (1..count).any(|i| p.term(i - 1) >= p.term(i)) {
-            return Err(corrupt("its terms are not sorted"));
-        }
-        Ok(p)
-    }
-
-    /// The bytes of the `i`th term.
-    fn term(&self, i: usize) -> &[u8] {
-        let e = i * ENTRY;
-        let at = self.pool + u64_at(&self.bytes, e) as usize;
-        &self.bytes[at..at + u32_at(&self.bytes, e + 8) as usize]
-    }
-
-    /// The entry of `term` in the directory, `None` when no object holds it.
-    fn entry(&self, term: &str) -> Option<usize> {
-        let (mut lo, mut hi) = (0usize, self.count);
-        while lo < hi {
-            let mid = (lo + hi) / 2;
-            match self.term(mid).cmp(term.as_bytes()) {
-                std::cmp::Ordering::Less => lo = mid + 1,
-                std::cmp::Ordering::Greater => hi = mid,
-                std::cmp::Ordering::Equal => return Some(mid),
-            }
-        }
-        None
-    }
-
-    /// The stored bytes of tier `t` of entry `i`, an error when they do not match their
-    /// checksum.
-    fn stored(&self, i: usize, t: usize) -> Result<&[u8]> {
-        let e = i * ENTRY + 12 + t * TIER;
-        let at = self.blob + u64_at(&self.bytes, e) as usize;
-        let end = at + u32_at(&self.bytes, e + 8) as usize;
-        let stored = &self.bytes[at..end];
-        if crc32fast::hash(stored) != u32_at(&self.bytes, e + 12) {
-            return Err(corrupt("a posting list's checksum does not match"));
-        }
-        Ok(stored)
-    }
-
-    /// The tiers of `term`, `None` when no object holds it.
-    fn tiers(&self, term: &str) -> Result<Option<[RoaringBitmap; 3]>> {
-        let Some(stored) = self.stored_tiers(term)? else {
-            return Ok(None);
-        };
-        let mut tiers: [RoaringBitmap; 3] = Default::default();
-        for (tier, stored) in tiers.iter_mut().zip(stored) {
-            *tier =
-                RoaringBitmap::deserialize_from(stored).map_err(|_| corrupt("a posting list"))?;
-        }
-        Ok(Some(tiers))
-    }
-
-    /// The stored tiers of `term` (checked against their checksums), `None` when no object
-    /// holds it.
-    fn stored_tiers(&self, term: &str) -> Result<Option<[&[u8]; 3]>> {
-        let Some(i) = self.entry(term) else {
-            return Ok(None);
-        };
-        Ok(Some([
-            self.stored(i, 0)?,
-            self.stored(i, 1)?,
-            self.stored(i, 2)?,
-        ]))
-    }
-
-    /// Whether the stored tiers of `term` match their checksums (true when no object holds
-    /// it), without decoding them.
-    fn checked(&self, term: &str) -> bool {
-        self.stored_tiers(term).is_ok()
-    }
-}
 
 /// What a FIND OBJECT asks of a generation.
 #[derive(Debug, Clone, Default)]
@@ -362,7 +195,7 @@ impl Generation {
 
     /// The terms it holds postings for.
     pub fn term_count(&self) -> usize {
-        self.postings.count
+        self.postings.count()
     }
 
     /// Its memory: the columns' buffers, the per-object vectors and the postings.
@@ -371,7 +204,7 @@ impl Generation {
             + self.tombstoned.len() * 8
             + self.kind.len() * 4
             + self.kinds.iter().map(String::len).sum::<usize>()
-            + self.postings.bytes.len()
+            + self.postings.memory_bytes()
             + self.reps.memory_bytes()
             + self.edges.memory_bytes()
             + self
@@ -514,9 +347,9 @@ impl Generation {
                 continue;
             };
             let mut heaviest = 0;
-            for (stored, weight) in tiers.into_iter().zip(TIER_WEIGHTS) {
+            for (t, weight) in TIER_WEIGHTS.into_iter().enumerate() {
                 bits.fill(0);
-                let any = dense::set_bits(stored, &mut bits, objects)
+                let any = dense::set_bits(tiers.get(t), &mut bits, objects)
                     .map_err(|why| corrupt(&format!("a posting list: {why}")))?;
                 if any {
                     sums.add(&bits, weight);
@@ -1000,7 +833,7 @@ impl Builder {
             tombstoned: self.tombstoned,
             kind: self.kind,
             kinds: self.kinds,
-            postings: Postings::build(postings)?,
+            postings: Arc::new(Terms::Own(Postings::build(postings)?)),
             horizon: self.horizon,
             reps: Lazy::held(Some(Reps::build(self.reps, objects)?)),
             edges: Lazy::held(match self.edges {

@@ -23,25 +23,13 @@ use datafusion::arrow::compute::{cast, interleave};
 use signalql_udfs::strings::StringColumn;
 
 use super::context::{Edges, Lazy, Reps};
-use super::{Generation, NO_KIND, Postings, RoaringBitmap, compact, ordinal_of};
-use crate::error::{CatalogError, Result};
-
-/// No position: the object is not in the refreshed generation.
-const GONE: u32 = u32::MAX;
+use super::postings::{GONE, Terms};
+use super::{Generation, NO_KIND, compact, ordinal_of};
+use crate::error::Result;
 
 /// The ids of `g`'s objects, by ordinal.
 fn ids(g: &Generation) -> Option<StringColumn> {
     StringColumn::try_new(g.column("object_id")?.as_ref()).ok()
-}
-
-/// `bitmap` renumbered through `map` (increasing where it is not [`GONE`], so the values
-/// stay in order); values mapped to [`GONE`] are left out.
-fn renumbered(bitmap: &RoaringBitmap, map: &[u32]) -> RoaringBitmap {
-    let values = bitmap
-        .iter()
-        .filter_map(|o| map.get(o as usize).copied().filter(|&m| m != GONE));
-    // Increasing and without repeats (the map is), so `from_sorted_iter` cannot fail.
-    RoaringBitmap::from_sorted_iter(values).unwrap_or_default()
 }
 
 impl Generation {
@@ -60,8 +48,8 @@ impl Generation {
     /// module's documentation). `None` when the two cannot be merged (their columns differ
     /// in type, or `delta` holds an object not touched): the caller builds the whole.
     pub fn refreshed(
-        &self,
-        delta: &Generation,
+        self: &Arc<Self>,
+        delta: &Arc<Generation>,
         touched: &HashSet<String>,
     ) -> Result<Option<Generation>> {
         let (Some(old_ids), Some(new_ids)) = (ids(self), ids(delta)) else {
@@ -146,15 +134,33 @@ impl Generation {
             })
             .collect();
 
-        let postings = merge_postings(&self.postings, &old_map, &delta.postings, &new_map)?;
-        let (Some(old_reps), Some(new_reps)) = (self.reps(), delta.reps()) else {
-            return Ok(None);
+        let postings = Arc::new(Terms::merged(
+            &self.postings,
+            old_map.clone(),
+            &delta.postings,
+            new_map.clone(),
+        )?);
+        // Representations and edges are merged when a statement first uses them (CONTEXT
+        // FOR): FIND does not. Until then the refreshed generation keeps the earlier one and
+        // the delta (and counts the earlier one's memory as its own; its postings are
+        // counted with the refreshed ones).
+        let holds = self.memory_bytes() - self.postings.memory_bytes();
+        let (earlier, delta_held) = (Arc::clone(self), Arc::clone(delta));
+        let order = Arc::new(order);
+        let reps = {
+            let (earlier, delta, order) = (earlier.clone(), delta_held.clone(), order.clone());
+            Lazy::deferred(
+                move || merge_reps(earlier.reps()?, delta.reps()?, &order).ok(),
+                holds,
+            )
         };
-        let reps = merge_reps(old_reps, new_reps, &order)?;
-        let edges = match (self.edges(), delta.edges()) {
-            (Some(a), Some(b)) => Some(merge_edges(a, &old_map, b, &new_map, objects)?),
-            _ => None,
-        };
+        let edges = Lazy::deferred(
+            move || match (earlier.edges(), delta_held.edges()) {
+                (Some(a), Some(b)) => merge_edges(a, &old_map, b, &new_map, objects).ok(),
+                _ => None,
+            },
+            0,
+        );
         let mut orphans: Vec<String> = self
             .orphans
             .iter()
@@ -172,64 +178,13 @@ impl Generation {
             kinds,
             postings,
             horizon: self.horizon.max(delta.horizon),
-            reps: Lazy::held(Some(reps)),
-            edges: Lazy::held(edges),
+            reps,
+            edges,
             kept: Default::default(),
             orphans,
             derived: OnceLock::new(),
         }))
     }
-}
-
-/// The postings of the merged generation: per term (the union of both directories), each
-/// tier's earlier objects renumbered through `old_map` (the touched ones left out) and the
-/// delta's through `new_map`. A term no object holds any longer is left out.
-fn merge_postings(
-    old: &Postings,
-    old_map: &[u32],
-    delta: &Postings,
-    new_map: &[u32],
-) -> Result<Postings> {
-    let decode = |p: &Postings, i: usize, t: usize| -> Result<RoaringBitmap> {
-        RoaringBitmap::deserialize_from(p.stored(i, t)?)
-            .map_err(|_| super::columns::corrupt("a posting list"))
-    };
-    let mut out: Vec<(Box<str>, [RoaringBitmap; 3])> = Vec::new();
-    let (mut x, mut y) = (0usize, 0usize);
-    while x < old.count || y < delta.count {
-        let ord = match (x < old.count, y < delta.count) {
-            (true, true) => old.term(x).cmp(delta.term(y)),
-            (true, false) => std::cmp::Ordering::Less,
-            _ => std::cmp::Ordering::Greater,
-        };
-        let (from_old, from_new) = match ord {
-            std::cmp::Ordering::Less => (Some(x), None),
-            std::cmp::Ordering::Greater => (None, Some(y)),
-            std::cmp::Ordering::Equal => (Some(x), Some(y)),
-        };
-        let term = match from_old {
-            Some(i) => old.term(i),
-            None => delta.term(y),
-        };
-        let term: Box<str> = std::str::from_utf8(term)
-            .map_err(|_| CatalogError::Invalid("a term is not UTF-8".into()))?
-            .into();
-        let mut tiers: [RoaringBitmap; 3] = Default::default();
-        for (t, tier) in tiers.iter_mut().enumerate() {
-            if let Some(i) = from_old {
-                *tier = renumbered(&decode(old, i, t)?, old_map);
-            }
-            if let Some(i) = from_new {
-                *tier |= renumbered(&decode(delta, i, t)?, new_map);
-            }
-        }
-        if tiers.iter().any(|t| !t.is_empty()) {
-            out.push((term, tiers));
-        }
-        x += usize::from(from_old.is_some());
-        y += usize::from(from_new.is_some());
-    }
-    Postings::build(out)
 }
 
 /// The representations of the merged generation, in the merged `order`.

@@ -174,7 +174,8 @@ impl Generation {
             Some(e) => Some(ipc(e.batch())?),
             None => None,
         };
-        let postings = &self.postings.bytes[..];
+        let whole = self.postings.whole()?;
+        let postings = &whole.bytes[..];
         let mut parts: Vec<Option<&[u8]>> = vec![Some(&columns), Some(&reps), edges.as_deref()];
         parts.extend(kept.iter().map(|(_, b)| Some(*b)));
         parts.push(Some(postings));
@@ -206,7 +207,7 @@ impl Generation {
             key: key.to_vec(),
             horizon: self.horizon,
             kinds: self.kinds.clone(),
-            terms: self.postings.count,
+            terms: whole.count,
             columns: c.unwrap_or(none),
             reps: r.unwrap_or(none),
             edges: e,
@@ -216,7 +217,7 @@ impl Generation {
                 .filter_map(|((name, _), p)| Some((name.to_string(), (*p)?)))
                 .collect(),
             postings: p.unwrap_or(none),
-            directory_crc32: crc32fast::hash(&postings[..self.postings.blob]),
+            directory_crc32: crc32fast::hash(&postings[..whole.blob]),
             orphans: self.orphans.clone(),
             views,
         })
@@ -298,7 +299,7 @@ impl Generation {
                 tombstoned,
                 kind,
                 kinds: h.kinds,
-                postings,
+                postings: Arc::new(super::postings::Terms::Own(postings)),
                 horizon: h.horizon,
                 reps,
                 edges,
