@@ -623,6 +623,16 @@ impl<T: Decoded> Lazy<T> {
             .as_ref()
     }
 
+    /// A deferred part made now (nothing for another): a refresh over a generation whose
+    /// parts are still deferred settles them first, so each refreshed generation keeps at
+    /// most the one it was made from, never a chain of them.
+    pub(super) fn settle(&self) {
+        let deferred = self.make.lock().is_ok_and(|m| m.is_some());
+        if deferred {
+            self.get();
+        }
+    }
+
     /// Whether the part decodes, or was never in a file (not held, or made when used).
     pub(super) fn whole(&self) -> bool {
         self.part.is_none() || self.get().is_some()

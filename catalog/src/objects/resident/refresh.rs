@@ -143,7 +143,10 @@ impl Generation {
         // Representations and edges are merged when a statement first uses them (CONTEXT
         // FOR): FIND does not. Until then the refreshed generation keeps the earlier one and
         // the delta (and counts the earlier one's memory as its own; its postings are
-        // counted with the refreshed ones).
+        // counted with the refreshed ones). The earlier one's own deferred parts are made
+        // first, so it keeps nothing older.
+        self.reps.settle();
+        self.edges.settle();
         let holds = self.memory_bytes() - self.postings.memory_bytes();
         let (earlier, delta_held) = (Arc::clone(self), Arc::clone(delta));
         let order = Arc::new(order);
