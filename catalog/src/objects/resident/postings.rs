@@ -162,28 +162,18 @@ impl Postings {
 
     /// The tiers of `term`, `None` when no object holds it.
     pub(super) fn tiers(&self, term: &str) -> Result<Option<[RoaringBitmap; 3]>> {
-        let Some(stored) = self.stored_tiers(term)? else {
-            return Ok(None);
-        };
-        let mut tiers: [RoaringBitmap; 3] = Default::default();
-        for (tier, stored) in tiers.iter_mut().zip(stored) {
-            *tier =
-                RoaringBitmap::deserialize_from(stored).map_err(|_| corrupt("a posting list"))?;
-        }
-        Ok(Some(tiers))
+        self.stored_tiers(term)?.map(decode).transpose()
     }
 
     /// The stored tiers of `term` (checked against their checksums), `None` when no object
     /// holds it.
     pub(super) fn stored_tiers(&self, term: &str) -> Result<Option<[&[u8]; 3]>> {
-        let Some(i) = self.entry(term) else {
-            return Ok(None);
-        };
-        Ok(Some([
-            self.stored(i, 0)?,
-            self.stored(i, 1)?,
-            self.stored(i, 2)?,
-        ]))
+        self.entry(term).map(|i| self.stored_at(i)).transpose()
+    }
+
+    /// The stored tiers of entry `i`, checked against their checksums.
+    fn stored_at(&self, i: usize) -> Result<[&[u8]; 3]> {
+        Ok([self.stored(i, 0)?, self.stored(i, 1)?, self.stored(i, 2)?])
     }
 
     /// Whether the stored tiers of `term` match their checksums (true when no object holds
@@ -191,6 +181,33 @@ impl Postings {
     pub(super) fn checked(&self, term: &str) -> bool {
         self.stored_tiers(term).is_ok()
     }
+}
+
+/// Three stored tiers, decoded.
+fn decode(stored: [&[u8]; 3]) -> Result<[RoaringBitmap; 3]> {
+    let mut tiers: [RoaringBitmap; 3] = Default::default();
+    for (tier, stored) in tiers.iter_mut().zip(stored) {
+        *tier = RoaringBitmap::deserialize_from(stored).map_err(|_| corrupt("a posting list"))?;
+    }
+    Ok(tiers)
+}
+
+/// A term's tiers in a refreshed generation: the earlier generation's (`old`) renumbered
+/// through `old_map`, the objects taken out left out, and the delta's (`new`) through
+/// `new_map`.
+fn renumbered_tiers(
+    old: Option<&[RoaringBitmap; 3]>,
+    old_map: &[u32],
+    new: Option<&[RoaringBitmap; 3]>,
+    new_map: &[u32],
+) -> [RoaringBitmap; 3] {
+    std::array::from_fn(|t| {
+        let mut tier = old.map_or_else(RoaringBitmap::new, |o| renumbered(&o[t], old_map));
+        if let Some(new) = new {
+            tier |= renumbered(&new[t], new_map);
+        }
+        tier
+    })
 }
 
 /// The postings of the merged generation: per term (the union of both directories), each
@@ -202,10 +219,6 @@ pub(super) fn merge_postings(
     delta: &Postings,
     new_map: &[u32],
 ) -> Result<Postings> {
-    let decode = |p: &Postings, i: usize, t: usize| -> Result<RoaringBitmap> {
-        RoaringBitmap::deserialize_from(p.stored(i, t)?)
-            .map_err(|_| super::columns::corrupt("a posting list"))
-    };
     let mut out: Vec<(Box<str>, [RoaringBitmap; 3])> = Vec::new();
     let (mut x, mut y) = (0usize, 0usize);
     while x < old.count || y < delta.count {
@@ -226,15 +239,9 @@ pub(super) fn merge_postings(
         let term: Box<str> = std::str::from_utf8(term)
             .map_err(|_| CatalogError::Invalid("a term is not UTF-8".into()))?
             .into();
-        let mut tiers: [RoaringBitmap; 3] = Default::default();
-        for (t, tier) in tiers.iter_mut().enumerate() {
-            if let Some(i) = from_old {
-                *tier = renumbered(&decode(old, i, t)?, old_map);
-            }
-            if let Some(i) = from_new {
-                *tier |= renumbered(&decode(delta, i, t)?, new_map);
-            }
-        }
+        let from_old = from_old.map(|i| decode(old.stored_at(i)?)).transpose()?;
+        let from_new = from_new.map(|i| decode(delta.stored_at(i)?)).transpose()?;
+        let tiers = renumbered_tiers(from_old.as_ref(), old_map, from_new.as_ref(), new_map);
         if tiers.iter().any(|t| !t.is_empty()) {
             out.push((term, tiers));
         }
@@ -288,9 +295,9 @@ impl Tiers<'_> {
 #[derive(Debug)]
 pub(super) struct Merged {
     old: Arc<Terms>,
-    old_map: Vec<u32>,
+    old_map: Arc<[u32]>,
     delta: Postings,
-    new_map: Vec<u32>,
+    new_map: Arc<[u32]>,
     /// Refreshes nested under this one, itself included.
     depth: usize,
     /// Whether an earlier object was taken out (`old_map` has a [`GONE`]).
@@ -313,9 +320,9 @@ impl Terms {
     /// The postings of a generation refreshed from one whose postings are `old`.
     pub(super) fn merged(
         old: &Arc<Terms>,
-        old_map: Vec<u32>,
+        old_map: Arc<[u32]>,
         delta: &Terms,
-        new_map: Vec<u32>,
+        new_map: Arc<[u32]>,
     ) -> Result<Terms> {
         let depth = match old.as_ref() {
             Terms::Own(_) => 1,
@@ -366,12 +373,7 @@ impl Terms {
         let Some(stored) = self.stored_tiers(term)? else {
             return Ok(None);
         };
-        let mut tiers: [RoaringBitmap; 3] = Default::default();
-        for (t, tier) in tiers.iter_mut().enumerate() {
-            *tier = RoaringBitmap::deserialize_from(stored.get(t))
-                .map_err(|_| super::columns::corrupt("a posting list"))?;
-        }
-        Ok(Some(tiers))
+        decode([stored.get(0), stored.get(1), stored.get(2)]).map(Some)
     }
 
     /// Whether the stored tiers of `term` match their checksums (true when no object holds
@@ -427,15 +429,7 @@ impl Merged {
             return Ok(kept.clone());
         }
         let (old, new) = (self.old.tiers(term)?, self.delta.tiers(term)?);
-        let mut tiers: [RoaringBitmap; 3] = Default::default();
-        for (t, tier) in tiers.iter_mut().enumerate() {
-            if let Some(old) = &old {
-                *tier = renumbered(&old[t], &self.old_map);
-            }
-            if let Some(new) = &new {
-                *tier |= renumbered(&new[t], &self.new_map);
-            }
-        }
+        let tiers = renumbered_tiers(old.as_ref(), &self.old_map, new.as_ref(), &self.new_map);
         let merged = if tiers.iter().all(RoaringBitmap::is_empty) {
             None
         } else {
@@ -560,9 +554,9 @@ mod tests {
             let delta = postings(new_map.len() as u32, &seed[1..], &TERMS[1..5]);
             let lazy = Terms::merged(
                 &Arc::new(Terms::Own(old.clone())),
-                old_map.clone(),
+                old_map.clone().into(),
                 &Terms::Own(delta.clone()),
-                new_map.clone(),
+                new_map.clone().into(),
             )
             .unwrap();
             let whole = merge_postings(&old, &old_map, &delta, &new_map).unwrap();
@@ -573,7 +567,12 @@ mod tests {
             let delta2 = postings(new2.len() as u32, &seed[2..], &TERMS[3..]);
             let lazy = Arc::new(lazy);
             let lazy2 =
-                Terms::merged(&lazy, map2.clone(), &Terms::Own(delta2.clone()), new2.clone())
+                Terms::merged(
+                &lazy,
+                map2.clone().into(),
+                &Terms::Own(delta2.clone()),
+                new2.clone().into(),
+            )
                     .unwrap();
             let whole2 = merge_postings(&whole, &map2, &delta2, &new2).unwrap();
             same(&lazy2, &whole2)?;

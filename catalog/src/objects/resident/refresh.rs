@@ -134,11 +134,13 @@ impl Generation {
             })
             .collect();
 
+        // The maps are shared by the postings and the deferred merge of the edges.
+        let (old_map, new_map): (Arc<[u32]>, Arc<[u32]>) = (old_map.into(), new_map.into());
         let postings = Arc::new(Terms::merged(
             &self.postings,
-            old_map.clone(),
+            Arc::clone(&old_map),
             &delta.postings,
-            new_map.clone(),
+            Arc::clone(&new_map),
         )?);
         // Representations and edges are merged when a statement first uses them (CONTEXT
         // FOR): FIND does not. Until then the refreshed generation keeps the earlier one and
@@ -148,22 +150,23 @@ impl Generation {
         self.reps.settle();
         self.edges.settle();
         let holds = self.memory_bytes() - self.postings.memory_bytes();
-        let (earlier, delta_held) = (Arc::clone(self), Arc::clone(delta));
-        let order = Arc::new(order);
         let reps = {
-            let (earlier, delta, order) = (earlier.clone(), delta_held.clone(), order.clone());
+            let (earlier, delta) = (Arc::clone(self), Arc::clone(delta));
             Lazy::deferred(
                 move || merge_reps(earlier.reps()?, delta.reps()?, &order).ok(),
                 holds,
             )
         };
-        let edges = Lazy::deferred(
-            move || match (earlier.edges(), delta_held.edges()) {
-                (Some(a), Some(b)) => merge_edges(a, &old_map, b, &new_map, objects).ok(),
-                _ => None,
-            },
-            0,
-        );
+        let edges = {
+            let (earlier, delta) = (Arc::clone(self), Arc::clone(delta));
+            Lazy::deferred(
+                move || match (earlier.edges(), delta.edges()) {
+                    (Some(a), Some(b)) => merge_edges(a, &old_map, b, &new_map, objects).ok(),
+                    _ => None,
+                },
+                0,
+            )
+        };
         let mut orphans: Vec<String> = self
             .orphans
             .iter()
