@@ -81,6 +81,7 @@ struct Loans {
     eligible: Pool<bool>,
     ordinals: Pool<u32>,
     seeds: Pool<(u32, i64)>,
+    levels: Pool<(u32, u8)>,
     scored: Pool<(i64, u32)>,
 }
 
@@ -519,25 +520,48 @@ pub(crate) fn decide(
     // lists the ordinals with a sum, in ordinal order (expansion's frontier starts sorted).
     let mut sums = f.loans.sums.lend(n, 0);
     let mut held = f.loans.ordinals.lend(0, 0);
-    for [title, summary, other] in tiers.iter().flatten() {
-        for (tier, w) in [title, summary, other].into_iter().zip(weights) {
-            tier.iter().for_each(|o| {
-                if eligible.get(o as usize).copied().unwrap_or(false) {
-                    let sum = &mut sums[o as usize];
-                    if *sum == 0 {
-                        held.push(o);
+    let postings: u64 = tiers
+        .iter()
+        .flatten()
+        .flatten()
+        .map(RoaringBitmap::len)
+        .sum();
+    if postings > n as u64 / 16 {
+        // Many postings: each adds its weight with no test (whether the object is eligible,
+        // whether it was met before: at a million objects whose terms nearly all hold, a
+        // mispredicted branch per posting was most of this), then one pass in ordinal order
+        // lists the eligible with a sum and clears the others'.
+        for [title, summary, other] in tiers.iter().flatten() {
+            for (tier, w) in [title, summary, other].into_iter().zip(weights) {
+                tier.iter().for_each(|o| {
+                    if let Some(sum) = sums.get_mut(o as usize) {
+                        *sum += w;
                     }
-                    *sum += w;
-                }
-            });
+                });
+            }
         }
-    }
-    // Many seeds: one pass over the sums in order beats sorting them (at a million objects
-    // whose terms nearly all hold, a sort of a million ordinals in the order first met).
-    if held.len() > n / 16 {
-        held.clear();
-        held.extend((0..n as u32).filter(|&o| sums[o as usize] != 0));
+        for (o, (sum, &e)) in sums.iter_mut().zip(eligible.iter()).enumerate() {
+            if *sum != 0 {
+                match e {
+                    true => held.push(o as u32),
+                    false => *sum = 0,
+                }
+            }
+        }
     } else {
+        for [title, summary, other] in tiers.iter().flatten() {
+            for (tier, w) in [title, summary, other].into_iter().zip(weights) {
+                tier.iter().for_each(|o| {
+                    if eligible.get(o as usize).copied().unwrap_or(false) {
+                        let sum = &mut sums[o as usize];
+                        if *sum == 0 {
+                            held.push(o);
+                        }
+                        *sum += w;
+                    }
+                });
+            }
+        }
         held.sort_unstable();
     }
     let denominator = 3 * p.terms.len().max(1) as i64;
@@ -546,14 +570,40 @@ pub(crate) fn decide(
     // Expansion from the seeds in the graph: first every node's best score (exact, without
     // the path), then, once the threshold is known, the paths from the seeds that can still
     // reach it (below).
-    let mut graph_seeds = f.loans.seeds.lend(0, (0, 0));
-    if p.max_depth > 0 && !f.graph.names().is_empty() {
-        graph_seeds.extend(
-            held.iter()
-                .map(|&o| (f.ordinal_node.get(o as usize), lexical(sums[o as usize])))
-                .filter(|&(node, _)| node != NONE),
-        );
+    // The seeds by level: the sums met, ascending, a seed's level the rank of its sum there
+    // from 1 (the graph's one round then moves a byte per node; with over 255 sums met,
+    // the general way).
+    let mut rank_of_sum: Vec<u16> = Vec::new();
+    for &o in held.iter() {
+        let s = sums[o as usize] as usize;
+        if s >= rank_of_sum.len() {
+            rank_of_sum.resize(s + 1, 0);
+        }
+        rank_of_sum[s] = 1;
     }
+    let mut levels: Vec<i64> = Vec::new();
+    for (s, r) in rank_of_sum.iter_mut().enumerate() {
+        if *r != 0 {
+            levels.push(lexical(s as i64));
+            *r = levels.len() as u16;
+        }
+    }
+    let by_level = levels.len() <= usize::from(u8::MAX);
+    let mut graph_seeds = f.loans.seeds.lend(0, (0, 0));
+    let mut level_seeds = f.loans.levels.lend(0, (0, 0));
+    if p.max_depth > 0 && !f.graph.names().is_empty() {
+        let nodes = held
+            .iter()
+            .map(|&o| (f.ordinal_node.get(o as usize), sums[o as usize]))
+            .filter(|&(node, _)| node != NONE);
+        match by_level {
+            true => {
+                level_seeds.extend(nodes.map(|(node, s)| (node, rank_of_sum[s as usize] as u8)))
+            }
+            false => graph_seeds.extend(nodes.map(|(node, s)| (node, lexical(s)))),
+        }
+    }
+    let any_seed = !graph_seeds.is_empty() || !level_seeds.is_empty();
     let passable = |node: u32| {
         let o = f.node_ordinal.get(node as usize);
         o != NONE && eligible[o as usize]
@@ -568,17 +618,22 @@ pub(crate) fn decide(
     let seeds = held.len() as u64;
     let mut propagated = f.loans.sums.lend(n, 0);
     let mut relevant = held;
-    if !graph_seeds.is_empty() {
-        let scores = f.graph.scores(&graph_seeds, p.max_depth, &passable, &live);
-        let each = scores.score().iter().zip(scores.hopped());
-        for ((&score, hopped), o) in each.zip(f.node_ordinal.iter()) {
-            if hopped && o != NONE {
+    if any_seed {
+        let scores = match by_level {
+            true => f
+                .graph
+                .scores_levelled(&level_seeds, &levels, p.max_depth, &passable, &live),
+            false => f.graph.scores(&graph_seeds, p.max_depth, &passable, &live),
+        };
+        scores.hopped(|node, score| {
+            let o = f.node_ordinal.get(node as usize);
+            if o != NONE {
                 propagated[o as usize] = score;
                 if sums[o as usize] == 0 {
                     relevant.push(o);
                 }
             }
-        }
+        });
     }
     let scores_of = |o: u32| (lexical(sums[o as usize]), propagated[o as usize]);
     // PREFER terms satisfied, per (state, trust) codes met (none without PREFER).
@@ -611,13 +666,17 @@ pub(crate) fn decide(
     } else {
         i64::MIN
     };
+    // Those under the threshold are listed for EXPLAIN, else only counted.
     let mut over: Vec<(u32, Reason)> = Vec::new();
+    let mut over_count = 0u64;
     let mut ranked: Vec<u32> = Vec::new();
     for &(score, o) in scored.iter() {
-        if score < threshold {
+        if score >= threshold {
+            ranked.push(o);
+        } else if list {
             over.push((o, Reason::MaxObjects));
         } else {
-            ranked.push(o);
+            over_count += 1;
         }
     }
 
@@ -637,17 +696,30 @@ pub(crate) fn decide(
         }
     };
     let mut expansion = Expansion::default();
-    if !graph_seeds.is_empty() {
+    if any_seed {
+        // The seeds that can: those given by level are passed over a level at a time.
         let every = p.prefer.len();
-        let strong: Vec<(u32, i64)> = graph_seeds
-            .iter()
-            .filter(|(_, score)| boost(score >> 1, every) >= threshold)
-            .copied()
-            .collect();
+        let can_reach = |score: i64| boost(score >> 1, every) >= threshold;
+        let score_of = |l: u8| levels[usize::from(l) - 1];
+        let (strong, of): (Vec<(u32, i64)>, usize) = match by_level {
+            true => {
+                let reach: Vec<bool> = levels.iter().map(|&s| can_reach(s)).collect();
+                let strong = level_seeds
+                    .iter()
+                    .filter(|&&(_, l)| reach[usize::from(l) - 1])
+                    .map(|&(node, l)| (node, score_of(l)));
+                (strong.collect(), level_seeds.len())
+            }
+            false => {
+                let strong = graph_seeds.iter().filter(|(_, s)| can_reach(*s));
+                (strong.copied().collect(), graph_seeds.len())
+            }
+        };
         expansion = f.graph.expand_nodes(&strong, p.max_depth, &passable, &live);
-        if strong.len() < graph_seeds.len()
-            && ranked.iter().any(|&o| hops_of(&expansion, o).is_none())
-        {
+        if strong.len() < of && ranked.iter().any(|&o| hops_of(&expansion, o).is_none()) {
+            if by_level {
+                graph_seeds.extend(level_seeds.iter().map(|&(node, l)| (node, score_of(l))));
+            }
             expansion = f
                 .graph
                 .expand_nodes(&graph_seeds, p.max_depth, &passable, &live);
@@ -680,7 +752,7 @@ pub(crate) fn decide(
     let packed = pack_ranked(p, keys, &expansion, &revision_of);
 
     if !list {
-        counted[Reason::MaxObjects as usize] += over.len() as u64;
+        counted[Reason::MaxObjects as usize] += over_count + over.len() as u64;
         return Ok(Some(Decisions {
             considered,
             seeds,

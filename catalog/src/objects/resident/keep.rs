@@ -161,6 +161,25 @@ impl<T: Word> Words<T> {
         self.bytes.chunks_exact(T::BYTES).map(T::read)
     }
 
+    /// A hint that the value at `i` is read soon: its cache line is fetched while other
+    /// work goes on (a walk over values at scattered places, each a miss, overlaps them so).
+    /// Nothing is read, and `i` past the end is ignored.
+    #[inline]
+    pub fn prefetch(&self, i: usize) {
+        if let Some(value) = self.bytes.get(i.saturating_mul(T::BYTES)..) {
+            #[cfg(target_arch = "x86_64")]
+            #[allow(unsafe_code)]
+            // SAFETY: a prefetch is a hint that never faults and reads nothing into the
+            // program; the pointer is within `bytes`. SSE is in every x86-64 processor.
+            unsafe {
+                use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+                _mm_prefetch::<_MM_HINT_T0>(value.as_ptr().cast());
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            let _ = value;
+        }
+    }
+
     /// The values at `range`; panics when it is not within [`len`](Self::len).
     pub fn range(&self, range: Range<usize>) -> impl ExactSizeIterator<Item = T> + '_ {
         self.bytes[range.start * T::BYTES..range.end * T::BYTES]
