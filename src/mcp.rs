@@ -1,14 +1,16 @@
 //! `signalql mcp`: an MCP server over stdio (the official Rust SDK, rmcp) with the tools
 //! `query`, `describe`, `context`, `watch`, `explain_context`, `explain`, `simulate`, `stats`
-//! and `format`. The same server answers at
-//! `/mcp` of `signalql serve` (src/serve.rs), where each request's bearer token selects the
-//! caller whose engine answers it.
+//! and `format`. The same server answers at `/mcp` of `signalql serve` (src/serve.rs), where
+//! each request's bearer token selects the caller whose engine answers it.
 //!
-//! Each tool answers with one text content holding JSON: the result envelope (`query`,
-//! `describe`), the bundle (`context`), `{polls, holds, alert}` (`watch`), the explanation (`explain_context`), the EXPLAIN object
-//! (`explain`), the simulation (`simulate`), the estimator statistics (`stats`) or
-//! `{"canonical": …}` (`format`). A failure is an MCP tool error (`isError: true`) whose text
-//! is the engine's `{"error": {"code", "message", "line"?, "column"?, …}}`.
+//! Every tool is annotated read-only, not destructive and closed-world, and idempotent but
+//! `watch` (each call polls anew). Each declares an `outputSchema` (mcp/schemas.rs) and
+//! answers with it as `structuredContent`, beside one text content holding the same JSON: the
+//! result envelope (`query`, `describe`), the bundle (`context`), `{polls, holds, alert}`
+//! (`watch`), the explanation (`explain_context`), the EXPLAIN object (`explain`), the
+//! simulation (`simulate`), the estimator statistics (`stats`) or `{"canonical": …}`
+//! (`format`). A failure is an MCP tool error (`isError: true`) whose text is the engine's
+//! `{"error": {"code", "message", "line"?, "column"?, …}}`.
 
 use std::sync::Arc;
 
@@ -23,6 +25,8 @@ use signalql_engine::error::catch_panics;
 
 use crate::request::{ContextRequest, DescribeRequest};
 use crate::{Answer, Engine, Error};
+
+mod schemas;
 
 /// `query`: run one SignalQL statement.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -190,8 +194,14 @@ pub struct SignalqlServer {
     tool_router: ToolRouter<Self>,
 }
 
+/// A tool's answer: `value` as `structuredContent` (checked against the tool's
+/// `outputSchema` by clients that validate) and, for clients that read text, the same JSON as
+/// its one text content.
 fn ok(value: &impl Serialize) -> Result<CallToolResult, ErrorData> {
-    Ok(CallToolResult::success(vec![ContentBlock::json(value)?]))
+    let value = serde_json::to_value(value).map_err(|e| {
+        ErrorData::internal_error(format!("an answer did not serialise: {e}"), None)
+    })?;
+    Ok(CallToolResult::structured(value))
 }
 
 fn failed(e: &Error) -> Result<CallToolResult, ErrorData> {
@@ -246,7 +256,14 @@ impl SignalqlServer {
 
     #[tool(
         description = "Run a SignalQL statement over the dataset. Analytics give the typed \
-                       result envelope {columns, rows, metadata}; CONTEXT FOR gives a bundle."
+                       result envelope {columns, rows, metadata}; CONTEXT FOR gives a bundle.",
+        output_schema = schemas::answer(),
+        annotations(
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = false
+        )
     )]
     async fn query(
         &self,
@@ -265,7 +282,14 @@ impl SignalqlServer {
 
     #[tool(
         description = "Catalog records (DESCRIBE): fields with types, units and nullability, \
-                       relationship edges, signals, metric versions"
+                       relationship edges, signals, metric versions",
+        output_schema = schemas::envelope(),
+        annotations(
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = false
+        )
     )]
     async fn describe(
         &self,
@@ -287,7 +311,14 @@ impl SignalqlServer {
 
     #[tool(
         description = "Build the context bundle for a task: the smallest relevant, current, \
-                       trusted set of text within a token budget, with provenance"
+                       trusted set of text within a token budget, with provenance",
+        output_schema = schemas::bundle(),
+        annotations(
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = false
+        )
     )]
     async fn context(
         &self,
@@ -307,7 +338,14 @@ impl SignalqlServer {
     #[tool(
         description = "Wait for a WATCH condition: poll `WATCH (query) WHEN condition` every \
                        interval_seconds, up to max_polls times, and answer at the first poll \
-                       where it holds with the alert (its rows' envelope), or with alert null"
+                       where it holds with the alert (its rows' envelope), or with alert null",
+        output_schema = schemas::watch(),
+        annotations(
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = false,
+            open_world_hint = false
+        )
     )]
     async fn watch(
         &self,
@@ -325,7 +363,16 @@ impl SignalqlServer {
         }
     }
 
-    #[tool(description = "Explain a stored context bundle: phases, scores, rejections")]
+    #[tool(
+        description = "Explain a stored context bundle: phases, scores, rejections",
+        output_schema = schemas::explanation(),
+        annotations(
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = false
+        )
+    )]
     async fn explain_context(
         &self,
         ctx: RequestContext<RoleServer>,
@@ -345,7 +392,14 @@ impl SignalqlServer {
         description = "The plan of a SignalQL statement without running it (EXPLAIN): sources \
                        with files, bytes and rows, logical and physical plans, SQL, estimate, \
                        limits; with analyze, also run it and report operators, pruning and \
-                       actual figures"
+                       actual figures",
+        output_schema = schemas::plan(),
+        annotations(
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = false
+        )
     )]
     async fn explain(
         &self,
@@ -365,7 +419,14 @@ impl SignalqlServer {
 
     #[tool(
         description = "What a SignalQL statement would read (files, row groups, rows, bytes \
-                       after pruning) and how long it would take, from metadata only"
+                       after pruning) and how long it would take, from metadata only",
+        output_schema = schemas::simulation(),
+        annotations(
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = false
+        )
     )]
     async fn simulate(
         &self,
@@ -384,7 +445,14 @@ impl SignalqlServer {
 
     #[tool(
         description = "How good the engine's estimates have been: per estimated field the mean \
-                       absolute error, the calibration and the sample count over traced runs"
+                       absolute error, the calibration and the sample count over traced runs",
+        output_schema = schemas::statistics(),
+        annotations(
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = false
+        )
     )]
     async fn stats(
         &self,
@@ -410,7 +478,16 @@ impl SignalqlServer {
         }
     }
 
-    #[tool(description = "The canonical text of a SignalQL statement (v0.1 prints as v0.3)")]
+    #[tool(
+        description = "The canonical text of a SignalQL statement (v0.1 prints as v0.3)",
+        output_schema = schemas::canonical(),
+        annotations(
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = false
+        )
+    )]
     async fn format(
         &self,
         Parameters(args): Parameters<FormatArgs>,

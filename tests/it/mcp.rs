@@ -346,3 +346,85 @@ async fn the_stdio_server_answers_as_its_principal() {
     assert_eq!(env["error"]["code"], "permission_denied");
     let _ = client.cancel().await;
 }
+
+/// The official MCP Python SDK (mcp 2.x) over stdio, as an agent's client: every tool is
+/// annotated read-only, not destructive, closed-world and (but `watch`) idempotent, and
+/// declares an object `outputSchema` that an empty object does not satisfy; every answer is
+/// `structuredContent` that the SDK and jsonschema both find valid against its tool's schema,
+/// with the same JSON as its text; a failure is a tool error carrying the engine's error.
+#[test]
+fn the_official_python_client_validates_every_tool_result() {
+    crate::common::python_package("mcp", "mcp>=2,<3");
+    let root = dataset();
+    let out = std::process::Command::new("python3")
+        .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/mcp_client.py"))
+        .arg(env!("CARGO_BIN_EXE_signalql"))
+        .arg(root.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "the client failed: {stderr}");
+    let o: Value = serde_json::from_slice(&out.stdout).unwrap();
+
+    let tools = o["tools"].as_object().unwrap();
+    let mut names: Vec<&str> = tools.keys().map(String::as_str).collect();
+    names.sort();
+    assert_eq!(names, common::MCP_TOOLS);
+    for (name, t) in tools {
+        assert_eq!(t["read_only"], true, "{name}");
+        assert_eq!(t["destructive"], false, "{name}");
+        assert_eq!(t["open_world"], false, "{name}");
+        assert_eq!(t["idempotent"], name != "watch", "{name}");
+        assert_eq!(t["output_schema_type"], "object", "{name}");
+        assert_eq!(t["rejects_empty"], true, "{name}");
+    }
+
+    let calls = o["calls"].as_array().unwrap();
+    let keys = |c: &Value| -> Vec<String> {
+        let k = c["keys"].as_array().unwrap_or_else(|| panic!("{c}"));
+        k.iter().map(|k| k.as_str().unwrap().to_string()).collect()
+    };
+    let (last, answers) = calls.split_last().unwrap();
+    for c in answers {
+        assert_eq!(c["is_error"], false, "{c}");
+        assert_eq!(c["valid"], true, "{c}");
+        assert_eq!(c["text_is_structured"], true, "{c}");
+    }
+    // What each answered with, by the fields the schemas require.
+    let has = |i: usize, fields: &[&str]| {
+        let k = keys(&answers[i]);
+        for f in fields {
+            assert!(k.iter().any(|x| x == f), "call {i} lacks {f}: {k:?}");
+        }
+    };
+    let envelope = ["columns", "rows", "metadata"];
+    let bundle = ["id", "task", "items", "metadata"];
+    let explanation = ["context", "phases", "rejected"];
+    let plan = ["logical_plan", "physical_plan", "sources"];
+    for (i, fields) in [
+        &envelope[..],
+        &envelope,
+        &envelope,
+        &bundle,
+        &explanation,
+        &plan,
+        &envelope,
+        &bundle,
+        &explanation,
+        &["operators", "actual"],
+        &["based_on_samples"],
+        &["fields"],
+        &["canonical"],
+        &["polls", "holds", "alert"],
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        has(i, fields);
+    }
+    assert_eq!(answers.len(), 14);
+    assert_eq!(last["is_error"], true, "{last}");
+    assert_eq!(last["structured"], false, "{last}");
+    let error: Value = serde_json::from_str(last["text"].as_str().unwrap()).unwrap();
+    assert_eq!(error["error"]["code"], "parse_error");
+}
