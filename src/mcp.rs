@@ -26,7 +26,10 @@ use signalql_engine::error::catch_panics;
 use crate::request::{ContextRequest, DescribeRequest};
 use crate::{Answer, Engine, Error};
 
+mod cap;
 mod schemas;
+
+pub use cap::DEFAULT_MAX_RESULT_CHARS;
 
 /// `query`: run one SignalQL statement.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -163,15 +166,24 @@ pub struct Caller {
     pub engine: Arc<Engine>,
     permits: Arc<tokio::sync::Semaphore>,
     limit: u64,
+    /// `[mcp] max_result_chars` of the caller's dataset.
+    max_result_chars: u64,
 }
 
 impl Caller {
     pub fn new(engine: Engine) -> Caller {
         let limit = engine.limits().max_concurrent_requests;
+        let max_result_chars = engine
+            .dataset()
+            .config()
+            .mcp
+            .max_result_chars
+            .unwrap_or(DEFAULT_MAX_RESULT_CHARS);
         Caller {
             engine: Arc::new(engine),
             permits: Arc::new(tokio::sync::Semaphore::new(limit as usize)),
             limit,
+            max_result_chars,
         }
     }
 
@@ -196,12 +208,20 @@ pub struct SignalqlServer {
 
 /// A tool's answer: `value` as `structuredContent` (checked against the tool's
 /// `outputSchema` by clients that validate) and, for clients that read text, the same JSON as
-/// its one text content.
-fn ok(value: &impl Serialize) -> Result<CallToolResult, ErrorData> {
-    let value = serde_json::to_value(value).map_err(|e| {
-        ErrorData::internal_error(format!("an answer did not serialise: {e}"), None)
-    })?;
-    Ok(CallToolResult::structured(value))
+/// its one text content; cut to `max` characters (mcp/cap.rs).
+fn ok(value: &impl Serialize, max: u64) -> Result<CallToolResult, ErrorData> {
+    let value = match serde_json::to_value(value) {
+        Ok(v) => v,
+        Err(e) => {
+            return failed(&Error::internal(format!(
+                "an answer did not serialise: {e}"
+            )));
+        }
+    };
+    match cap::cap(value, max) {
+        Ok(v) => Ok(CallToolResult::structured(v)),
+        Err(e) => failed(&e),
+    }
 }
 
 fn failed(e: &Error) -> Result<CallToolResult, ErrorData> {
@@ -210,12 +230,12 @@ fn failed(e: &Error) -> Result<CallToolResult, ErrorData> {
     )]))
 }
 
-fn answer(a: Answer) -> Result<CallToolResult, ErrorData> {
+fn answer(a: Answer, max: u64) -> Result<CallToolResult, ErrorData> {
     match a {
-        Answer::Envelope(e) => ok(&*e),
-        Answer::Bundle(b) => ok(&*b),
-        Answer::Explanation(x) => ok(&*x),
-        Answer::Plan(p) => ok(&*p),
+        Answer::Envelope(e) => ok(&*e, max),
+        Answer::Bundle(b) => ok(&*b, max),
+        Answer::Explanation(x) => ok(&*x, max),
+        Answer::Plan(p) => ok(&*p, max),
     }
 }
 
@@ -236,22 +256,33 @@ impl SignalqlServer {
         }
     }
 
-    /// The caller of `ctx`'s request, admitted.
-    fn admit(
-        &self,
-        ctx: &RequestContext<RoleServer>,
-    ) -> crate::Result<(Arc<Engine>, tokio::sync::OwnedSemaphorePermit)> {
-        let caller = match &self.caller {
-            Some(c) => c.clone(),
+    /// The caller of `ctx`'s request.
+    fn caller(&self, ctx: &RequestContext<RoleServer>) -> crate::Result<Arc<Caller>> {
+        match &self.caller {
+            Some(c) => Ok(c.clone()),
             None => ctx
                 .extensions
                 .get::<axum::http::request::Parts>()
                 .and_then(|p| p.extensions.get::<Arc<Caller>>())
                 .cloned()
-                .ok_or_else(|| Error::internal("an HTTP request reached MCP without its caller"))?,
-        };
+                .ok_or_else(|| Error::internal("an HTTP request reached MCP without its caller")),
+        }
+    }
+
+    /// The caller of `ctx`'s request, admitted.
+    fn admit(
+        &self,
+        ctx: &RequestContext<RoleServer>,
+    ) -> crate::Result<(Arc<Engine>, tokio::sync::OwnedSemaphorePermit)> {
+        let caller = self.caller(ctx)?;
         let permit = caller.admit()?;
         Ok((caller.engine.clone(), permit))
+    }
+
+    /// The most characters an answer to `ctx`'s caller holds.
+    fn max_chars(&self, ctx: &RequestContext<RoleServer>) -> u64 {
+        self.caller(ctx)
+            .map_or(DEFAULT_MAX_RESULT_CHARS, |c| c.max_result_chars)
     }
 
     #[tool(
@@ -275,7 +306,7 @@ impl SignalqlServer {
             engine.answer(&args.query).await
         };
         match catch_panics(run).await {
-            Ok(a) => answer(a),
+            Ok(a) => answer(a, self.max_chars(&ctx)),
             Err(e) => failed(&e),
         }
     }
@@ -304,7 +335,7 @@ impl SignalqlServer {
             request.run(&engine).await
         };
         match catch_panics(run).await {
-            Ok(env) => ok(&env),
+            Ok(env) => ok(&env, self.max_chars(&ctx)),
             Err(e) => failed(&e),
         }
     }
@@ -330,7 +361,7 @@ impl SignalqlServer {
             context_bundle(&engine, &args).await
         };
         match catch_panics(run).await {
-            Ok(b) => ok(&b),
+            Ok(b) => ok(&b, self.max_chars(&ctx)),
             Err(e) => failed(&e),
         }
     }
@@ -358,7 +389,7 @@ impl SignalqlServer {
             watch_until_alert(&engine, &args, cancelled).await
         };
         match catch_panics(run).await {
-            Ok(w) => ok(&w),
+            Ok(w) => ok(&w, self.max_chars(&ctx)),
             Err(e) => failed(&e),
         }
     }
@@ -383,7 +414,7 @@ impl SignalqlServer {
             engine.explain_context(&args.address).await
         };
         match catch_panics(run).await {
-            Ok(x) => ok(&x),
+            Ok(x) => ok(&x, self.max_chars(&ctx)),
             Err(e) => failed(&e),
         }
     }
@@ -412,7 +443,7 @@ impl SignalqlServer {
             engine.explain(&q).await
         };
         match catch_panics(run).await {
-            Ok(x) => ok(&x),
+            Ok(x) => ok(&x, self.max_chars(&ctx)),
             Err(e) => failed(&e),
         }
     }
@@ -438,7 +469,7 @@ impl SignalqlServer {
             engine.simulate(&crate::parse(&args.query)?).await
         };
         match catch_panics(run).await {
-            Ok(x) => ok(&x),
+            Ok(x) => ok(&x, self.max_chars(&ctx)),
             Err(e) => failed(&e),
         }
     }
@@ -473,7 +504,7 @@ impl SignalqlServer {
             Ok(stats)
         };
         match catch_panics(run).await {
-            Ok(x) => ok(&x),
+            Ok(x) => ok(&x, self.max_chars(&ctx)),
             Err(e) => failed(&e),
         }
     }
@@ -490,10 +521,14 @@ impl SignalqlServer {
     )]
     async fn format(
         &self,
+        ctx: RequestContext<RoleServer>,
         Parameters(args): Parameters<FormatArgs>,
     ) -> Result<CallToolResult, ErrorData> {
         match catch_panics(async { crate::parse(&args.query) }).await {
-            Ok(s) => ok(&serde_json::json!({ "canonical": s.to_string() })),
+            Ok(s) => ok(
+                &serde_json::json!({ "canonical": s.to_string() }),
+                self.max_chars(&ctx),
+            ),
             Err(e) => failed(&e),
         }
     }

@@ -58,6 +58,9 @@ pub struct DatasetConfig {
     /// `[serve]`: `signalql serve`'s settings.
     #[serde(default)]
     pub serve: ServeConfig,
+    /// `[mcp]`: the MCP server's settings (`signalql mcp`, and `/mcp` of `serve`).
+    #[serde(default)]
+    pub mcp: McpConfig,
     #[serde(default)]
     pub trace: TraceConfig,
     #[serde(default)]
@@ -83,6 +86,15 @@ pub struct ClusterConfig {
 pub struct ServeConfig {
     /// The largest request body `signalql serve` reads (default 10 MiB); beyond it, HTTP 413.
     pub max_request_bytes: Option<u64>,
+}
+
+/// `[mcp]` of `signalql.toml`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpConfig {
+    /// The most characters of JSON one tool answer holds (default 50 000): a longer answer
+    /// is cut to fit (rows, whole bundle items, rejected objects) and says so.
+    pub max_result_chars: Option<u64>,
 }
 
 /// `[trace]` of `signalql.toml` (docs/runtime.md).

@@ -428,3 +428,75 @@ fn the_official_python_client_validates_every_tool_result() {
     let error: Value = serde_json::from_str(last["text"].as_str().unwrap()).unwrap();
     assert_eq!(error["error"]["code"], "parse_error");
 }
+
+/// `[mcp] max_result_chars` caps every answer: a grouped count over the sample's users keeps
+/// the rows that fit, says how many of how many and how to narrow; a bundle keeps whole
+/// items, the first ones of the same bundle answered in full by the CLI.
+#[tokio::test]
+async fn answers_are_cut_to_max_result_chars() {
+    let root = dataset();
+    let long = |w: &str| {
+        format!(
+            "# {w} storage\n\n{}\n",
+            format!("{w} storage notes. ").repeat(60)
+        )
+    };
+    let docs: Vec<(String, String)> = ["alpha", "beta", "gamma", "delta"]
+        .iter()
+        .map(|w| (format!("{w}.md"), long(w)))
+        .collect();
+    let docs: Vec<(&str, &str)> = docs.iter().map(|(n, t)| (n.as_str(), t.as_str())).collect();
+    common::ingest_docs(root.path(), &docs);
+    let config = root.path().join("signalql.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, format!("{text}[mcp]\nmax_result_chars = 2000\n")).unwrap();
+    let (client, _child) = serve(root.path(), None).await;
+
+    let per_user =
+        "FROM events DURING LAST 30 d GROUP BY user_id RETURN user_id, count ORDER BY user_id";
+    let (err, env) = call(&client, "query", json!({ "query": per_user })).await;
+    assert!(!err, "{env}");
+    assert!(env.to_string().chars().count() <= 2000);
+    let rows = env["rows"].as_array().unwrap().len();
+    let meta = &env["metadata"];
+    assert!(rows > 0);
+    assert_eq!(meta["truncated"], true);
+    assert_eq!(meta["row_count"], rows);
+    // The whole answer, from the CLI (no cap): the rows kept are its first.
+    let cli = |q: &str| -> Value {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_signalql"))
+            .args(["query", "--format", "json", "--data"])
+            .arg(root.path())
+            .arg(q)
+            .output()
+            .unwrap();
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let all = cli(per_user);
+    let all = all["rows"].as_array().unwrap();
+    let total = all.len();
+    assert!(total > rows);
+    assert_eq!(env["rows"].as_array().unwrap()[..], all[..rows]);
+    assert_eq!(meta["rows_total"], total);
+    let narrow = meta["narrow"].as_str().unwrap();
+    assert!(
+        narrow.contains(&format!("{rows} of {total} rows")),
+        "{narrow}"
+    );
+    assert!(narrow.contains("LIMIT"), "{narrow}");
+
+    // A bundle over the cap keeps whole items: the first of the whole bundle the CLI gives.
+    let task = "CONTEXT FOR \"storage notes\" BUDGET 4000 TOKENS";
+    let (err, capped) = call(&client, "query", json!({ "query": task })).await;
+    assert!(!err, "{capped}");
+    let whole = cli(task);
+    let (kept, all) = (
+        capped["items"].as_array().unwrap(),
+        whole["items"].as_array().unwrap(),
+    );
+    assert_eq!(capped["id"], whole["id"]);
+    assert!(kept.len() < all.len(), "{} of {}", kept.len(), all.len());
+    assert_eq!(kept[..], all[..kept.len()]);
+    assert_eq!(capped["metadata"]["items_total"], all.len());
+    assert_eq!(capped["metadata"]["truncated"], true);
+}
