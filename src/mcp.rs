@@ -17,7 +17,12 @@ use std::sync::Arc;
 use rmcp::RoleServer;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
-use rmcp::model::{CallToolResult, ContentBlock, Implementation, ServerCapabilities, ServerConfig};
+use rmcp::model::{
+    CallToolResult, ContentBlock, GetPromptRequestParams, GetPromptResponse, GetPromptResult,
+    Implementation, ListPromptsResult, ListResourcesResult, PaginatedRequestParams, Prompt,
+    PromptArgument, PromptMessage, ReadResourceRequestParams, ReadResourceResponse,
+    ReadResourceResult, Resource, ResourceContents, Role, ServerCapabilities, ServerConfig,
+};
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, ServerHandler, ServiceExt, schemars, tool, tool_handler, tool_router};
 use serde::{Deserialize, Serialize};
@@ -27,6 +32,7 @@ use crate::request::{ContextRequest, DescribeRequest};
 use crate::{Answer, Engine, Error};
 
 mod cap;
+pub mod grammar;
 mod schemas;
 
 pub use cap::DEFAULT_MAX_RESULT_CHARS;
@@ -604,12 +610,108 @@ async fn watch_until_alert(
 #[tool_handler(router = self.tool_router)]
 impl ServerHandler for SignalqlServer {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        let capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_resources()
+            .enable_prompts()
+            .build();
+        ServerConfig::new(capabilities)
             .with_server_info(Implementation::new("signalql", env!("CARGO_PKG_VERSION")))
             .with_instructions(
-                "SignalQL over one dataset: `describe` to discover the schema, `query` for \
-                 evidence (typed result envelopes), `context` for a budgeted context bundle.",
+                "SignalQL over one dataset: read the signalql://grammar resource (or get the \
+                 signalql-primer prompt) to learn the language, `describe` to discover the \
+                 schema, `query` for evidence (typed result envelopes), `context` for a \
+                 budgeted context bundle.",
             )
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        let grammar = Resource::new(grammar::GRAMMAR_URI, "grammar")
+            .with_title("SignalQL reference")
+            .with_description(
+                "The language in brief: statements, clauses in canonical order, functions, \
+                 units, the result envelope, errors and what to do, worked examples",
+            )
+            .with_mime_type("text/markdown");
+        Ok(ListResourcesResult::with_all_items(vec![grammar]))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        if request.uri != grammar::GRAMMAR_URI {
+            return Err(ErrorData::resource_not_found(
+                format!(
+                    "no resource {}: signalql://grammar is the one listed",
+                    request.uri
+                ),
+                None,
+            ));
+        }
+        let text = ResourceContents::text(grammar::reference(), grammar::GRAMMAR_URI)
+            .with_mime_type("text/markdown");
+        Ok(ReadResourceResponse::Complete(ReadResourceResult::new(
+            vec![text],
+        )))
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        let question = PromptArgument::new("question")
+            .with_description("What to find out from the dataset (optional)")
+            .with_required(false);
+        let primer = Prompt::new(
+            grammar::PRIMER,
+            Some(
+                "Teaches SignalQL: the language reference and this dataset's catalogue, with \
+                 the question when given",
+            ),
+            Some(vec![question]),
+        );
+        Ok(ListPromptsResult::with_all_items(vec![primer]))
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        if request.name != grammar::PRIMER {
+            return Err(ErrorData::invalid_params(
+                format!(
+                    "no prompt {:?}: signalql-primer is the one listed",
+                    request.name
+                ),
+                None,
+            ));
+        }
+        let question = request
+            .arguments
+            .as_ref()
+            .and_then(|a| a.get("question"))
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_string);
+        let run = async {
+            let engine = self.caller(&ctx)?.engine.clone();
+            grammar::primer(&engine, question.as_deref()).await
+        };
+        let text = catch_panics(run)
+            .await
+            .map_err(|e| ErrorData::internal_error(e.to_json().to_string(), None))?;
+        let message = PromptMessage::new_text(Role::User, text);
+        Ok(GetPromptResponse::Complete(
+            GetPromptResult::new(vec![message])
+                .with_description("SignalQL, and the dataset it is served over"),
+        ))
     }
 }
 

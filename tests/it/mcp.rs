@@ -379,6 +379,20 @@ fn the_official_python_client_validates_every_tool_result() {
         assert_eq!(t["rejects_empty"], true, "{name}");
     }
 
+    assert_eq!(o["resources"], json!(["signalql://grammar"]));
+    assert!(
+        o["grammar"]["examples"].as_u64().unwrap() >= 15,
+        "{}",
+        o["grammar"]
+    );
+    assert_eq!(
+        o["prompts"],
+        json!([{"name": "signalql-primer", "arguments": ["question"]}])
+    );
+    for k in ["has_reference", "has_question", "has_catalogue"] {
+        assert_eq!(o["primer"][k], true, "{k}");
+    }
+
     let calls = o["calls"].as_array().unwrap();
     let keys = |c: &Value| -> Vec<String> {
         let k = c["keys"].as_array().unwrap_or_else(|| panic!("{c}"));
@@ -499,4 +513,97 @@ async fn answers_are_cut_to_max_result_chars() {
     assert_eq!(kept[..], all[..kept.len()]);
     assert_eq!(capped["metadata"]["items_total"], all.len());
     assert_eq!(capped["metadata"]["truncated"], true);
+}
+
+/// Every example of the `signalql://grammar` reference parses and runs on the bundled sample
+/// dataset (a WATCH through one poll of the watch loop, as the `watch` tool runs it).
+#[tokio::test]
+async fn every_example_of_the_grammar_runs_on_the_sample() {
+    let tmp = tempfile::tempdir().unwrap();
+    common::copy_dir(&signalql::sample_dataset(), tmp.path());
+    let engine = signalql::Engine::open(tmp.path()).unwrap();
+    let examples = signalql::mcp::grammar::examples();
+    assert!(examples.len() >= 15);
+    for text in &examples {
+        match signalql::parse(text) {
+            Ok(signalql::ast::Statement::Watch(w)) => {
+                let mut watcher = signalql::watch::Watcher::new(w);
+                let poll = watcher.poll(&engine).await;
+                assert!(poll.is_ok(), "{text}: {:?}", poll.err());
+            }
+            Ok(_) => {
+                let answer = engine.answer(text).await;
+                assert!(answer.is_ok(), "{text}: {:?}", answer.err());
+            }
+            Err(e) => panic!("{text}: {e}"),
+        }
+    }
+}
+
+/// The language through a real client: the grammar resource listed and read, the primer
+/// prompt with its optional question holding the reference, the served dataset's catalogue
+/// and the question.
+#[tokio::test]
+async fn the_grammar_resource_and_the_primer_prompt_teach_the_language() {
+    use rmcp::model::{GetPromptRequestParams, ReadResourceRequestParams, ResourceContents};
+    let root = dataset();
+    let (client, _child) = serve(root.path(), None).await;
+
+    let resources = client.list_all_resources().await.unwrap();
+    let uris: Vec<&str> = resources.iter().map(|r| r.uri.as_str()).collect();
+    assert_eq!(uris, ["signalql://grammar"]);
+    let read = client
+        .read_resource(ReadResourceRequestParams::new("signalql://grammar"))
+        .await
+        .unwrap();
+    let ResourceContents::TextResourceContents { text, .. } = &read.contents[0] else {
+        panic!("not text: {read:?}");
+    };
+    assert_eq!(*text, signalql::mcp::grammar::reference());
+    for part in [
+        "## Clauses of a retrieve query",
+        "## Examples",
+        "CONTEXT FOR",
+        "`stats(f)`",
+    ] {
+        assert!(text.contains(part), "{part}");
+    }
+    let missing = client
+        .read_resource(ReadResourceRequestParams::new("signalql://nothing"))
+        .await;
+    assert!(missing.is_err());
+
+    let prompts = client.list_all_prompts().await.unwrap();
+    assert_eq!(prompts.len(), 1);
+    assert_eq!(prompts[0].name, "signalql-primer");
+    let args = prompts[0].arguments.as_ref().unwrap();
+    assert_eq!(args[0].name, "question");
+    assert_eq!(args[0].required, Some(false));
+
+    let mut q = serde_json::Map::new();
+    q.insert("question".into(), json!("How many page views last week?"));
+    let primer = client
+        .get_prompt(GetPromptRequestParams::new("signalql-primer").with_arguments(q))
+        .await
+        .unwrap();
+    let body = serde_json::to_value(&primer.messages[0]).unwrap();
+    let text = body["content"]["text"].as_str().unwrap();
+    assert!(text.contains("## Examples"));
+    // The served dataset's catalogue: its events table with its fields, and its event names.
+    assert!(text.contains("- events (table)"), "{text}");
+    assert!(text.contains("properties.path string"));
+    assert!(text.contains("- page_view (event)"));
+    assert!(text.contains("How many page views last week?"));
+    // Without the question, the same teaching and no question section.
+    let plain = client
+        .get_prompt(GetPromptRequestParams::new("signalql-primer"))
+        .await
+        .unwrap();
+    let body = serde_json::to_value(&plain.messages[0]).unwrap();
+    assert!(
+        !body["content"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("# The question")
+    );
 }

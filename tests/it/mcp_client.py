@@ -58,6 +58,25 @@ async def main():
                 out["calls"].append(entry)
                 return s
 
+            # The language, taught: the grammar resource and the primer prompt.
+            resources = await session.list_resources()
+            out["resources"] = [str(r.uri) for r in resources.resources]
+            grammar = await session.read_resource("signalql://grammar")
+            text = grammar.contents[0].text
+            out["grammar"] = {"chars": len(text), "examples": text.count("```signalql")}
+            prompts = await session.list_prompts()
+            out["prompts"] = [
+                {"name": p.name, "arguments": [a.name for a in (p.arguments or [])]}
+                for p in prompts.prompts
+            ]
+            primer = await session.get_prompt("signalql-primer", {"question": "Top pages?"})
+            primer_text = primer.messages[0].content.text
+            out["primer"] = {
+                "has_reference": text in primer_text,
+                "has_question": "Top pages?" in primer_text,
+                "has_catalogue": "- events (table)" in primer_text,
+            }
+
             await call("query", {"query": VIEWS})
             await call("query", {"query": "DESCRIBE events"})
             await call("query", {"query": 'FIND OBJECT ABOUT "object storage" LIMIT 3'})
