@@ -24,7 +24,12 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{Next, from_fn_with_state};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::{get, post};
+use datafusion::arrow::compute::cast;
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::arrow::ipc::writer::StreamWriter;
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::parquet::arrow::ArrowWriter;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use serde_json::{Value, json};
@@ -123,13 +128,63 @@ async fn admit(State(callers): State<Arc<Callers>>, mut request: Request, next: 
     next.run(request).await
 }
 
-/// `POST /v1/query`: `{"query": "…"}` in, the JSON of `query --format json` out.
+/// The Arrow IPC stream's media type.
+const ARROW_STREAM: &str = "application/vnd.apache.arrow.stream";
+/// Parquet's media type.
+const PARQUET: &str = "application/vnd.apache.parquet";
+
+/// What `POST /v1/query` answers with, by the request's `Accept` header.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Form {
+    /// `application/json` (also no `Accept`, `*/*`): the JSON of `query --format json`.
+    Json,
+    /// The rows as an Arrow IPC stream, the envelope without its rows in the schema's
+    /// metadata (`signalql`).
+    Arrow,
+    /// The rows as `query --format csv` prints them.
+    Csv,
+    /// The rows as one Parquet file, with the same schema metadata.
+    Parquet,
+}
+
+/// The first media type of `Accept` that is one of [`Form`]'s, in the order listed (quality
+/// values are not weighed); 406 when none is.
+fn form_of(headers: &HeaderMap) -> Result<Form, Box<Response>> {
+    let Some(accept) = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()) else {
+        return Ok(Form::Json);
+    };
+    for part in accept.split(',') {
+        let media = part.split(';').next().unwrap_or_default().trim();
+        let media = media.to_ascii_lowercase();
+        match media.as_str() {
+            "application/json" | "application/*" | "*/*" | "" => return Ok(Form::Json),
+            ARROW_STREAM => return Ok(Form::Arrow),
+            "text/csv" | "text/*" => return Ok(Form::Csv),
+            PARQUET => return Ok(Form::Parquet),
+            _ => {}
+        }
+    }
+    Err(Box::new(refusal(
+        StatusCode::NOT_ACCEPTABLE,
+        &Error::type_error(format!(
+            "POST /v1/query cannot answer as {accept}: it answers application/json, \
+             {ARROW_STREAM}, text/csv or {PARQUET}"
+        )),
+    )))
+}
+
+/// `POST /v1/query`: `{"query": "…"}` in; out, by `Accept`, the JSON of `query --format json`
+/// or the rows as Arrow, CSV or Parquet.
 async fn query(State(callers): State<Arc<Callers>>, request: Request) -> Response {
     let Some(caller) = request.extensions().get::<Arc<Caller>>().cloned() else {
         return refusal(
             StatusCode::INTERNAL_SERVER_ERROR,
             &Error::internal("a request reached /v1/query without its caller"),
         );
+    };
+    let form = match form_of(request.headers()) {
+        Ok(f) => f,
+        Err(refused) => return *refused,
     };
     let max = callers.max_request_bytes;
     let body: Bytes = match axum::body::to_bytes(request.into_body(), max as usize).await {
@@ -152,6 +207,20 @@ async fn query(State(callers): State<Arc<Callers>>, request: Request) -> Respons
     // On its own task, so a client that goes away cannot cancel it half way. The permit goes
     // with the statement: a client that hangs up does not free its share while the statement
     // still runs.
+    if form != Form::Json {
+        let rows = tokio::spawn(async move {
+            let _permit = permit;
+            catch_panics(rows_in(&engine, &text, form)).await
+        })
+        .await
+        .unwrap_or_else(|e| Err(Error::internal(format!("the query task failed: {e}"))));
+        return match rows {
+            Ok((media, body)) => {
+                (StatusCode::OK, [(header::CONTENT_TYPE, media)], body).into_response()
+            }
+            Err(e) => refusal(status_of(&e), &e),
+        };
+    }
     let answer = tokio::spawn(async move {
         let _permit = permit;
         catch_panics(engine.answer(&text)).await
@@ -174,6 +243,131 @@ async fn query(State(callers): State<Arc<Callers>>, request: Request) -> Respons
             b,
         )
             .into_response(),
+        Err(e) => refusal(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &Error::internal(e.to_string()),
+        ),
+    }
+}
+
+/// The answer to `text` as `form` (not JSON): its media type and bytes. Only a statement
+/// that answers with rows (analytics, DESCRIBE, FIND OBJECT) has them; a bundle, an
+/// explanation or a plan is asked for as JSON.
+async fn rows_in(
+    engine: &Engine,
+    text: &str,
+    form: Form,
+) -> crate::Result<(&'static str, Vec<u8>)> {
+    if form == Form::Csv {
+        return match engine.answer(text).await? {
+            Answer::Envelope(e) => Ok((
+                "text/csv; charset=utf-8",
+                crate::render::csv(&e).into_bytes(),
+            )),
+            _ => Err(not_rows()),
+        };
+    }
+    let statement = crate::parse(text)?;
+    if matches!(
+        statement,
+        crate::ast::Statement::ContextTask(_)
+            | crate::ast::Statement::ExplainContext(_)
+            | crate::ast::Statement::Explain(_)
+    ) {
+        return Err(not_rows());
+    }
+    let (envelope, batches) = engine.query_batches(text).await?;
+    let schema = rows_schema(&envelope, &batches)?;
+    let io = |e: &dyn std::fmt::Display| {
+        Error::internal(format!("the answer could not be written: {e}"))
+    };
+    // Each batch under the schema that carries the envelope, its string views as strings.
+    let each = |write: &mut dyn FnMut(&RecordBatch) -> Result<(), String>| {
+        batches.iter().try_for_each(|b| {
+            let columns = b
+                .columns()
+                .iter()
+                .zip(schema.fields())
+                .map(|(c, f)| cast(c, f.data_type()))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| e.to_string())?;
+            let b = RecordBatch::try_new(schema.clone(), columns).map_err(|e| e.to_string())?;
+            write(&b)
+        })
+    };
+    let mut out = Vec::new();
+    if form == Form::Arrow {
+        let mut w = StreamWriter::try_new(&mut out, &schema).map_err(|e| io(&e))?;
+        each(&mut |b| w.write(b).map_err(|e| e.to_string())).map_err(|e| io(&e))?;
+        w.finish().map_err(|e| io(&e))?;
+        return Ok((ARROW_STREAM, out));
+    }
+    let props = signalql_catalog::write::writer_properties(&schema);
+    let mut w = ArrowWriter::try_new(&mut out, schema.clone(), Some(props)).map_err(|e| io(&e))?;
+    each(&mut |b| w.write(b).map_err(|e| e.to_string())).map_err(|e| io(&e))?;
+    w.close().map_err(|e| io(&e))?;
+    Ok((PARQUET, out))
+}
+
+fn not_rows() -> Error {
+    Error::type_error(
+        "this statement answers with a bundle, an explanation or a plan, which have no rows: \
+         ask for application/json",
+    )
+}
+
+/// The schema of an answer's rows, with the envelope but its rows (columns with their units,
+/// metadata) as JSON under the schema's metadata key `signalql`. String and binary views are
+/// plain strings and binaries there, which every Arrow reader reads (pyarrow before 16 and
+/// other tools do not read views).
+fn rows_schema(envelope: &crate::Envelope, batches: &[RecordBatch]) -> crate::Result<SchemaRef> {
+    let Some(first) = batches.first() else {
+        return Err(Error::internal(
+            "a query answered with no batch and so no schema",
+        ));
+    };
+    let header = json!({"columns": envelope.columns, "metadata": envelope.metadata});
+    let mut metadata = first.schema().metadata().clone();
+    metadata.insert("signalql".into(), header.to_string());
+    let fields: Vec<Field> = first
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| match f.data_type() {
+            DataType::Utf8View => f.as_ref().clone().with_data_type(DataType::Utf8),
+            DataType::BinaryView => f.as_ref().clone().with_data_type(DataType::Binary),
+            _ => f.as_ref().clone(),
+        })
+        .collect();
+    Ok(Arc::new(Schema::new_with_metadata(fields, metadata)))
+}
+
+/// `GET /health`: 200 with the version and the dataset's commit position (the objects
+/// tables' last sequenced commit; 0 before any). No token is asked for.
+async fn health(State(callers): State<Arc<Callers>>) -> Response {
+    let Some(caller) = callers.by_principal.values().next().cloned() else {
+        return refusal(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &Error::internal("no caller"),
+        );
+    };
+    let position = tokio::task::spawn_blocking(move || {
+        signalql_catalog::commit::Snapshot::read(caller.engine.dataset().root())
+            .map(|s| s.position())
+    })
+    .await;
+    match position {
+        Ok(Ok(p)) => (
+            StatusCode::OK,
+            axum::Json(
+                json!({"status": "ok", "version": env!("CARGO_PKG_VERSION"), "commit_position": p}),
+            ),
+        )
+            .into_response(),
+        Ok(Err(e)) => refusal(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &Error::io(format!("the commit log could not be read: {e}")),
+        ),
         Err(e) => refusal(
             StatusCode::INTERNAL_SERVER_ERROR,
             &Error::internal(e.to_string()),
@@ -254,11 +448,15 @@ pub async fn serve(
         Arc::new(LocalSessionManager::default()),
         config,
     );
-    let app = Router::new()
+    // Every route but /health runs as the request's caller.
+    let admitted = Router::new()
         .route("/v1/query", post(query))
         .nest_service("/mcp", mcp)
         .fallback(not_found)
-        .layer(from_fn_with_state(callers.clone(), admit))
+        .layer(from_fn_with_state(callers.clone(), admit));
+    let app = Router::new()
+        .route("/health", get(health))
+        .merge(admitted)
         .with_state(callers);
     let listener = tokio::net::TcpListener::bind(listen)
         .await

@@ -127,7 +127,12 @@ pub fn analytics(
     let executed = &capped.executed;
     let rows = rows(&executed.batches, capped.rows)?;
     let columns = columns(lowered, executed.physical.schema(), units);
-    let batches = named_prefix(&executed.batches, &columns, rows.len())?;
+    let batches = named_prefix(
+        &executed.batches,
+        &executed.physical.schema(),
+        &columns,
+        rows.len(),
+    )?;
     let (scanned_rows, scanned_bytes) = executed.scanned;
     let mut metadata = Metadata::new(limits, lowered.as_of);
     metadata.row_count = rows.len() as u64;
@@ -194,12 +199,23 @@ pub fn columns(
         .collect()
 }
 
-/// The first `n` rows of `batches`, with the columns renamed to `columns`' names.
+/// The first `n` rows of `batches` (of `schema`), with the columns renamed to `columns`' names;
+/// at least one batch, empty when there are no rows.
 fn named_prefix(
     batches: &[RecordBatch],
+    schema: &SchemaRef,
     columns: &[ColumnInfo],
     n: usize,
 ) -> Result<Vec<RecordBatch>> {
+    let named = |schema: &Schema| {
+        let fields: Vec<Field> = schema
+            .fields()
+            .iter()
+            .zip(columns)
+            .map(|(f, c)| f.as_ref().clone().with_name(c.name.clone()))
+            .collect();
+        Arc::new(Schema::new(fields))
+    };
     let mut out = Vec::new();
     let mut left = n;
     for b in batches {
@@ -208,18 +224,15 @@ fn named_prefix(
         }
         let take = b.num_rows().min(left);
         left -= take;
-        let fields: Vec<Field> = b
-            .schema()
-            .fields()
-            .iter()
-            .zip(columns)
-            .map(|(f, c)| f.as_ref().clone().with_name(c.name.clone()))
-            .collect();
-        let schema = Arc::new(Schema::new(fields));
         out.push(
-            RecordBatch::try_new(schema, b.slice(0, take).columns().to_vec())
+            RecordBatch::try_new(named(&b.schema()), b.slice(0, take).columns().to_vec())
                 .map_err(|e| Error::internal(e.to_string()))?,
         );
+    }
+    // No rows: one empty batch, so the rows' schema is still known (an Arrow stream or a
+    // Parquet file of no rows has one).
+    if out.is_empty() {
+        out.push(RecordBatch::new_empty(named(schema)));
     }
     Ok(out)
 }

@@ -237,3 +237,96 @@ fn a_client_that_hangs_up_keeps_its_share_until_its_statement_ends() {
     let _ = server.wait();
     assert_eq!(served, 200);
 }
+
+/// `POST /v1/query` in every form DESIGN.md §7 names, read by pyarrow: the Arrow IPC stream
+/// and the Parquet file hold the JSON answer's rows and names (the envelope without its rows
+/// in the schema's `signalql` metadata), CSV the same rows as text; a statement of no rows is
+/// a stream of its schema and no rows; a bundle has no rows (400, type_error); an `Accept`
+/// with none of the forms is 406; `GET /health` answers without a token.
+#[test]
+fn the_query_endpoint_answers_arrow_csv_and_parquet() {
+    crate::common::python_package("pyarrow", "pyarrow>=20");
+    let dir = tempfile::tempdir().unwrap();
+    crate::common::copy_dir(&signalql::sample_dataset(), dir.path());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_signalql"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--data"])
+        .arg(dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let addr = crate::common::announced(&mut child, "listening on ");
+    let out = Command::new("python3")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/serve_arrow.py"))
+        .arg(&addr)
+        .output()
+        .unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "the client failed: {stderr}");
+    let o: Value = serde_json::from_slice(&out.stdout).unwrap();
+
+    let json = &o["json"]["body"];
+    assert_eq!(o["json"]["status"], 200);
+    let names: Vec<&Value> = json["columns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| &c["name"])
+        .collect();
+    assert_eq!(json["rows"].as_array().unwrap().len(), 5);
+    for form in ["arrow", "parquet"] {
+        let f = &o[form];
+        assert_eq!(f["status"], 200, "{form}: {f}");
+        assert_eq!(f["rows"], json["rows"], "{form}");
+        let got: Vec<&Value> = f["names"].as_array().unwrap().iter().collect();
+        assert_eq!(got, names, "{form}");
+    }
+    assert_eq!(o["arrow"]["media"], "application/vnd.apache.arrow.stream");
+    assert_eq!(o["parquet"]["media"], "application/vnd.apache.parquet");
+    assert_eq!(o["parquet"]["has_signalql"], true);
+    assert_eq!(
+        o["arrow"]["types"],
+        serde_json::json!(["string", "int64", "double"])
+    );
+    // The envelope, rows apart, rides in the schema.
+    let header = &o["arrow"]["signalql"];
+    assert_eq!(header["columns"], json["columns"]);
+    assert_eq!(header["metadata"]["row_count"], 5);
+    assert_eq!(header["metadata"]["as_of"], json["metadata"]["as_of"]);
+
+    // CSV: a header of the names, then each row as text (a null is empty).
+    let csv = o["csv"]["rows"].as_array().unwrap();
+    assert_eq!(o["csv"]["status"], 200);
+    assert_eq!(
+        csv[0],
+        serde_json::json!(["properties.path", "count", "avg(properties.amount)"])
+    );
+    for (line, row) in csv[1..].iter().zip(json["rows"].as_array().unwrap()) {
+        assert_eq!(line[0], row[0]);
+        assert_eq!(line[1].as_str().unwrap(), row[1].to_string());
+        assert_eq!(line[2], "");
+    }
+
+    // No matching event: one row of 0 distinct users; no group: the schema and no rows.
+    assert_eq!(o["none"]["rows"], serde_json::json!([[0]]));
+    assert_eq!(o["empty"]["status"], 200);
+    assert_eq!(
+        o["empty"]["names"],
+        serde_json::json!(["properties.path", "count"])
+    );
+    assert_eq!(o["empty"]["rows"], serde_json::json!([]));
+    assert_eq!(o["find"]["status"], 200, "{}", o["find"]);
+    assert!(o["find"]["rows"].as_u64().is_some_and(|n| n > 0));
+    assert_eq!(o["bundle_as_arrow"]["status"], 400);
+    assert_eq!(o["bundle_as_arrow"]["body"]["error"]["code"], "type_error");
+    assert_eq!(o["html"]["status"], 406);
+    assert_eq!(o["listed"]["status"], 200);
+    assert_eq!(o["listed"]["media"], "application/vnd.apache.arrow.stream");
+
+    assert_eq!(o["health"]["status"], 200);
+    assert_eq!(o["health"]["body"]["status"], "ok");
+    assert_eq!(o["health"]["body"]["version"], env!("CARGO_PKG_VERSION"));
+    assert!(o["health"]["body"]["commit_position"].is_u64());
+}
