@@ -19,9 +19,10 @@ use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{
     CallToolResult, ContentBlock, GetPromptRequestParams, GetPromptResponse, GetPromptResult,
-    Implementation, ListPromptsResult, ListResourcesResult, PaginatedRequestParams, Prompt,
-    PromptArgument, PromptMessage, ReadResourceRequestParams, ReadResourceResponse,
-    ReadResourceResult, Resource, ResourceContents, Role, ServerCapabilities, ServerConfig,
+    Implementation, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
+    PaginatedRequestParams, Prompt, PromptArgument, PromptMessage, ReadResourceRequestParams,
+    ReadResourceResponse, ReadResourceResult, Resource, ResourceContents, ResourceTemplate, Role,
+    ServerCapabilities, ServerConfig,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, ServerHandler, ServiceExt, schemars, tool, tool_handler, tool_router};
@@ -165,6 +166,10 @@ pub struct FormatArgs {
     #[schemars(description = "A SignalQL statement")]
     pub query: String,
 }
+
+/// The catalog records listed as resources, each `signalql://describe/TARGET`.
+const DESCRIBE_TARGETS: [&str; 5] = ["events", "entities", "signals", "metrics", "relationships"];
+const DESCRIBE_PREFIX: &str = "signalql://describe/";
 
 /// Who a request runs as: the engine of its principal (docs/policy.md) and the principal's
 /// share of concurrent requests (`max_concurrent_requests`).
@@ -637,28 +642,85 @@ impl ServerHandler for SignalqlServer {
                  units, the result envelope, errors and what to do, worked examples",
             )
             .with_mime_type("text/markdown");
-        Ok(ListResourcesResult::with_all_items(vec![grammar]))
+        let describe = DESCRIBE_TARGETS.iter().map(|t| {
+            Resource::new(format!("{DESCRIBE_PREFIX}{t}"), format!("describe {t}"))
+                .with_description(format!(
+                    "DESCRIBE {t}: the catalog records, as the envelope"
+                ))
+                .with_mime_type("application/json")
+        });
+        let all = std::iter::once(grammar).chain(describe).collect();
+        Ok(ListResourcesResult::with_all_items(all))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        let describe = ResourceTemplate::new(format!("{DESCRIBE_PREFIX}{{target}}"), "describe")
+            .with_description(
+                "DESCRIBE target: events, entities, signals, metrics, relationships or \
+                 entity(TYPE)",
+            )
+            .with_mime_type("application/json");
+        let bundle = ResourceTemplate::new("context://{id}", "bundle")
+            .with_description(
+                "A stored context bundle by its address (the id CONTEXT FOR answers with), \
+                 shown to the caller as EXPLAIN CONTEXT shows it",
+            )
+            .with_mime_type("application/json");
+        Ok(ListResourceTemplatesResult::with_all_items(vec![
+            describe, bundle,
+        ]))
     }
 
     async fn read_resource(
         &self,
         request: ReadResourceRequestParams,
-        _ctx: RequestContext<RoleServer>,
+        ctx: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
-        if request.uri != grammar::GRAMMAR_URI {
-            return Err(ErrorData::resource_not_found(
-                format!(
-                    "no resource {}: signalql://grammar is the one listed",
-                    request.uri
-                ),
-                None,
-            ));
+        let uri = request.uri.as_str();
+        let contents = |text: String, media: &str| {
+            let text = ResourceContents::text(text, uri).with_mime_type(media);
+            Ok(ReadResourceResponse::Complete(ReadResourceResult::new(
+                vec![text],
+            )))
+        };
+        if uri == grammar::GRAMMAR_URI {
+            return contents(grammar::reference(), "text/markdown");
         }
-        let text = ResourceContents::text(grammar::reference(), grammar::GRAMMAR_URI)
-            .with_mime_type("text/markdown");
-        Ok(ReadResourceResponse::Complete(ReadResourceResult::new(
-            vec![text],
-        )))
+        let run = async {
+            let (engine, _permit) = self.admit(&ctx)?;
+            let value = if let Some(target) = uri.strip_prefix(DESCRIBE_PREFIX) {
+                let request = DescribeRequest {
+                    target: Some(target.to_string()),
+                };
+                serde_json::to_string(&request.run(&engine).await?)
+            } else if uri.starts_with("context://") {
+                serde_json::to_string(&engine.stored_bundle(uri).await?)
+            } else {
+                return Ok(None);
+            };
+            value
+                .map(Some)
+                .map_err(|e| Error::internal(format!("a resource did not serialise: {e}")))
+        };
+        let missing = |data: Option<serde_json::Value>| {
+            ErrorData::resource_not_found(
+                format!(
+                    "no resource {uri}: signalql://grammar, signalql://describe/{{target}} and \
+                     context://{{id}} are read"
+                ),
+                data,
+            )
+        };
+        match catch_panics(run).await {
+            Ok(Some(text)) => contents(text, "application/json"),
+            Ok(None) => Err(missing(None)),
+            Err(e) if e.code() == "unknown_context" => Err(missing(Some(e.to_json()))),
+            Err(e) => Err(ErrorData::invalid_params(e.to_string(), Some(e.to_json()))),
+        }
     }
 
     async fn list_prompts(

@@ -557,6 +557,19 @@ impl Engine {
         self.traced(&text, self.stored_explanation(address)).await
     }
 
+    /// The bundle stored at `address` (the `context://` resource of the MCP server), shown to
+    /// the caller as EXPLAIN CONTEXT shows its explanation: for a caller a policy restricts,
+    /// only when everything its items name is visible, else `unknown_context`.
+    pub async fn stored_bundle(&self, address: &str) -> Result<Bundle> {
+        let record = crate::context::store::get(self.dataset().context_store(), address)?;
+        if self.catalog.access().is_some_and(|a| !a.sees_everything()) {
+            let x = record.explanation.clone();
+            crate::context::visible::explanation(self.catalog.as_ref(), &self.exec, address, x)
+                .await?;
+        }
+        Ok(record.bundle)
+    }
+
     async fn stored_explanation(&self, address: &str) -> Result<Explanation> {
         let record = crate::context::store::get(self.dataset().context_store(), address)?;
         let x = crate::context::build::explanation_at_pin(

@@ -379,7 +379,7 @@ fn the_official_python_client_validates_every_tool_result() {
         assert_eq!(t["rejects_empty"], true, "{name}");
     }
 
-    assert_eq!(o["resources"], json!(["signalql://grammar"]));
+    assert_eq!(o["resources"][0], "signalql://grammar");
     assert!(
         o["grammar"]["examples"].as_u64().unwrap() >= 15,
         "{}",
@@ -551,7 +551,7 @@ async fn the_grammar_resource_and_the_primer_prompt_teach_the_language() {
 
     let resources = client.list_all_resources().await.unwrap();
     let uris: Vec<&str> = resources.iter().map(|r| r.uri.as_str()).collect();
-    assert_eq!(uris, ["signalql://grammar"]);
+    assert_eq!(uris[0], "signalql://grammar");
     let read = client
         .read_resource(ReadResourceRequestParams::new("signalql://grammar"))
         .await
@@ -606,4 +606,79 @@ async fn the_grammar_resource_and_the_primer_prompt_teach_the_language() {
             .unwrap()
             .contains("# The question")
     );
+}
+
+/// DESCRIBE records and stored bundles as resources: each DESCRIBE target listed and read as
+/// the envelope the describe tool gives; the two templates listed; a bundle CONTEXT FOR
+/// stored read back by its address as the bundle the context tool answered; an address never
+/// stored is "resource not found".
+#[tokio::test]
+async fn describe_records_and_stored_bundles_are_resources() {
+    use rmcp::model::{ReadResourceRequestParams, ResourceContents};
+    let root = dataset();
+    let (client, _child) = serve(root.path(), None).await;
+    let read = |uri: String| {
+        let client = &client;
+        async move {
+            let r = client
+                .read_resource(ReadResourceRequestParams::new(uri))
+                .await?;
+            let ResourceContents::TextResourceContents {
+                text, mime_type, ..
+            } = &r.contents[0]
+            else {
+                panic!("not text: {r:?}");
+            };
+            assert_eq!(mime_type.as_deref(), Some("application/json"));
+            Ok::<Value, rmcp::ServiceError>(serde_json::from_str(text).unwrap())
+        }
+    };
+
+    let uris: Vec<String> = client
+        .list_all_resources()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.uri.to_string())
+        .collect();
+    for t in ["events", "entities", "signals", "metrics", "relationships"] {
+        assert!(
+            uris.contains(&format!("signalql://describe/{t}")),
+            "{t}: {uris:?}"
+        );
+    }
+    let templates: Vec<String> = client
+        .list_all_resource_templates()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.uri_template.to_string())
+        .collect();
+    assert_eq!(
+        templates,
+        ["signalql://describe/{target}", "context://{id}"]
+    );
+
+    let (_, described) = call(&client, "describe", json!({"target": "events"})).await;
+    let resource = read("signalql://describe/events".into()).await.unwrap();
+    assert_eq!(resource["rows"], described["rows"]);
+    assert_eq!(resource["rows"][0][0], "events");
+
+    let (err, bundle) = call(
+        &client,
+        "context",
+        json!({"task": "object storage", "budget": 500}),
+    )
+    .await;
+    assert!(!err, "{bundle}");
+    let id = bundle["id"].as_str().unwrap().to_string();
+    let stored = read(id.clone()).await.unwrap();
+    assert_eq!(stored["id"], bundle["id"]);
+    assert_eq!(stored["items"], bundle["items"]);
+    assert!(!stored["items"].as_array().unwrap().is_empty());
+
+    let never = read("context://ctx_00000000000000000000000000000000".into()).await;
+    assert!(never.is_err());
+    let typo = read("signalql://describe/nothing".into()).await;
+    assert!(typo.is_err());
 }

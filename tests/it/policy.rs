@@ -303,6 +303,13 @@ async fn explain_context_shows_only_bundles_the_caller_could_see() {
         .await
         .unwrap();
     assert_eq!(x["context"], id);
+    // The stored bundle itself (the MCP `context://` resource) is shown as EXPLAIN CONTEXT is:
+    // whole to admin, and to acme with the error of an address never stored.
+    let stored = serde_json::to_value(admin.stored_bundle(id).await.unwrap()).unwrap();
+    assert_eq!(stored["items"], full["items"]);
+    let hidden = acme.stored_bundle(id).await.unwrap_err();
+    let absent = acme.stored_bundle(never).await.unwrap_err();
+    assert_eq!(shape(&hidden, id), shape(&absent, never));
     // A bundle whose one item acme may see, and whose rejections are mostly hidden objects:
     // acme sees the item and only the visible rejections.
     let one = answer(
@@ -321,6 +328,8 @@ async fn explain_context_shows_only_bundles_the_caller_could_see() {
         .await
         .unwrap();
     assert_no_leak("EXPLAIN CONTEXT", &x);
+    let mine = serde_json::to_value(acme.stored_bundle(id).await.unwrap()).unwrap();
+    assert_eq!(mine["items"], one["items"]);
     let rejected: Vec<&str> = x["rejected"]
         .as_array()
         .unwrap()
