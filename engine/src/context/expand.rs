@@ -464,17 +464,25 @@ impl Graph {
         live: &impl Fn(u32) -> bool,
         pull: Option<bool>,
     ) -> Scores<'_> {
+        // A seed whose level is not one of `levels`, or whose node is not one of the graph's,
+        // is passed over.
+        let nodes = self.names.len() as u32;
+        let score_of = |n: u32, l: u8| {
+            let level = usize::from(l).checked_sub(1)?;
+            (n < nodes).then(|| levels.get(level)).flatten()
+        };
         if max_depth != 1 || levels.len() > usize::from(u8::MAX) {
             let wide: Vec<(u32, i64)> = seeds
                 .iter()
-                .map(|&(n, l)| (n, levels[usize::from(l) - 1]))
+                .filter_map(|&(n, l)| Some((n, *score_of(n, l)?)))
                 .collect();
             return self.scores_by(&wide, max_depth, passable, live, pull);
         }
-        let nodes = self.names.len() as u32;
         let mut own = self.scratch.levels.take(nodes as usize, 0);
         for &(n, l) in seeds {
-            own[n as usize] = l;
+            if score_of(n, l).is_some() {
+                own[n as usize] = l;
+            }
         }
         // The targets are the object nodes; whether each may be stepped onto is asked in
         // order and kept a bit per object.
@@ -491,7 +499,11 @@ impl Graph {
         };
         let mut offered = self.scratch.levels.take(nodes as usize, 0);
         let degree = |u: u32| self.start.get(u as usize + 1) - self.start.get(u as usize);
-        let pushed: u64 = seeds.iter().map(|&(u, _)| degree(u)).sum();
+        let pushed: u64 = seeds
+            .iter()
+            .filter(|(u, _)| *u < nodes)
+            .map(|&(u, _)| degree(u))
+            .sum();
         let pulled = self.start.get(targets.end as usize) - self.start.get(targets.start as usize);
         if pull.unwrap_or(pushed > pulled / 2) {
             for v in targets.clone() {
@@ -516,10 +528,13 @@ impl Graph {
                 if let Some(&(w, _)) = seeds.get(i + 2 * AHEAD) {
                     self.start.prefetch(w as usize);
                 }
-                if let Some(&(w, _)) = seeds.get(i + AHEAD) {
+                if let Some(&(w, _)) = seeds.get(i + AHEAD).filter(|(w, _)| *w < nodes) {
                     self.pairs.prefetch(self.start.get(w as usize) as usize);
                 }
-                let l = own[u as usize];
+                let l = match own.get(u as usize) {
+                    Some(&l) if l != 0 => l,
+                    _ => continue,
+                };
                 for [v, _, owner] in self.adjacency(u) {
                     if targets.contains(&v) && is_open(v) && (owner == NO_OWNER || live(owner)) {
                         let o = &mut offered[v as usize];
@@ -1214,6 +1229,41 @@ mod tests {
                     }
                 }
               }
+            }
+        }
+    }
+
+    /// Seeds given by a level that is not one of the levels (0, or past the last), or on a
+    /// node the graph does not have, are passed over: the scores are those of the other seeds.
+    #[test]
+    fn a_seed_out_of_range_is_passed_over() {
+        let names = ["object:a", "object:b", "object:c", "topic:t"];
+        let graph = Graph::new(
+            [(0, 1), (1, 2), (2, 3)]
+                .into_iter()
+                .map(|(a, b)| (names[a], names[b], "r", NO_OWNER)),
+        );
+        let node = |id: &str| graph.object(id).unwrap();
+        let levels = [100, 400];
+        let good = vec![(node("a"), 2u8)];
+        let mut bad = good.clone();
+        bad.extend([(node("b"), 0u8), (node("c"), 3), (99, 1)]);
+        let hopped = |seeds: &[(u32, u8)], depth: u32, pull: Option<bool>| {
+            let mut out = Vec::new();
+            graph
+                .scores_levelled_by(seeds, &levels, depth, &|_| true, &|_| true, pull)
+                .hopped(|n, s| out.push((n, s)));
+            out
+        };
+        for depth in [1, 2] {
+            for pull in [Some(true), Some(false)] {
+                let want = hopped(&good, depth, pull);
+                assert!(!want.is_empty());
+                assert_eq!(
+                    hopped(&bad, depth, pull),
+                    want,
+                    "depth {depth} pull {pull:?}"
+                );
             }
         }
     }
