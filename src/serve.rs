@@ -29,7 +29,6 @@ use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::ipc::writer::StreamWriter;
 use datafusion::arrow::record_batch::RecordBatch;
-use datafusion::parquet::arrow::ArrowWriter;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use serde_json::{Value, json};
@@ -250,9 +249,9 @@ async fn query(State(callers): State<Arc<Callers>>, request: Request) -> Respons
     }
 }
 
-/// The answer to `text` as `form` (not JSON): its media type and bytes. Only a statement
-/// that answers with rows (analytics, DESCRIBE, FIND OBJECT) has them; a bundle, an
-/// explanation or a plan is asked for as JSON.
+/// The answer to `text` as `form` (not JSON): its media type and bytes. Only an analytics
+/// statement or FIND OBJECT has rows to give so (the engine refuses the others as it does
+/// `query --format parquet`); CSV, as `query --format csv`, also takes DESCRIBE.
 async fn rows_in(
     engine: &Engine,
     text: &str,
@@ -267,46 +266,37 @@ async fn rows_in(
             _ => Err(not_rows()),
         };
     }
-    let statement = crate::parse(text)?;
-    if matches!(
-        statement,
-        crate::ast::Statement::ContextTask(_)
-            | crate::ast::Statement::ExplainContext(_)
-            | crate::ast::Statement::Explain(_)
-    ) {
-        return Err(not_rows());
-    }
     let (envelope, batches) = engine.query_batches(text).await?;
     let schema = rows_schema(&envelope, &batches)?;
     let io = |e: &dyn std::fmt::Display| {
         Error::internal(format!("the answer could not be written: {e}"))
     };
     // Each batch under the schema that carries the envelope, its string views as strings.
-    let each = |write: &mut dyn FnMut(&RecordBatch) -> Result<(), String>| {
-        batches.iter().try_for_each(|b| {
+    let batches = batches
+        .iter()
+        .map(|b| {
             let columns = b
                 .columns()
                 .iter()
                 .zip(schema.fields())
                 .map(|(c, f)| cast(c, f.data_type()))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| e.to_string())?;
-            let b = RecordBatch::try_new(schema.clone(), columns).map_err(|e| e.to_string())?;
-            write(&b)
+                .collect::<Result<Vec<_>, _>>()?;
+            RecordBatch::try_new(schema.clone(), columns)
         })
-    };
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| io(&e))?;
     let mut out = Vec::new();
-    if form == Form::Arrow {
-        let mut w = StreamWriter::try_new(&mut out, &schema).map_err(|e| io(&e))?;
-        each(&mut |b| w.write(b).map_err(|e| e.to_string())).map_err(|e| io(&e))?;
-        w.finish().map_err(|e| io(&e))?;
-        return Ok((ARROW_STREAM, out));
+    if form == Form::Parquet {
+        crate::parquet_out::write_batches(&mut out, &schema, &batches).map_err(|e| io(&e))?;
+        return Ok((PARQUET, out));
     }
-    let props = signalql_catalog::write::writer_properties(&schema);
-    let mut w = ArrowWriter::try_new(&mut out, schema.clone(), Some(props)).map_err(|e| io(&e))?;
-    each(&mut |b| w.write(b).map_err(|e| e.to_string())).map_err(|e| io(&e))?;
-    w.close().map_err(|e| io(&e))?;
-    Ok((PARQUET, out))
+    let mut w = StreamWriter::try_new(&mut out, &schema).map_err(|e| io(&e))?;
+    for b in &batches {
+        w.write(b).map_err(|e| io(&e))?;
+    }
+    w.finish().map_err(|e| io(&e))?;
+    drop(w);
+    Ok((ARROW_STREAM, out))
 }
 
 fn not_rows() -> Error {
