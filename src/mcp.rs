@@ -22,7 +22,7 @@ use rmcp::model::{
     Implementation, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
     PaginatedRequestParams, Prompt, PromptArgument, PromptMessage, ReadResourceRequestParams,
     ReadResourceResponse, ReadResourceResult, Resource, ResourceContents, ResourceTemplate, Role,
-    ServerCapabilities, ServerConfig,
+    ServerCapabilities, ServerConfig, ToolAnnotations,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, ServerHandler, ServiceExt, schemars, tool, tool_handler, tool_router};
@@ -220,6 +220,22 @@ pub struct SignalqlServer {
 /// A tool's answer: `value` as `structuredContent` (checked against the tool's
 /// `outputSchema` by clients that validate) and, for clients that read text, the same JSON as
 /// its one text content; cut to `max` characters (mcp/cap.rs).
+/// Every tool annotated read-only, not destructive and closed-world, and idempotent but
+/// `watch` (each call polls anew): one rule for all, so a tool added later has it too.
+fn annotated(mut router: ToolRouter<SignalqlServer>) -> ToolRouter<SignalqlServer> {
+    for (name, route) in router.map.iter_mut() {
+        let idempotent = name != "watch";
+        route.attr.annotations = Some(ToolAnnotations::from_raw(
+            None,
+            Some(true),
+            Some(false),
+            Some(idempotent),
+            Some(false),
+        ));
+    }
+    router
+}
+
 fn ok(value: &impl Serialize, max: u64) -> Result<CallToolResult, ErrorData> {
     let value = match serde_json::to_value(value) {
         Ok(v) => v,
@@ -255,7 +271,7 @@ impl SignalqlServer {
     pub fn new(engine: Engine) -> Self {
         SignalqlServer {
             caller: Some(Arc::new(Caller::new(engine))),
-            tool_router: Self::tool_router(),
+            tool_router: annotated(Self::tool_router()),
         }
     }
 
@@ -263,7 +279,7 @@ impl SignalqlServer {
     pub fn per_request() -> Self {
         SignalqlServer {
             caller: None,
-            tool_router: Self::tool_router(),
+            tool_router: annotated(Self::tool_router()),
         }
     }
 
@@ -299,13 +315,7 @@ impl SignalqlServer {
     #[tool(
         description = "Run a SignalQL statement over the dataset. Analytics give the typed \
                        result envelope {columns, rows, metadata}; CONTEXT FOR gives a bundle.",
-        output_schema = schemas::answer(),
-        annotations(
-            read_only_hint = true,
-            destructive_hint = false,
-            idempotent_hint = true,
-            open_world_hint = false
-        )
+        output_schema = schemas::answer()
     )]
     async fn query(
         &self,
@@ -325,13 +335,7 @@ impl SignalqlServer {
     #[tool(
         description = "Catalog records (DESCRIBE): fields with types, units and nullability, \
                        relationship edges, signals, metric versions",
-        output_schema = schemas::envelope(),
-        annotations(
-            read_only_hint = true,
-            destructive_hint = false,
-            idempotent_hint = true,
-            open_world_hint = false
-        )
+        output_schema = schemas::envelope()
     )]
     async fn describe(
         &self,
@@ -354,13 +358,7 @@ impl SignalqlServer {
     #[tool(
         description = "Build the context bundle for a task: the smallest relevant, current, \
                        trusted set of text within a token budget, with provenance",
-        output_schema = schemas::bundle(),
-        annotations(
-            read_only_hint = true,
-            destructive_hint = false,
-            idempotent_hint = true,
-            open_world_hint = false
-        )
+        output_schema = schemas::bundle()
     )]
     async fn context(
         &self,
@@ -381,13 +379,7 @@ impl SignalqlServer {
         description = "Wait for a WATCH condition: poll `WATCH (query) WHEN condition` every \
                        interval_seconds, up to max_polls times, and answer at the first poll \
                        where it holds with the alert (its rows' envelope), or with alert null",
-        output_schema = schemas::watch(),
-        annotations(
-            read_only_hint = true,
-            destructive_hint = false,
-            idempotent_hint = false,
-            open_world_hint = false
-        )
+        output_schema = schemas::watch()
     )]
     async fn watch(
         &self,
@@ -407,13 +399,7 @@ impl SignalqlServer {
 
     #[tool(
         description = "Explain a stored context bundle: phases, scores, rejections",
-        output_schema = schemas::explanation(),
-        annotations(
-            read_only_hint = true,
-            destructive_hint = false,
-            idempotent_hint = true,
-            open_world_hint = false
-        )
+        output_schema = schemas::explanation()
     )]
     async fn explain_context(
         &self,
@@ -435,13 +421,7 @@ impl SignalqlServer {
                        with files, bytes and rows, logical and physical plans, SQL, estimate, \
                        limits; with analyze, also run it and report operators, pruning and \
                        actual figures",
-        output_schema = schemas::plan(),
-        annotations(
-            read_only_hint = true,
-            destructive_hint = false,
-            idempotent_hint = true,
-            open_world_hint = false
-        )
+        output_schema = schemas::plan()
     )]
     async fn explain(
         &self,
@@ -462,13 +442,7 @@ impl SignalqlServer {
     #[tool(
         description = "What a SignalQL statement would read (files, row groups, rows, bytes \
                        after pruning) and how long it would take, from metadata only",
-        output_schema = schemas::simulation(),
-        annotations(
-            read_only_hint = true,
-            destructive_hint = false,
-            idempotent_hint = true,
-            open_world_hint = false
-        )
+        output_schema = schemas::simulation()
     )]
     async fn simulate(
         &self,
@@ -488,13 +462,7 @@ impl SignalqlServer {
     #[tool(
         description = "How good the engine's estimates have been: per estimated field the mean \
                        absolute error, the calibration and the sample count over traced runs",
-        output_schema = schemas::statistics(),
-        annotations(
-            read_only_hint = true,
-            destructive_hint = false,
-            idempotent_hint = true,
-            open_world_hint = false
-        )
+        output_schema = schemas::statistics()
     )]
     async fn stats(
         &self,
@@ -522,13 +490,7 @@ impl SignalqlServer {
 
     #[tool(
         description = "The canonical text of a SignalQL statement (v0.1 prints as v0.3)",
-        output_schema = schemas::canonical(),
-        annotations(
-            read_only_hint = true,
-            destructive_hint = false,
-            idempotent_hint = true,
-            open_world_hint = false
-        )
+        output_schema = schemas::canonical()
     )]
     async fn format(
         &self,
