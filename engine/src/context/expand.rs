@@ -498,14 +498,8 @@ impl Graph {
             open[i / 64] >> (i % 64) & 1 != 0
         };
         let mut offered = self.scratch.levels.take(nodes as usize, 0);
-        let degree = |u: u32| self.start.get(u as usize + 1) - self.start.get(u as usize);
-        let pushed: u64 = seeds
-            .iter()
-            .filter(|(u, _)| *u < nodes)
-            .map(|&(u, _)| degree(u))
-            .sum();
-        let pulled = self.start.get(targets.end as usize) - self.start.get(targets.start as usize);
-        if pull.unwrap_or(pushed > pulled / 2) {
+        let sources = seeds.iter().map(|&(u, _)| u).filter(|&u| u < nodes);
+        if self.pulls(sources, &targets, pull) {
             for v in targets.clone() {
                 if !is_open(v) {
                     continue;
@@ -573,11 +567,8 @@ impl Graph {
     ) {
         let nodes = score.len() as u32;
         let targets = self.objects.start.min(nodes)..self.objects.end.min(nodes);
-        let degree = |u: u32| self.start.get(u as usize + 1) - self.start.get(u as usize);
-        let pushed: u64 = frontier.iter().map(|&u| degree(u)).sum();
-        let pulled = self.start.get(targets.end as usize) - self.start.get(targets.start as usize);
         let mark = |m: &mut u32| *m = (*m & !ROUND) | round;
-        if pull.unwrap_or(pushed > pulled / 2) {
+        if self.pulls(frontier.iter().copied(), &targets, pull) {
             // The values offered are read from a copy of the scores as the round began (a
             // target is also a neighbour, whose value then is what it offers), so each
             // improvement is written at once. The copy is in 32 bits when they fit (half the
@@ -613,6 +604,24 @@ impl Graph {
                 }
             }
         }
+    }
+
+    /// Whether a last round from `sources` onto `targets` pulls: as `pull` says, else when
+    /// the sources' adjacency is over half the targets' (the cost of [`last_scores_round`]
+    /// and [`scores_levelled`]'s round alike).
+    ///
+    /// [`last_scores_round`]: Self::last_scores_round
+    /// [`scores_levelled`]: Self::scores_levelled
+    fn pulls(
+        &self,
+        sources: impl Iterator<Item = u32>,
+        targets: &std::ops::Range<u32>,
+        pull: Option<bool>,
+    ) -> bool {
+        let degree = |u: u32| self.start.get(u as usize + 1) - self.start.get(u as usize);
+        let pushed: u64 = sources.map(degree).sum();
+        let pulled = self.start.get(targets.end as usize) - self.start.get(targets.start as usize);
+        pull.unwrap_or(pushed > pulled / 2)
     }
 
     /// [`last_scores_round`](Self::last_scores_round)'s pull: per open node of `targets`,
