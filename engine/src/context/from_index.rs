@@ -515,7 +515,6 @@ pub(crate) fn decide(
             Err(_) => return Ok(None),
         }
     }
-    let weights = [TITLE_WEIGHT, SUMMARY_WEIGHT, TEXT_WEIGHT];
     // Dense per ordinal (a common-term task makes nearly every object a seed); `held`
     // lists the ordinals with a sum, in ordinal order (expansion's frontier starts sorted).
     let mut sums = f.loans.sums.lend(n, 0);
@@ -531,15 +530,11 @@ pub(crate) fn decide(
         // whether it was met before: at a million objects whose terms nearly all hold, a
         // mispredicted branch per posting was most of this), then one pass in ordinal order
         // lists the eligible with a sum and clears the others'.
-        for [title, summary, other] in tiers.iter().flatten() {
-            for (tier, w) in [title, summary, other].into_iter().zip(weights) {
-                tier.iter().for_each(|o| {
-                    if let Some(sum) = sums.get_mut(o as usize) {
-                        *sum += w;
-                    }
-                });
+        each_posting(&tiers, |o, w| {
+            if let Some(sum) = sums.get_mut(o as usize) {
+                *sum += w;
             }
-        }
+        });
         for (o, (sum, &e)) in sums.iter_mut().zip(eligible.iter()).enumerate() {
             if *sum != 0 {
                 match e {
@@ -549,19 +544,15 @@ pub(crate) fn decide(
             }
         }
     } else {
-        for [title, summary, other] in tiers.iter().flatten() {
-            for (tier, w) in [title, summary, other].into_iter().zip(weights) {
-                tier.iter().for_each(|o| {
-                    if eligible.get(o as usize).copied().unwrap_or(false) {
-                        let sum = &mut sums[o as usize];
-                        if *sum == 0 {
-                            held.push(o);
-                        }
-                        *sum += w;
-                    }
-                });
+        each_posting(&tiers, |o, w| {
+            if eligible.get(o as usize).copied().unwrap_or(false) {
+                let sum = &mut sums[o as usize];
+                if *sum == 0 {
+                    held.push(o);
+                }
+                *sum += w;
             }
-        }
+        });
         held.sort_unstable();
     }
     let denominator = 3 * p.terms.len().max(1) as i64;
@@ -771,6 +762,18 @@ pub(crate) fn decide(
         expanded,
         ..packed.decisions(rejected)
     }))
+}
+
+/// Each posting of the task's terms: the object and its tier's weight (title, summary, other
+/// text), term by term and tier by tier. (Bitmaps are walked by `for_each`, whose fold runs a
+/// container at a time.)
+fn each_posting(tiers: &[Option<[RoaringBitmap; 3]>], mut f: impl FnMut(u32, i64)) {
+    let weights = [TITLE_WEIGHT, SUMMARY_WEIGHT, TEXT_WEIGHT];
+    for [title, summary, other] in tiers.iter().flatten() {
+        for (tier, w) in [title, summary, other].into_iter().zip(weights) {
+            tier.iter().for_each(|o| f(o, w));
+        }
+    }
 }
 
 /// The candidate of the eligible object `o` with lexical-v1 score `lexical`: its term weights
