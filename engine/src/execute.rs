@@ -22,6 +22,7 @@ use signalql_catalog::failpoint;
 use crate::error::{Error, ErrorKind, Result};
 use crate::limits::Limits;
 use crate::lower::{Lowered, Stage};
+use crate::progress::scan_metrics;
 
 /// Runs plans in one session under one set of limits.
 pub struct Executor {
@@ -115,6 +116,7 @@ impl Executor {
                 on_workers: false,
             });
         }
+        crate::progress::started(&physical);
         failpoint_execute();
         failpoint_slow().await;
         let running = std::time::Instant::now();
@@ -125,24 +127,9 @@ impl Executor {
             Ok(Err(e)) => return Err(self.failed(state, physical.as_ref(), e).await),
             Err(_) => return Err(self.timed_out()),
         };
-        let scanned = scan_metrics(physical.as_ref());
         let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
-        let mut attrs = serde_json::Map::new();
-        attrs.insert("rows".into(), rows.into());
-        attrs.insert("scanned_rows".into(), scanned.0.into());
-        attrs.insert("scanned_bytes".into(), scanned.1.into());
-        crate::record::stage("execute", running, attrs);
-        crate::record::run(crate::record::Run {
-            physical: Arc::clone(&physical),
-            plan_ms,
-            execute_ms: running.elapsed().as_secs_f64() * 1e3,
-            rows: rows as u64,
-            bytes: batches
-                .iter()
-                .map(RecordBatch::get_array_memory_size)
-                .sum::<usize>() as u64,
-            logical: None,
-        });
+        let bytes: usize = batches.iter().map(RecordBatch::get_array_memory_size).sum();
+        let scanned = record_run(&physical, plan_ms, running, rows as u64, bytes as u64, None);
         let on_workers = physical
             .exists(|n| Ok(n.is::<datafusion_distributed::DistributedExec>()))
             .unwrap_or(false);
@@ -169,23 +156,68 @@ impl Executor {
         plan: &LogicalPlan,
         mut f: impl FnMut(&RecordBatch) -> Result<()>,
     ) -> Result<()> {
+        let state = self.ctx.state();
+        let physical = physical_plan(&state, plan).await?;
+        self.stream_while(&state, &physical, |b| f(b).map(|()| true))
+            .await
+            .map(drop)
+    }
+
+    /// Run `plan` in the engine's session, handing `f` each batch as it comes until `f`
+    /// answers `false`: then the plan's streams are dropped and its scans read no further.
+    /// Recorded as a run with what was read (EXPLAIN ANALYZE shows it). Returns whether every
+    /// batch was read; a dry recording (plans made, not run) reads none and returns `false`.
+    pub async fn run_while(
+        &self,
+        plan: &LogicalPlan,
+        f: impl FnMut(&RecordBatch) -> Result<bool>,
+    ) -> Result<bool> {
+        let state = self.ctx.state();
+        let planning = std::time::Instant::now();
+        let physical = physical_plan(&state, plan).await?;
+        let plan_ms = planning.elapsed().as_secs_f64() * 1e3;
+        crate::record::stage("plan", planning, Default::default());
+        let running = std::time::Instant::now();
+        let (whole, rows, bytes) = match crate::record::dry() {
+            true => (false, 0, 0),
+            false => self.stream_while(&state, &physical, f).await?,
+        };
+        let logical = crate::record::dry().then(|| plan.clone());
+        record_run(&physical, plan_ms, running, rows, bytes, logical);
+        Ok(whole)
+    }
+
+    /// Stream `physical` under the timeout, handing `f` each batch until it answers `false`;
+    /// whether every batch was read, and the rows and Arrow bytes handed.
+    async fn stream_while(
+        &self,
+        state: &SessionState,
+        physical: &Arc<dyn ExecutionPlan>,
+        mut f: impl FnMut(&RecordBatch) -> Result<bool>,
+    ) -> Result<(bool, u64, u64)> {
         use futures::StreamExt;
         let secs = self.limits.timeout_seconds;
         if secs == 0 {
             return Err(self.timed_out());
         }
-        let state = self.ctx.state();
-        let physical = physical_plan(&state, plan).await?;
+        crate::progress::started(physical);
         let run = async {
             let mut stream =
-                datafusion::physical_plan::execute_stream(Arc::clone(&physical), state.task_ctx())?;
+                datafusion::physical_plan::execute_stream(Arc::clone(physical), state.task_ctx())?;
+            let (mut rows, mut bytes) = (0u64, 0u64);
             while let Some(batch) = stream.next().await {
                 match batch {
-                    Ok(b) => f(&b)?,
-                    Err(e) => return Err(self.failed(&state, physical.as_ref(), e).await),
+                    Ok(b) => {
+                        rows += b.num_rows() as u64;
+                        bytes += b.get_array_memory_size() as u64;
+                        if !f(&b)? {
+                            return Ok((false, rows, bytes));
+                        }
+                    }
+                    Err(e) => return Err(self.failed(state, physical.as_ref(), e).await),
                 }
             }
-            Ok(())
+            Ok((true, rows, bytes))
         };
         match tokio::time::timeout(Duration::from_secs(secs), run).await {
             Ok(r) => r,
@@ -396,28 +428,39 @@ async fn read_whole(
     Ok(())
 }
 
+/// Records a run of `physical` (planned in `plan_ms`, running since `running`) that handed
+/// `rows` rows of `bytes` Arrow bytes: the `execute` stage with what its scans read, and the
+/// run. Returns the rows and bytes its scans read.
+fn record_run(
+    physical: &Arc<dyn ExecutionPlan>,
+    plan_ms: f64,
+    running: std::time::Instant,
+    rows: u64,
+    bytes: u64,
+    logical: Option<LogicalPlan>,
+) -> (u64, u64) {
+    let scanned = scan_metrics(physical.as_ref());
+    let mut attrs = serde_json::Map::new();
+    attrs.insert("rows".into(), rows.into());
+    attrs.insert("scanned_rows".into(), scanned.0.into());
+    attrs.insert("scanned_bytes".into(), scanned.1.into());
+    crate::record::stage("execute", running, attrs);
+    crate::record::run(crate::record::Run {
+        physical: Arc::clone(physical),
+        plan_ms,
+        execute_ms: running.elapsed().as_secs_f64() * 1e3,
+        rows,
+        bytes,
+        logical,
+    });
+    scanned
+}
+
 /// Rows and bytes the scans of every plan in `runs` read.
 pub(crate) fn scanned_by(runs: &[crate::record::Run]) -> (u64, u64) {
     runs.iter()
         .map(|r| scan_metrics(r.physical.as_ref()))
         .fold((0, 0), |(a, b), (c, d)| (a + c, b + d))
-}
-
-/// Rows and bytes read by the scans (the leaves) of an executed plan.
-fn scan_metrics(plan: &dyn ExecutionPlan) -> (u64, u64) {
-    if plan.children().is_empty() {
-        return plan.metrics().map_or((0, 0), |m| {
-            let rows = m.output_rows().unwrap_or(0) as u64;
-            let bytes = m
-                .sum_by_name("bytes_scanned")
-                .map_or(0, |v| v.as_usize() as u64);
-            (rows, bytes)
-        });
-    }
-    plan.children()
-        .iter()
-        .map(|c| scan_metrics(c.as_ref()))
-        .fold((0, 0), |(r, b), (r2, b2)| (r + r2, b + b2))
 }
 
 /// DataFusion 55's optimizer rule that moves field accesses (`get_field`) down to the scans.

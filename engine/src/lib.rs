@@ -25,6 +25,7 @@ pub mod metrics;
 pub(crate) mod operator;
 pub mod plan_cache;
 pub(crate) mod policed;
+pub mod progress;
 pub mod record;
 pub(crate) mod session;
 pub mod syntax;

@@ -510,6 +510,16 @@ fn float_statistics_do_not_prove_a_comparison() {
     assert_eq!(parts, 0);
 }
 
+/// The first batch of the jsontext dataset's events file.
+fn first_batch(root: &Path) -> RecordBatch {
+    let file = std::fs::File::open(root.join("events/part-0.parquet")).unwrap();
+    let mut reader = ParquetRecordBatchReaderBuilder::try_new(file)
+        .unwrap()
+        .build()
+        .unwrap();
+    reader.next().unwrap().unwrap()
+}
+
 /// The plans `query` ran in `engine`, and its rows.
 async fn runs_of(engine: &Engine, query: &str) -> (usize, serde_json::Value) {
     let (answer, recorded) =
@@ -549,15 +559,7 @@ async fn ordering_by_a_property_runs_one_plan_and_a_json_key_is_probed_once() {
         "decided from the dictionary pages"
     );
 
-    let batch = ParquetRecordBatchReaderBuilder::try_new(
-        std::fs::File::open(root.join("events/part-0.parquet")).unwrap(),
-    )
-    .unwrap()
-    .build()
-    .unwrap()
-    .next()
-    .unwrap()
-    .unwrap();
+    let batch = first_batch(&root);
     let write = |path: std::path::PathBuf, batch: &RecordBatch, dictionary: bool| {
         let props = datafusion::parquet::file::properties::WriterProperties::builder()
             .set_dictionary_enabled(dictionary)
@@ -614,6 +616,76 @@ async fn ordering_by_a_property_runs_one_plan_and_a_json_key_is_probed_once() {
             "dictionary {dictionary}: counted over the rows the caller may see"
         );
     }
+}
+
+/// A JSON-text key that holds text is decided by the first rows that show it (issue 45): the
+/// pass over a file written without dictionaries (plain pages, where no dictionary settles
+/// the key) stops at the first batch in which the key meets a value that is not a number, so
+/// ordering by a path reads a few thousand of the table's 100 000 rows before the statement,
+/// and the decision is kept: a table version that adds a file does not pass again.
+#[tokio::test]
+async fn a_text_key_is_decided_by_the_first_rows_that_show_it() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/foreign/jsontext");
+    let first = first_batch(&root);
+    const ROWS: usize = 100_000;
+    let zeros = datafusion::arrow::array::UInt32Array::from(vec![0u32; ROWS]);
+    let mut columns: Vec<ArrayRef> = first
+        .columns()
+        .iter()
+        .map(|c| datafusion::arrow::compute::take(c.as_ref(), &zeros, None).unwrap())
+        .collect();
+    columns[1] = Arc::new(StringArray::from_iter_values(
+        (0..ROWS).map(|i| format!("u{i}")),
+    ));
+    columns[3] = Arc::new(StringArray::from_iter_values(
+        (0..ROWS).map(|i| format!(r#"{{"path": "/p{:03}"}}"#, i % 1000)),
+    ));
+    let batch = RecordBatch::try_new(first.schema(), columns).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    crate::common::copy_dir(&root, tmp.path());
+    let write = |name: &str, batch: &RecordBatch| {
+        let props = datafusion::parquet::file::properties::WriterProperties::builder()
+            .set_dictionary_enabled(false)
+            .set_max_row_group_row_count(Some(4_000))
+            .build();
+        let out = std::fs::File::create(tmp.path().join("events").join(name)).unwrap();
+        let mut writer = ArrowWriter::try_new(out, batch.schema(), Some(props)).unwrap();
+        writer.write(batch).unwrap();
+        writer.close().unwrap();
+    };
+    write("part-0.parquet", &batch);
+    let engine = Engine::open_with(tmp.path(), EngineOptions::default()).unwrap();
+    let order = "FROM events RETURN properties.path ORDER BY properties.path DESC LIMIT 1";
+    let (answer, recorded) =
+        signalql_engine::record::recording(Box::pin(engine.query(order))).await;
+    // By hand: the paths are "/p000" … "/p999".
+    assert_eq!(
+        serde_json::json!(answer.unwrap().rows),
+        serde_json::json!([["/p999"]])
+    );
+    assert_eq!(recorded.runs.len(), 2, "the pass, then the statement");
+    let mut scans = Vec::new();
+    nodes(
+        recorded.runs[0].physical.as_ref(),
+        "DataSourceExec",
+        &mut scans,
+    );
+    let read: usize = scans
+        .iter()
+        .filter_map(|s| s.metrics().and_then(|m| m.output_rows()))
+        .sum();
+    assert!(
+        (1..ROWS / 2).contains(&read),
+        "the pass stops early: {read} of {ROWS} rows read"
+    );
+
+    // A table version with one more file: the key is text whatever the new file holds.
+    write("part-1.parquet", &batch.slice(0, 10));
+    assert_eq!(
+        runs_of(&engine, order).await.0,
+        1,
+        "no pass for the added file"
+    );
 }
 
 /// The plans `query` ran in `engine`, and the rows its first plan (the counting pass, when

@@ -449,6 +449,10 @@ impl Binder<'_> {
         asked: &[(FieldRef, String, Expr)],
     ) -> Result<Vec<(i64, i64)>> {
         if table.view.is_none() && !table.files.is_empty() {
+            // Decided by the counts kept: every file counted, or a file holding a non-number.
+            if let Some(sums) = summed(table, asked) {
+                return Ok(sums);
+            }
             let uncounted: Vec<(String, u64)> = match table.counted.lock() {
                 Ok(counted) => table
                     .files
@@ -474,12 +478,13 @@ impl Binder<'_> {
                 .and_then(|sub| sub.with_file_ordinal(FILE));
             if let Some(sub) = probed {
                 let scan = crate::catalog::scan(&sub, PROBE, vec![])?;
-                let per_file = self.count_plan(scan, asked, true).await?;
+                let tally = self.count_plan(scan, asked, true).await?;
                 if let Ok(mut counted) = table.counted.lock() {
                     for (i, (location, size)) in sub.files.iter().enumerate() {
                         for (j, (_, q, _)) in asked.iter().enumerate() {
-                            let got = per_file.get(&(i as i64)).map_or((0, 0), |c| c[j]);
-                            counted.insert((q.clone(), location.clone(), *size), got);
+                            if let Some(got) = tally.kept(i as i64, j) {
+                                counted.insert((q.clone(), location.clone(), *size), got);
+                            }
                         }
                     }
                 }
@@ -488,10 +493,11 @@ impl Binder<'_> {
                 return Ok(sums);
             }
         }
-        let whole = self
+        let tally = self
             .count_plan(crate::catalog::scan(table, PROBE, vec![])?, asked, false)
             .await?;
-        Ok(whole
+        Ok(tally
+            .counts
             .into_values()
             .next()
             .unwrap_or_else(|| vec![(0, 0); asked.len()]))
@@ -585,53 +591,84 @@ impl Binder<'_> {
 
     /// One pass over `scan` (a table under the alias [`PROBE`]) counting each asked key's
     /// non-null values and numbers, by the [`FILE`] column when `by_file` (else under the one
-    /// group 0).
+    /// group 0). The pass stops at the first batch after which every asked key has met a value
+    /// that is not a number: each is then text whatever the other rows hold, so a key such as
+    /// a path is decided by the first rows read, and only a key that is numeric (or absent)
+    /// costs a pass over every row. The tally says whether every row was counted.
     async fn count_plan(
         &self,
         scan: datafusion::logical_expr::LogicalPlanBuilder,
         asked: &[(FieldRef, String, Expr)],
         by_file: bool,
-    ) -> Result<HashMap<i64, Vec<(i64, i64)>>> {
+    ) -> Result<Tally> {
         use crate::lower::fields::column;
-        use datafusion::arrow::array::AsArray;
+        use datafusion::arrow::array::BooleanArray;
         use datafusion::arrow::datatypes::{DataType, Int64Type};
-        use datafusion::functions_aggregate::expr_fn::count;
         use datafusion::logical_expr::try_cast;
         let mut values = Vec::new();
-        let mut aggs = Vec::new();
+        let mut flags = Vec::new();
+        let mut any_value: Option<Expr> = None;
         for (i, (_, _, expr)) in asked.iter().enumerate() {
             let v = format!("__v{i}");
             values.push(expr.clone().alias(&v));
-            aggs.push(count(column(&v)).alias(format!("__n{i}")));
-            aggs.push(count(try_cast(column(&v), DataType::Float64)).alias(format!("__x{i}")));
+            let present = column(&v).is_not_null();
+            flags.push(present.clone().alias(format!("__n{i}")));
+            flags.push(
+                try_cast(column(&v), DataType::Float64)
+                    .is_not_null()
+                    .alias(format!("__x{i}")),
+            );
+            any_value = Some(match any_value {
+                Some(e) => e.or(present),
+                None => present,
+            });
         }
-        let groups = if by_file {
+        if by_file {
             values.push(column(FILE));
-            vec![column(FILE)]
-        } else {
-            Vec::new()
-        };
-        // The values under internal names first: DataFusion 55's leaf-projection push-down
-        // fails on an aggregate of field accesses straight over the scan.
-        let plan = scan.project(values)?.aggregate(groups, aggs)?.build()?;
-        let mut out = HashMap::new();
-        for batch in &self.exec.run(&plan).await?.batches {
-            let int = |c: usize, row: usize| {
-                batch
-                    .column(c)
-                    .as_primitive_opt::<Int64Type>()
-                    .map_or(0, |a| a.value(row))
-            };
-            let first = usize::from(by_file);
-            for row in 0..batch.num_rows() {
-                let group = if by_file { int(0, row) } else { 0 };
-                let counts = (0..asked.len())
-                    .map(|j| (int(first + 2 * j, row), int(first + 2 * j + 1, row)))
-                    .collect();
-                out.insert(group, counts);
-            }
+            flags.push(column(FILE));
         }
-        Ok(out)
+        // The values under internal names first: DataFusion 55's leaf-projection push-down
+        // fails on field accesses straight over the scan.
+        let mut plan = scan.project(values)?;
+        if let Some(any) = any_value {
+            plan = plan.filter(any)?;
+        }
+        let plan = plan.project(flags)?.build()?;
+        let mut counts: HashMap<i64, Vec<(i64, i64)>> = HashMap::new();
+        let mut text = vec![false; asked.len()];
+        let whole = self
+            .exec
+            .run_while(&plan, |batch| {
+                let flag = |c: usize| batch.column(c).as_any().downcast_ref::<BooleanArray>();
+                let files = by_file
+                    .then(|| {
+                        batch
+                            .column(2 * asked.len())
+                            .as_primitive_opt::<Int64Type>()
+                    })
+                    .flatten();
+                for j in 0..asked.len() {
+                    let (Some(n), Some(x)) = (flag(2 * j), flag(2 * j + 1)) else {
+                        continue;
+                    };
+                    for row in 0..batch.num_rows() {
+                        let (is_value, is_number) = (n.value(row), x.value(row));
+                        if !is_value {
+                            continue;
+                        }
+                        let group = files.map_or(0, |f| f.value(row));
+                        let c = counts
+                            .entry(group)
+                            .or_insert_with(|| vec![(0, 0); asked.len()]);
+                        c[j].0 += 1;
+                        c[j].1 += i64::from(is_number);
+                        text[j] |= !is_number;
+                    }
+                }
+                Ok(!text.iter().all(|t| *t))
+            })
+            .await?;
+        Ok(Tally { counts, whole })
     }
 
     /// The span `[min, max]` of the rows a bucketed query without DURING reads.
@@ -661,16 +698,47 @@ impl Binder<'_> {
     }
 }
 
+/// What a pass over the rows counted of each asked key ([`Binder::count_plan`]): per group
+/// (a file ordinal, or 0 for the whole table) the non-null values and how many are numbers.
+struct Tally {
+    counts: HashMap<i64, Vec<(i64, i64)>>,
+    /// Every row was counted; else the pass stopped once every key had met a value that is
+    /// not a number, and a group's counts are whole only where they show one.
+    whole: bool,
+}
+
+impl Tally {
+    /// Key `j`'s counts in `group`, when they can be kept: a group the pass read whole, or
+    /// one where the key met a value that is not a number (which decides it as text).
+    fn kept(&self, group: i64, j: usize) -> Option<(i64, i64)> {
+        let got = self.counts.get(&group).map_or((0, 0), |c| c[j]);
+        (self.whole || got.0 != got.1).then_some(got)
+    }
+}
+
 /// Each asked key's counts summed over the files of `table` ([`TableInfo::counted`]); `None`
-/// when some file's counts are not kept.
+/// when some file's counts are not kept and no kept file decides the key as text. A key some
+/// kept file holds a non-number in is text whatever the others hold: it sums to one value and
+/// no number.
 fn summed(table: &TableInfo, asked: &[(FieldRef, String, Expr)]) -> Option<Vec<(i64, i64)>> {
     let counted = table.counted.lock().ok()?;
-    let mut sums = vec![(0, 0); asked.len()];
-    for (location, size) in &table.files {
-        for ((_, q, _), sum) in asked.iter().zip(&mut sums) {
-            let (values, numbers) = counted.get(&(q.clone(), location.clone(), *size))?;
-            *sum = (sum.0 + values, sum.1 + numbers);
+    let mut sums = Vec::with_capacity(asked.len());
+    for (_, q, _) in asked {
+        let (mut sum, mut missing, mut text) = ((0, 0), false, false);
+        for (location, size) in &table.files {
+            match counted.get(&(q.clone(), location.clone(), *size)) {
+                Some((values, numbers)) => {
+                    sum = (sum.0 + values, sum.1 + numbers);
+                    text |= values != numbers;
+                }
+                None => missing = true,
+            }
         }
+        sums.push(match (missing, text) {
+            (false, _) => sum,
+            (true, true) => (1, 0),
+            (true, false) => return None,
+        });
     }
     Some(sums)
 }

@@ -47,15 +47,57 @@ pub fn json_get_text(json: Expr, key: Expr) -> Expr {
     json_get_text_udf().call(vec![json, key])
 }
 
-/// The text of `key` in the JSON object `doc` (see the module docs).
+/// The text of `key` in the JSON object `doc` (see the module docs). The object is read
+/// once without being built: every other member is skipped as it is parsed (still checked,
+/// so malformed JSON reads as NULL), and only the key's value is made. A key given twice
+/// reads its last value, as a parsed object keeps it.
 pub fn extract(doc: &str, key: &str) -> Option<String> {
-    let Ok(Value::Object(map)) = serde_json::from_str::<Value>(doc) else {
-        return None;
-    };
-    match map.get(key)? {
+    use serde::de::DeserializeSeed;
+    let mut de = serde_json::Deserializer::from_str(doc);
+    let value = Member(key).deserialize(&mut de).ok()??;
+    de.end().ok()?;
+    match value {
         Value::Null => None,
-        Value::String(s) => Some(s.clone()),
+        Value::String(s) => Some(s),
         other => Some(other.to_string()),
+    }
+}
+
+/// Reads a JSON object keeping the value of one member: `None` when the object has no such
+/// member; an error when the text is not an object.
+struct Member<'k>(&'k str);
+
+impl<'de> serde::de::DeserializeSeed<'de> for Member<'_> {
+    type Value = Option<Value>;
+
+    fn deserialize<D: serde::Deserializer<'de>>(
+        self,
+        d: D,
+    ) -> std::result::Result<Self::Value, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Member<'_> {
+    type Value = Option<Value>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(
+        self,
+        mut map: A,
+    ) -> std::result::Result<Self::Value, A::Error> {
+        let mut found = None;
+        while let Some(name) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            if name == self.0 {
+                found = Some(map.next_value::<Value>()?);
+            } else {
+                map.next_value::<serde::de::IgnoredAny>()?;
+            }
+        }
+        Ok(found)
     }
 }
 
@@ -117,6 +159,61 @@ mod tests {
         assert_eq!(extract(doc, "nested").as_deref(), Some(r#"{"a":[1,2]}"#));
         assert_eq!(extract("not json", "plan"), None);
         assert_eq!(extract("[1,2]", "plan"), None);
+    }
+
+    /// The key's text as a whole parsed object gives it (the formulation `extract` replaced).
+    fn parsed(doc: &str, key: &str) -> Option<String> {
+        let Ok(Value::Object(map)) = serde_json::from_str::<Value>(doc) else {
+            return None;
+        };
+        match map.get(key)? {
+            Value::Null => None,
+            Value::String(s) => Some(s.clone()),
+            other => Some(other.to_string()),
+        }
+    }
+
+    fn json_value() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            (-1e6f64..1e6).prop_map(Value::from),
+            "[a-c\\\"é ]{0,4}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(3, 16, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..3).prop_map(Value::Array),
+                proptest::collection::vec(("[a-c]{1,2}", inner), 0..4)
+                    .prop_map(|kv| Value::Object(kv.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        /// Any document (objects with repeated keys, other JSON, cut-off text) reads as the
+        /// parsed object reads.
+        #[test]
+        fn extract_reads_as_the_parsed_object(
+            members in proptest::collection::vec(("[a-c]{1,2}", json_value()), 0..6),
+            key in "[a-c]{1,2}",
+            cut in proptest::option::of(0usize..64),
+            other in json_value(),
+        ) {
+            // Written by hand, so a key may come twice.
+            let body: Vec<String> = members
+                .iter()
+                .map(|(k, v)| format!("{}: {v}", Value::from(k.as_str())))
+                .collect();
+            let mut doc = format!("{{ {} }}", body.join(", "));
+            if let Some(cut) = cut {
+                doc.truncate(doc.floor_char_boundary(cut));
+            }
+            proptest::prop_assert_eq!(extract(&doc, &key), parsed(&doc, &key), "{}", doc);
+            let other = other.to_string();
+            proptest::prop_assert_eq!(extract(&other, &key), parsed(&other, &key));
+        }
     }
 
     #[test]
