@@ -7,13 +7,19 @@ use crate::{Answer, Engine, Error, Result};
 /// opens the tables, plans, executes and builds the answer). The answer is one JSON object:
 /// the query, the run counts, `times_s` (each counted run, seconds), `median_s`, and the
 /// `row_count`, `columns` and `rows` of the last run (a bundle's items, for CONTEXT FOR).
-pub fn bench(engine: &Engine, text: &str, warmup: u32, runs: u32) -> Result<serde_json::Value> {
+pub fn bench(
+    engine: &Engine,
+    text: &str,
+    params: &crate::Params,
+    warmup: u32,
+    runs: u32,
+) -> Result<serde_json::Value> {
     let rt = crate::runtime()?;
     let mut times = Vec::with_capacity(runs as usize);
     let mut last = None;
     for i in 0..warmup + runs {
         let start = std::time::Instant::now();
-        let answer = rt.block_on(engine.answer(text))?;
+        let answer = rt.block_on(engine.answer_with(text, params))?;
         let took = start.elapsed().as_secs_f64();
         if i >= warmup {
             times.push(took);

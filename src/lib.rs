@@ -23,7 +23,7 @@ pub mod watch_loop;
 pub use signalql_catalog as catalog;
 pub use signalql_engine::context::render::render as render_bundle;
 pub use signalql_engine::envelope::{self, ColumnInfo, Envelope, Metadata};
-pub use signalql_engine::syntax::{ast, parse};
+pub use signalql_engine::syntax::{Params, ast, parse, parse_with};
 pub use signalql_engine::{
     Answer, Bundle, Compiled, Engine, EngineOptions, Error, ErrorKind, Explanation, Limits,
     PlanCache, Resident, Result, plan_sql,

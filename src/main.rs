@@ -18,7 +18,7 @@ use signalql::plot::write_plot;
 use signalql::request::{ContextRequest, DescribeRequest};
 use signalql::stdout::{write as write_out, write_json};
 use signalql::watch_loop::watch;
-use signalql::{Answer, Engine, EngineOptions, Error, render, runtime};
+use signalql::{Answer, Engine, EngineOptions, Error, Params, render, runtime};
 
 #[derive(Parser)]
 #[command(
@@ -50,6 +50,12 @@ struct Cli {
     /// without it, the policy's `default` principal. Ignored by datasets without a policy.
     #[arg(long, global = true, value_name = "NAME")]
     principal: Option<String>,
+    /// A value for the statement's `$name` parameter (docs/params.md), repeatable:
+    /// `--param event=page_view --param days=7`. A JSON number, `true`, `false` or a JSON
+    /// string (`'"7"'`) is that value; any other text is a string. Read by query, bench,
+    /// context (its clauses), explain, simulate, fmt and compile.
+    #[arg(long = "param", global = true, value_name = "NAME=VALUE")]
+    params: Vec<String>,
     /// Write a JSON trace of every statement run to ROOT/traces/ (or `[trace] folder`);
     /// `[trace] enabled = true` in signalql.toml does the same (docs/runtime.md).
     #[arg(long, global = true)]
@@ -471,21 +477,27 @@ fn main() -> ExitCode {
 fn answer_query(
     engine: &Engine,
     text: &str,
+    params: &Params,
     format: Format,
     out: Option<PathBuf>,
     plot: Option<PathBuf>,
 ) -> Result<(), Error> {
     let rt = runtime()?;
+    // The plot reads the statement with its parameters bound: its canonical text.
+    let plotted = |env: &signalql::Envelope, path: &std::path::Path| {
+        let bound = signalql::parse_with(text, params)?.to_string();
+        write_plot(path, &bound, env)
+    };
     if format == Format::Parquet {
         let Some(out) = out else {
             return Err(Error::type_error(
                 "--format parquet writes a file: add --out FILE",
             ));
         };
-        let (envelope, batches) = rt.block_on(engine.query_batches(text))?;
+        let (envelope, batches) = rt.block_on(engine.query_batches_with(text, params))?;
         write_parquet(&out, &batches)?;
         if let Some(p) = plot {
-            write_plot(&p, text, &envelope)?;
+            plotted(&envelope, &p)?;
         }
         return write_out(&format!(
             "wrote {} row(s) to {}\n",
@@ -493,7 +505,7 @@ fn answer_query(
             out.display()
         ));
     }
-    let envelope = match rt.block_on(engine.answer(text))? {
+    let envelope = match rt.block_on(engine.answer_with(text, params))? {
         Answer::Envelope(e) => *e,
         Answer::Bundle(b) => return write_json(&*b),
         Answer::Explanation(x) => return write_json(&*x),
@@ -503,7 +515,7 @@ fn answer_query(
         Answer::Plan(p) => return write_json(&*p),
     };
     if let Some(p) = plot {
-        write_plot(&p, text, &envelope)?;
+        plotted(&envelope, &p)?;
     }
     write_envelope(&envelope, format)
 }
@@ -628,6 +640,7 @@ fn run(cli: Cli) -> Result<(), Error> {
         s3_endpoint: cli.s3_endpoint,
         ..Default::default()
     };
+    let params = signalql_engine::syntax::params::from_pairs(&cli.params)?;
     let reach = Reach {
         storage: storage.clone(),
         principal: cli.principal,
@@ -635,6 +648,24 @@ fn run(cli: Cli) -> Result<(), Error> {
         workers: cli.workers,
         bytes_per_task: cli.bytes_per_task,
     };
+    let reads_params = matches!(
+        cli.command,
+        Some(
+            Command::Query { .. }
+                | Command::Bench { .. }
+                | Command::Context { .. }
+                | Command::Explain { .. }
+                | Command::Simulate { .. }
+                | Command::Fmt { .. }
+                | Command::Compile { .. }
+        )
+    );
+    if !params.is_empty() && !reads_params {
+        return Err(Error::type_error(
+            "--param gives a statement's $name values: query, bench, context, explain, \
+             simulate, fmt and compile read them",
+        ));
+    }
     let Some(command) = cli.command else {
         let root = cli.data.unwrap_or_else(signalql::sample_dataset);
         let options = reach.engine_options("shell", cli.now)?;
@@ -651,7 +682,7 @@ fn run(cli: Cli) -> Result<(), Error> {
         } => {
             let text = read_query(query)?;
             let engine = open(data, now, &reach)?;
-            let result = answer_query(&engine, &text, format, out, plot);
+            let result = answer_query(&engine, &text, &params, format, out, plot);
             // The process ends after this answer: what the engine holds (a resident
             // generation's structures) is left to the system instead of freed piece by piece.
             std::mem::forget(engine);
@@ -668,7 +699,7 @@ fn run(cli: Cli) -> Result<(), Error> {
             // Warm answers in one process: as a server gives them, with the resident index.
             let root = data.unwrap_or_else(signalql::sample_dataset);
             let engine = Engine::open_with(root, reach.engine_options("bench", now)?)?;
-            write_json(&bench(&engine, &text, warmup, runs)?)
+            write_json(&bench(&engine, &text, &params, warmup, runs)?)
         }
         Command::Describe {
             data,
@@ -760,6 +791,7 @@ fn run(cli: Cli) -> Result<(), Error> {
                 with_evidence: with_evidence.then_some(true),
                 as_of,
                 estimator,
+                params,
             }
             .query()?;
             let engine = open(data, now, &reach)?;
@@ -772,7 +804,7 @@ fn run(cli: Cli) -> Result<(), Error> {
         }
         Command::Fmt { query } => {
             let text = read_query(query)?;
-            let stmt = signalql::parse(&text)?;
+            let stmt = signalql::parse_with(&text, &params)?;
             write_out(&format!("{stmt}\n"))
         }
         Command::Explain {
@@ -783,7 +815,7 @@ fn run(cli: Cli) -> Result<(), Error> {
             query,
         } => {
             let text = read_query(query)?;
-            let statement = signalql::request::explain_query(&text, analyze)?;
+            let statement = signalql::request::explain_query(&text, &params, analyze)?;
             let engine = open(data, now, &reach)?;
             let plan = runtime()?.block_on(engine.explain(&statement))?;
             match format {
@@ -798,7 +830,7 @@ fn run(cli: Cli) -> Result<(), Error> {
             query,
         } => {
             let text = read_query(query)?;
-            let statement = signalql::parse(&text)?;
+            let statement = signalql::parse_with(&text, &params)?;
             let engine = open(data, now, &reach)?;
             let sim = runtime()?.block_on(engine.simulate(&statement))?;
             match format {
@@ -814,7 +846,8 @@ fn run(cli: Cli) -> Result<(), Error> {
             let text = read_query(query)?;
             let engine = open(data, now, &reach)?;
             let rt = runtime()?;
-            let compiled = rt.block_on(engine.compile(&text))?;
+            let statement = signalql::parse_with(&text, &params)?;
+            let compiled = rt.block_on(engine.compile_statement(statement))?;
             let physical = rt.block_on(engine.physical_plan_text(&compiled))?;
             let ast = serde_json::to_string_pretty(&compiled.statement)
                 .map_err(|e| Error::internal(e.to_string()))?;

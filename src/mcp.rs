@@ -12,6 +12,7 @@
 //! (`format`). A failure is an MCP tool error (`isError: true`) whose text is the engine's
 //! `{"error": {"code", "message", "line"?, "column"?, …}}`.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use rmcp::RoleServer;
@@ -20,9 +21,10 @@ use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{
     CallToolResult, ContentBlock, GetPromptRequestParams, GetPromptResponse, GetPromptResult,
     Implementation, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
-    PaginatedRequestParams, Prompt, PromptArgument, PromptMessage, ReadResourceRequestParams,
-    ReadResourceResponse, ReadResourceResult, Resource, ResourceContents, ResourceTemplate, Role,
-    ServerCapabilities, ServerConfig, ToolAnnotations,
+    PaginatedRequestParams, ProgressNotificationParam, Prompt, PromptArgument, PromptMessage,
+    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Resource,
+    ResourceContents, ResourceTemplate, ResourceUpdatedNotificationParam, Role, ServerCapabilities,
+    ServerConfig, SubscribeRequestParams, ToolAnnotations, UnsubscribeRequestParams,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, ServerHandler, ServiceExt, schemars, tool, tool_handler, tool_router};
@@ -46,6 +48,11 @@ pub struct QueryArgs {
                        DESCRIBE …, FIND OBJECT …, CONTEXT FOR …, EXPLAIN CONTEXT …"
     )]
     pub query: String,
+    #[schemars(
+        description = "Values of the statement's $name parameters, bound as literals \
+                       (never spliced into the text), e.g. {\"event\": \"page_view\", \"days\": 7}"
+    )]
+    pub params: Option<crate::Params>,
 }
 
 /// `describe`: catalog records.
@@ -72,6 +79,11 @@ pub struct ContextArgs {
                        EXCLUDE stale MAX OBJECTS 5 WITH EVIDENCE`"
     )]
     pub clauses: Option<String>,
+    #[schemars(
+        description = "Values of the clauses' $name parameters, bound as literals \
+                       (never spliced into the text), e.g. {\"event\": \"page_view\", \"days\": 7}"
+    )]
+    pub params: Option<crate::Params>,
     #[schemars(description = "Shrink items that do not fit to their task-relevant sentences")]
     pub compress: Option<bool>,
     #[schemars(
@@ -140,6 +152,11 @@ pub struct ExplainArgs {
 pub struct PlanArgs {
     #[schemars(description = "A SignalQL statement (with or without a leading EXPLAIN)")]
     pub query: String,
+    #[schemars(
+        description = "Values of the statement's $name parameters, bound as literals \
+                       (never spliced into the text), e.g. {\"event\": \"page_view\", \"days\": 7}"
+    )]
+    pub params: Option<crate::Params>,
     #[schemars(description = "Also run it and report per operator what it did (EXPLAIN ANALYZE)")]
     pub analyze: Option<bool>,
 }
@@ -149,6 +166,11 @@ pub struct PlanArgs {
 pub struct SimulateArgs {
     #[schemars(description = "A SignalQL statement")]
     pub query: String,
+    #[schemars(
+        description = "Values of the statement's $name parameters, bound as literals \
+                       (never spliced into the text), e.g. {\"event\": \"page_view\", \"days\": 7}"
+    )]
+    pub params: Option<crate::Params>,
 }
 
 /// `stats`: the estimator statistics.
@@ -165,6 +187,11 @@ pub struct StatsArgs {
 pub struct FormatArgs {
     #[schemars(description = "A SignalQL statement")]
     pub query: String,
+    #[schemars(
+        description = "Values of the statement's $name parameters, bound as literals \
+                       (never spliced into the text), e.g. {\"event\": \"page_view\", \"days\": 7}"
+    )]
+    pub params: Option<crate::Params>,
 }
 
 /// The catalog records listed as resources, each `signalql://describe/TARGET`.
@@ -215,11 +242,71 @@ pub struct SignalqlServer {
     /// The stdio caller; `None` on HTTP, where the request's extensions hold it.
     caller: Option<Arc<Caller>>,
     tool_router: ToolRouter<Self>,
+    /// The session's subscriptions to WATCH resources, by URI.
+    watches: Arc<std::sync::Mutex<HashMap<String, Subscription>>>,
 }
 
-/// A tool's answer: `value` as `structuredContent` (checked against the tool's
-/// `outputSchema` by clients that validate) and, for clients that read text, the same JSON as
-/// its one text content; cut to `max` characters (mcp/cap.rs).
+/// The prefix of a WATCH resource: `signalql://watch/{statement}`, the statement
+/// percent-encoded, optionally followed by `?interval_seconds=S` (default 5).
+const WATCH_PREFIX: &str = "signalql://watch/";
+/// The shortest pause between a subscription's polls, in seconds.
+const MIN_WATCH_INTERVAL: f64 = 0.1;
+
+/// A `resources/subscribe` to a WATCH resource: its poll loop, and what its last poll found
+/// (`{polls, holds, alert}`, `alert` the last alert; `error` when the last poll failed). The
+/// loop ends when the subscription is dropped (unsubscribed, replaced, or the session ends).
+struct Subscription {
+    polls: tokio::task::JoinHandle<()>,
+    last: Arc<std::sync::Mutex<serde_json::Value>>,
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.polls.abort();
+    }
+}
+
+/// The WATCH statement and the pause between polls a `signalql://watch/…` URI names; `None`
+/// for any other URI.
+fn watch_resource(
+    uri: &str,
+) -> Option<crate::Result<(crate::ast::WatchQuery, std::time::Duration)>> {
+    let rest = uri.strip_prefix(WATCH_PREFIX)?;
+    let (statement, options) = rest.split_once('?').unwrap_or((rest, ""));
+    Some((|| {
+        let text = percent_encoding::percent_decode_str(statement)
+            .decode_utf8()
+            .map_err(|e| Error::type_error(format!("{uri}: the statement is not UTF-8: {e}")))?;
+        let interval = match options {
+            "" => 5.0,
+            o => o
+                .strip_prefix("interval_seconds=")
+                .and_then(|v| v.parse::<f64>().ok())
+                .ok_or_else(|| {
+                    Error::type_error(format!(
+                        "{uri}: the one option of a WATCH resource is ?interval_seconds=S"
+                    ))
+                })?,
+        };
+        if interval < MIN_WATCH_INTERVAL {
+            return Err(Error::type_error(format!(
+                "{uri}: interval_seconds is at least {MIN_WATCH_INTERVAL}"
+            )));
+        }
+        crate::watch_loop::watch_request(
+            &text,
+            interval,
+            "a signalql://watch/ resource names a WATCH (query) WHEN condition statement",
+            "interval_seconds",
+        )
+    })())
+}
+
+/// What a poll found, as a WATCH resource reads.
+fn watch_state(polls: u64, holds: bool, alert: Option<&crate::watch::Alert>) -> serde_json::Value {
+    serde_json::json!({ "polls": polls, "holds": holds, "alert": alert })
+}
+
 /// Every tool annotated read-only, not destructive and closed-world, and idempotent but
 /// `watch` (each call polls anew): one rule for all, so a tool added later has it too.
 fn annotated(mut router: ToolRouter<SignalqlServer>) -> ToolRouter<SignalqlServer> {
@@ -236,6 +323,9 @@ fn annotated(mut router: ToolRouter<SignalqlServer>) -> ToolRouter<SignalqlServe
     router
 }
 
+/// A tool's answer: `value` as `structuredContent` (checked against the tool's
+/// `outputSchema` by clients that validate) and, for clients that read text, the same JSON as
+/// its one text content; cut to `max` characters (mcp/cap.rs).
 fn ok(value: &impl Serialize, max: u64) -> Result<CallToolResult, ErrorData> {
     let value = match serde_json::to_value(value) {
         Ok(v) => v,
@@ -272,6 +362,7 @@ impl SignalqlServer {
         SignalqlServer {
             caller: Some(Arc::new(Caller::new(engine))),
             tool_router: annotated(Self::tool_router()),
+            watches: Default::default(),
         }
     }
 
@@ -280,6 +371,7 @@ impl SignalqlServer {
         SignalqlServer {
             caller: None,
             tool_router: annotated(Self::tool_router()),
+            watches: Default::default(),
         }
     }
 
@@ -324,9 +416,11 @@ impl SignalqlServer {
     ) -> Result<CallToolResult, ErrorData> {
         let run = async {
             let (engine, _permit) = self.admit(&ctx)?;
-            engine.answer(&args.query).await
+            engine
+                .answer_with(&args.query, &args.params.clone().unwrap_or_default())
+                .await
         };
-        match catch_panics(run).await {
+        match catch_panics(supervised(&ctx, run)).await {
             Ok(a) => answer(a, self.max_chars(&ctx)),
             Err(e) => failed(&e),
         }
@@ -349,7 +443,7 @@ impl SignalqlServer {
             let (engine, _permit) = self.admit(&ctx)?;
             request.run(&engine).await
         };
-        match catch_panics(run).await {
+        match catch_panics(supervised(&ctx, run)).await {
             Ok(env) => ok(&env, self.max_chars(&ctx)),
             Err(e) => failed(&e),
         }
@@ -369,7 +463,7 @@ impl SignalqlServer {
             let (engine, _permit) = self.admit(&ctx)?;
             context_bundle(&engine, &args).await
         };
-        match catch_panics(run).await {
+        match catch_panics(supervised(&ctx, run)).await {
             Ok(b) => ok(&b, self.max_chars(&ctx)),
             Err(e) => failed(&e),
         }
@@ -391,7 +485,7 @@ impl SignalqlServer {
             let (engine, _permit) = self.admit(&ctx)?;
             watch_until_alert(&engine, &args, cancelled).await
         };
-        match catch_panics(run).await {
+        match catch_panics(supervised(&ctx, run)).await {
             Ok(w) => ok(&w, self.max_chars(&ctx)),
             Err(e) => failed(&e),
         }
@@ -410,7 +504,7 @@ impl SignalqlServer {
             let (engine, _permit) = self.admit(&ctx)?;
             engine.explain_context(&args.address).await
         };
-        match catch_panics(run).await {
+        match catch_panics(supervised(&ctx, run)).await {
             Ok(x) => ok(&x, self.max_chars(&ctx)),
             Err(e) => failed(&e),
         }
@@ -430,10 +524,14 @@ impl SignalqlServer {
     ) -> Result<CallToolResult, ErrorData> {
         let run = async {
             let (engine, _permit) = self.admit(&ctx)?;
-            let q = crate::request::explain_query(&args.query, args.analyze.unwrap_or(false))?;
+            let q = crate::request::explain_query(
+                &args.query,
+                &args.params.clone().unwrap_or_default(),
+                args.analyze.unwrap_or(false),
+            )?;
             engine.explain(&q).await
         };
-        match catch_panics(run).await {
+        match catch_panics(supervised(&ctx, run)).await {
             Ok(x) => ok(&x, self.max_chars(&ctx)),
             Err(e) => failed(&e),
         }
@@ -451,9 +549,12 @@ impl SignalqlServer {
     ) -> Result<CallToolResult, ErrorData> {
         let run = async {
             let (engine, _permit) = self.admit(&ctx)?;
-            engine.simulate(&crate::parse(&args.query)?).await
+            let params = args.params.clone().unwrap_or_default();
+            engine
+                .simulate(&crate::parse_with(&args.query, &params)?)
+                .await
         };
-        match catch_panics(run).await {
+        match catch_panics(supervised(&ctx, run)).await {
             Ok(x) => ok(&x, self.max_chars(&ctx)),
             Err(e) => failed(&e),
         }
@@ -482,7 +583,7 @@ impl SignalqlServer {
             }
             Ok(stats)
         };
-        match catch_panics(run).await {
+        match catch_panics(supervised(&ctx, run)).await {
             Ok(x) => ok(&x, self.max_chars(&ctx)),
             Err(e) => failed(&e),
         }
@@ -497,13 +598,62 @@ impl SignalqlServer {
         ctx: RequestContext<RoleServer>,
         Parameters(args): Parameters<FormatArgs>,
     ) -> Result<CallToolResult, ErrorData> {
-        match catch_panics(async { crate::parse(&args.query) }).await {
+        let params = args.params.clone().unwrap_or_default();
+        match catch_panics(supervised(&ctx, async {
+            crate::parse_with(&args.query, &params)
+        }))
+        .await
+        {
             Ok(s) => ok(
                 &serde_json::json!({ "canonical": s.to_string() }),
                 self.max_chars(&ctx),
             ),
             Err(e) => failed(&e),
         }
+    }
+}
+
+/// How often a running tool reports progress, to a client that asked for it.
+const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// Runs a tool's work under its request (docs/runtime.md, "Progress and cancellation"): the
+/// work's future is dropped when the client cancels the request (`notifications/cancelled`),
+/// and with it the statement's plans, their streams and its share of
+/// `max_concurrent_requests`; while it runs, a client that gave a progress token gets a
+/// `notifications/progress` every [`PROGRESS_EVERY`] in which the rows read by the plans the
+/// statement has started grew (the first once a plan has started), with those rows as
+/// `progress`.
+async fn supervised<T>(
+    ctx: &RequestContext<RoleServer>,
+    work: impl std::future::Future<Output = crate::Result<T>>,
+) -> crate::Result<T> {
+    use signalql_engine::progress::{Watched, watching};
+    let watched = Arc::new(Watched::default());
+    let work = watching(Arc::clone(&watched), work);
+    let report = async {
+        let Some(token) = ctx.meta.get_progress_token() else {
+            return std::future::pending().await;
+        };
+        let mut ticks = tokio::time::interval(PROGRESS_EVERY);
+        ticks.tick().await;
+        let mut reported: Option<u64> = None;
+        loop {
+            ticks.tick().await;
+            let (plans, rows) = watched.read();
+            if plans == 0 || reported.is_some_and(|r| rows <= r) {
+                continue;
+            }
+            reported = Some(rows);
+            let note = ProgressNotificationParam::new(token.clone(), rows as f64)
+                .with_message(format!("{rows} rows read by {plans} plan(s)"));
+            // A client that went away is the cancellation's business.
+            let _ = ctx.peer.notify_progress(note).await;
+        }
+    };
+    tokio::select! {
+        done = work => done,
+        never = report => never,
+        () = ctx.ct.cancelled() => Err(Error::io("cancelled by the client (notifications/cancelled)")),
     }
 }
 
@@ -522,6 +672,7 @@ async fn context_bundle(engine: &Engine, args: &ContextArgs) -> crate::Result<cr
         with_evidence: args.with_evidence,
         as_of: args.as_of.clone(),
         estimator: args.estimator.clone(),
+        params: args.params.clone().unwrap_or_default(),
     }
     .query()?;
     engine.context(&q).await
@@ -580,6 +731,7 @@ impl ServerHandler for SignalqlServer {
         let capabilities = ServerCapabilities::builder()
             .enable_tools()
             .enable_resources()
+            .enable_resources_subscribe()
             .enable_prompts()
             .build();
         ServerConfig::new(capabilities)
@@ -632,8 +784,16 @@ impl ServerHandler for SignalqlServer {
                  shown to the caller as EXPLAIN CONTEXT shows it",
             )
             .with_mime_type("application/json");
+        let watch = ResourceTemplate::new(format!("{WATCH_PREFIX}{{statement}}"), "watch")
+            .with_description(
+                "A WATCH (query) WHEN condition statement, percent-encoded (optionally \
+                 ?interval_seconds=S, default 5): read, one poll's {polls, holds, alert}; \
+                 subscribed, polled until unsubscribed, with notifications/resources/updated \
+                 at each alert (docs/watch.md)",
+            )
+            .with_mime_type("application/json");
         Ok(ListResourceTemplatesResult::with_all_items(vec![
-            describe, bundle,
+            describe, bundle, watch,
         ]))
     }
 
@@ -661,6 +821,19 @@ impl ServerHandler for SignalqlServer {
                 serde_json::to_string(&request.run(&engine).await?)
             } else if uri.starts_with("context://") {
                 serde_json::to_string(&engine.stored_bundle(uri).await?)
+            } else if let Some(watch) = watch_resource(uri) {
+                let subscribed = self.watches.lock().ok().and_then(|w| {
+                    w.get(uri)
+                        .and_then(|s| s.last.lock().ok().map(|l| l.clone()))
+                });
+                match subscribed {
+                    Some(last) => Ok(last.to_string()),
+                    None => {
+                        let mut watcher = crate::watch::Watcher::new(watch?.0);
+                        let poll = watcher.poll(&engine).await?;
+                        Ok(watch_state(1, poll.holds, poll.alert.as_ref()).to_string())
+                    }
+                }
             } else {
                 return Ok(None);
             };
@@ -671,8 +844,8 @@ impl ServerHandler for SignalqlServer {
         let missing = |data: Option<serde_json::Value>| {
             ErrorData::resource_not_found(
                 format!(
-                    "no resource {uri}: signalql://grammar, signalql://describe/{{target}} and \
-                     context://{{id}} are read"
+                    "no resource {uri}: signalql://grammar, signalql://describe/{{target}}, \
+                     context://{{id}} and signalql://watch/{{statement}} are read"
                 ),
                 data,
             )
@@ -683,6 +856,77 @@ impl ServerHandler for SignalqlServer {
             Err(e) if e.code() == "unknown_context" => Err(missing(Some(e.to_json()))),
             Err(e) => Err(ErrorData::invalid_params(e.to_string(), Some(e.to_json()))),
         }
+    }
+
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let refused = |e: Error| ErrorData::invalid_params(e.to_string(), Some(e.to_json()));
+        let uri = request.uri;
+        let Some(watch) = watch_resource(&uri) else {
+            return Err(ErrorData::invalid_params(
+                format!("{uri} does not change: only signalql://watch/{{statement}} is subscribed"),
+                None,
+            ));
+        };
+        let (watch, pause) = watch.map_err(refused)?;
+        let caller = self.caller(&ctx).map_err(refused)?;
+        let last = Arc::new(std::sync::Mutex::new(watch_state(0, false, None)));
+        let kept = Arc::clone(&last);
+        let peer = ctx.peer.clone();
+        let updated = uri.clone();
+        let polls = tokio::spawn(async move {
+            let mut watcher = crate::watch::Watcher::new(watch);
+            loop {
+                // Each poll takes a share of the caller's max_concurrent_requests; a poll
+                // that finds none waits for the next.
+                if let Ok(_permit) = caller.admit() {
+                    let poll = catch_panics(watcher.poll(&caller.engine)).await;
+                    let (state, alert) = match poll {
+                        Ok(p) => (
+                            watch_state(watcher.polls(), p.holds, p.alert.as_ref()),
+                            p.alert.is_some(),
+                        ),
+                        Err(e) => (
+                            serde_json::json!({ "polls": watcher.polls(), "error": e.to_json() }),
+                            false,
+                        ),
+                    };
+                    let keep_alert = |old: &serde_json::Value| !alert && old["alert"].is_object();
+                    if let Ok(mut l) = kept.lock() {
+                        // The last alert stays readable until the next one.
+                        let mut state = state;
+                        if keep_alert(&l) {
+                            state["alert"] = l["alert"].clone();
+                        }
+                        *l = state;
+                    }
+                    let note = ResourceUpdatedNotificationParam::new(updated.clone());
+                    if alert && peer.notify_resource_updated(note).await.is_err() {
+                        return;
+                    }
+                }
+                tokio::time::sleep(pause).await;
+            }
+        });
+        if let Ok(mut watches) = self.watches.lock() {
+            // A subscription to the same URI again replaces (and so stops) the earlier one.
+            watches.insert(uri, Subscription { polls, last });
+        }
+        Ok(())
+    }
+
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        if let Ok(mut watches) = self.watches.lock() {
+            watches.remove(&request.uri);
+        }
+        Ok(())
     }
 
     async fn list_prompts(

@@ -38,6 +38,8 @@ pub struct ContextRequest {
     pub as_of: Option<String>,
     /// USING ESTIMATOR: `chars-div-4-v1` or `o200k_base`.
     pub estimator: Option<String>,
+    /// Values of the `$name` parameters in `clauses` (docs/params.md).
+    pub params: crate::Params,
 }
 
 impl ContextRequest {
@@ -54,7 +56,7 @@ impl ContextRequest {
     /// the clauses say. Its canonical text (`Display`) parses back to it. A setting that is
     /// not valid SignalQL for its clause is a `parse_error` naming the setting.
     pub fn query(&self) -> Result<ContextQuery> {
-        let mut q = context_statement(&self.text())?;
+        let mut q = context_statement(&self.text(), &self.params)?;
         if self.budget.is_some() {
             q.budget = self.budget;
         }
@@ -101,9 +103,9 @@ fn quote(text: &str) -> String {
     signalql_engine::syntax::format::quote(text)
 }
 
-/// `text` parsed as a CONTEXT FOR statement.
-fn context_statement(text: &str) -> Result<ContextQuery> {
-    match crate::parse(text)? {
+/// `text` parsed as a CONTEXT FOR statement, its `$name` parameters bound from `params`.
+fn context_statement(text: &str, params: &crate::Params) -> Result<ContextQuery> {
+    match crate::parse_with(text, params)? {
         Statement::ContextTask(q) => Ok(q),
         _ => Err(Error::type_error(
             "clauses must continue a CONTEXT FOR statement",
@@ -125,7 +127,8 @@ fn clause<T>(setting: &str, text: &str, take: impl FnOnce(&mut ContextQuery) -> 
         }
         out
     };
-    let mut q = context_statement(&format!("CONTEXT FOR \"\" {text}")).map_err(named)?;
+    let mut q = context_statement(&format!("CONTEXT FOR \"\" {text}"), &crate::Params::new())
+        .map_err(named)?;
     let value = take(&mut q);
     if q != ContextQuery::for_task(String::new(), q.span) {
         return Err(named(Error::type_error("more than the one clause")));
@@ -134,10 +137,14 @@ fn clause<T>(setting: &str, text: &str, take: impl FnOnce(&mut ContextQuery) -> 
 }
 
 /// A catalog request: `DESCRIBE target`, or every record the dataset has.
-/// The EXPLAIN of `text`: the statement itself when it is an EXPLAIN, else EXPLAIN (or with
-/// `analyze`, EXPLAIN ANALYZE) of it.
-pub fn explain_query(text: &str, analyze: bool) -> Result<crate::ast::ExplainQuery> {
-    Ok(match crate::parse(text)? {
+/// The EXPLAIN of `text` (its `$name` parameters bound from `params`): the statement itself
+/// when it is an EXPLAIN, else EXPLAIN (or with `analyze`, EXPLAIN ANALYZE) of it.
+pub fn explain_query(
+    text: &str,
+    params: &crate::Params,
+    analyze: bool,
+) -> Result<crate::ast::ExplainQuery> {
+    Ok(match crate::parse_with(text, params)? {
         Statement::Explain(mut q) => {
             q.analyze |= analyze;
             q
@@ -268,6 +275,7 @@ mod tests {
             with_evidence: Some(true),
             as_of: Some("2026-06-01T00:00:00Z".into()),
             estimator: Some("o200k".into()),
+            params: Default::default(),
         };
         let by_hand = r#"CONTEXT FOR "t" USING PROJECT "docs" USING ESTIMATOR "o200k_base" BUDGET 300 TOKENS PREFER CURRENT, REPRESENTATION "summary" EXCLUDE STALE, ROLE INSTRUCTION FROM UNTRUSTED_EXTERNAL MAX OBJECTS 4 MAX DEPTH 2 MAX AGE 30 d WITH EVIDENCE COMPRESS AS OF "2026-06-01T00:00:00Z""#;
         let q = r.query().unwrap();

@@ -36,7 +36,7 @@ use signalql_catalog::policy::{DEFAULT_PRINCIPAL, Policy};
 use signalql_engine::error::catch_panics;
 
 use crate::mcp::{Caller, SignalqlServer};
-use crate::{Answer, Engine, EngineOptions, Error, ErrorKind};
+use crate::{Answer, Engine, EngineOptions, Error, ErrorKind, Params};
 
 /// `max_request_bytes` when `[serve]` does not set it.
 pub const DEFAULT_MAX_REQUEST_BYTES: u64 = 10 << 20;
@@ -172,7 +172,8 @@ fn form_of(headers: &HeaderMap) -> Result<Form, Box<Response>> {
     )))
 }
 
-/// `POST /v1/query`: `{"query": "…"}` in; out, by `Accept`, the JSON of `query --format json`
+/// `POST /v1/query`: `{"query": "…", "params"?: {…}}` in (params: the values of the
+/// statement's `$name` parameters, docs/params.md); out, by `Accept`, the JSON of `query --format json`
 /// or the rows as Arrow, CSV or Parquet.
 async fn query(State(callers): State<Arc<Callers>>, request: Request) -> Response {
     let Some(caller) = request.extensions().get::<Arc<Caller>>().cloned() else {
@@ -191,9 +192,10 @@ async fn query(State(callers): State<Arc<Callers>>, request: Request) -> Respons
         // Without a Content-Length the body is only known to be too large once read.
         Err(_) => return too_large(max, max + 1),
     };
-    let text = match serde_json::from_slice::<Value>(&body) {
-        Ok(Value::Object(m)) => match m.get("query") {
-            Some(Value::String(q)) => q.clone(),
+    let (text, params) = match serde_json::from_slice::<Value>(&body) {
+        Ok(Value::Object(mut m)) => match (m.remove("query"), m.remove("params")) {
+            (Some(Value::String(q)), None | Some(Value::Null)) => (q, Params::new()),
+            (Some(Value::String(q)), Some(Value::Object(p))) => (q, p),
             _ => return bad_body(),
         },
         _ => return bad_body(),
@@ -209,7 +211,7 @@ async fn query(State(callers): State<Arc<Callers>>, request: Request) -> Respons
     if form != Form::Json {
         let rows = tokio::spawn(async move {
             let _permit = permit;
-            catch_panics(rows_in(&engine, &text, form)).await
+            catch_panics(rows_in(&engine, &text, &params, form)).await
         })
         .await
         .unwrap_or_else(|e| Err(Error::internal(format!("the query task failed: {e}"))));
@@ -222,7 +224,7 @@ async fn query(State(callers): State<Arc<Callers>>, request: Request) -> Respons
     }
     let answer = tokio::spawn(async move {
         let _permit = permit;
-        catch_panics(engine.answer(&text)).await
+        catch_panics(engine.answer_with(&text, &params)).await
     })
     .await
     .unwrap_or_else(|e| Err(Error::internal(format!("the query task failed: {e}"))));
@@ -255,10 +257,11 @@ async fn query(State(callers): State<Arc<Callers>>, request: Request) -> Respons
 async fn rows_in(
     engine: &Engine,
     text: &str,
+    params: &Params,
     form: Form,
 ) -> crate::Result<(&'static str, Vec<u8>)> {
     if form == Form::Csv {
-        return match engine.answer(text).await? {
+        return match engine.answer_with(text, params).await? {
             Answer::Envelope(e) => Ok((
                 "text/csv; charset=utf-8",
                 crate::render::csv(&e).into_bytes(),
@@ -266,7 +269,7 @@ async fn rows_in(
             _ => Err(not_rows()),
         };
     }
-    let (envelope, batches) = engine.query_batches(text).await?;
+    let (envelope, batches) = engine.query_batches_with(text, params).await?;
     let schema = rows_schema(&envelope, &batches)?;
     let io = |e: &dyn std::fmt::Display| {
         Error::internal(format!("the answer could not be written: {e}"))
@@ -370,7 +373,7 @@ fn bad_body() -> Response {
         StatusCode::BAD_REQUEST,
         &Error::new(
             ErrorKind::Parse,
-            r#"the body must be a JSON object {"query": "<SignalQL statement>"}"#,
+            r#"the body must be a JSON object {"query": "<SignalQL statement>", "params"?: {"name": value}}"#,
         ),
     )
 }

@@ -307,7 +307,7 @@ impl Shell {
             }
             "explain" => {
                 let last = self.last_statement().map_err(plain)?;
-                let statement = crate::request::explain_query(&last, false)
+                let statement = crate::request::explain_query(&last, &crate::Params::new(), false)
                     .map_err(|e| Failed::new(Some(last.clone()), e))?;
                 let plan = self
                     .cancellable(self.engine.explain(&statement))

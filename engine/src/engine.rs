@@ -26,7 +26,7 @@ use crate::lower::{Limits, Lowered};
 use crate::plan_cache::{Outcome, PlanCacheKey, SourceFingerprint};
 use crate::record::{staged, staged_sync};
 use crate::syntax::ast::{ContextQuery, DescribeQuery, RetrieveQuery, Source, Statement};
-use crate::syntax::parse;
+use crate::syntax::{Params, parse, parse_with};
 
 /// How an engine evaluates queries.
 #[derive(Debug, Clone, Default)]
@@ -488,8 +488,14 @@ impl Engine {
     /// Run any statement: analytics give an envelope, `CONTEXT FOR` a bundle (computed and kept
     /// in the context store), `EXPLAIN CONTEXT` the stored explanation.
     pub async fn answer(&self, text: &str) -> Result<Answer> {
+        self.answer_with(text, &Params::new()).await
+    }
+
+    /// [`Engine::answer`] of a statement whose `$name` parameters take their values from
+    /// `params` (docs/params.md).
+    pub async fn answer_with(&self, text: &str, params: &Params) -> Result<Answer> {
         self.traced(text, async {
-            let statement = staged_sync("parse", || parse(text))?;
+            let statement = staged_sync("parse", || parse_with(text, params))?;
             self.answer_statement(statement).await
         })
         .await
@@ -641,8 +647,17 @@ impl Engine {
     /// Run one analytics query: its envelope and its rows as Arrow batches (at most the
     /// envelope's rows, columns named as in the envelope), for Parquet output.
     pub async fn query_batches(&self, text: &str) -> Result<(Envelope, Vec<RecordBatch>)> {
+        self.query_batches_with(text, &Params::new()).await
+    }
+
+    /// [`Engine::query_batches`] with bind parameters (docs/params.md).
+    pub async fn query_batches_with(
+        &self,
+        text: &str,
+        params: &Params,
+    ) -> Result<(Envelope, Vec<RecordBatch>)> {
         self.traced(text, async {
-            let statement = staged_sync("parse", || parse(text))?;
+            let statement = staged_sync("parse", || parse_with(text, params))?;
             self.batches_of(statement).await
         })
         .await

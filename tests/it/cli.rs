@@ -717,3 +717,58 @@ fn every_text_error_ends_with_a_newline() {
         assert!(err.ends_with('\n'), "{args:?}: {err:?}");
     }
 }
+
+/// `--param name=value` (docs/params.md): the statement with `$name` placeholders answers as
+/// the one written with the literals; text that is not JSON is a string, a JSON number a
+/// number; a placeholder without a value is a JSON error at its position, and `--param` on a
+/// command that reads no statement is refused.
+#[test]
+fn param_flags_bind_the_statements_placeholders() {
+    let o = signalql(&[
+        "query",
+        "--format",
+        "json",
+        "--param",
+        "event=page_view",
+        "--param",
+        "days=7",
+        "FROM events WHERE event_name = $event DURING LAST $days d RETURN count",
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    // The DuckDB oracle of golden spec/v01_count_events.
+    assert_eq!(json(&o)["rows"], serde_json::json!([[7304]]));
+
+    let o = signalql(&[
+        "fmt",
+        "--param",
+        "n=5",
+        "--param",
+        "path=/home",
+        "FROM events WHERE properties.path = $path RETURN count LIMIT $n",
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    let by_hand = signalql(&[
+        "fmt",
+        r#"FROM events WHERE properties.path = "/home" RETURN count LIMIT 5"#,
+    ]);
+    assert_eq!(stdout(&o), stdout(&by_hand));
+    assert!(stdout(&o).contains(r#""/home""#), "{}", stdout(&o));
+
+    let o = signalql(&[
+        "query",
+        "--format",
+        "json",
+        "FROM events\nWHERE event_name = $event RETURN count",
+    ]);
+    assert!(!o.status.success());
+    let e = &json(&o)["error"];
+    assert_eq!(e["code"], "parse_error");
+    assert_eq!(
+        (e["line"].as_u64(), e["column"].as_u64()),
+        (Some(2), Some(20))
+    );
+
+    let o = signalql(&["stats", "--param", "a=1"]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--param"));
+}

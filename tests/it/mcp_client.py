@@ -3,9 +3,11 @@
 client does: initialize, tools/list, then a call of every tool. The SDK checks each tool's
 `structuredContent` against the tool's `outputSchema` itself (a result that does not match
 raises); this script also validates each one with jsonschema, and compares it with the text
-content. Prints one JSON object; tests/it/mcp.rs runs it and asserts on it.
+content. Prints one JSON object; tests/it/mcp.rs runs it and asserts on it. The server is
+started with the command line the repository's server.json (the MCP registry's format) gives,
+its one required argument, --data, being DATASET_ROOT.
 
-    python3 tests/it/mcp_client.py SIGNALQL_BINARY DATASET_ROOT
+    python3 tests/it/mcp_client.py SIGNALQL_BINARY DATASET_ROOT SERVER_JSON
 """
 import asyncio
 import json
@@ -15,13 +17,28 @@ import jsonschema
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-BINARY, ROOT = sys.argv[1], sys.argv[2]
+BINARY, ROOT, SERVER_JSON = sys.argv[1], sys.argv[2], sys.argv[3]
 VIEWS = 'FROM events WHERE event_name = "page_view" DURING LAST 7 d RETURN count'
 
 
+def launch_args():
+    """The arguments server.json's package gives: its positional values, and each required
+    named argument (only --data) with ROOT."""
+    with open(SERVER_JSON) as f:
+        package = json.load(f)["packages"][0]
+    args = []
+    for a in package["packageArguments"]:
+        if a["type"] == "positional":
+            args.append(a["value"])
+        elif a.get("isRequired"):
+            args += [a["name"], ROOT]
+    return args
+
+
 async def main():
-    params = StdioServerParameters(command=BINARY, args=["mcp", "--data", ROOT])
-    out = {"tools": {}, "calls": []}
+    args = launch_args()
+    params = StdioServerParameters(command=BINARY, args=args)
+    out = {"tools": {}, "calls": [], "args": args}
     async with stdio_client(params) as (read, write):
         async with ClientSession(read, write) as session:
             await session.initialize()

@@ -325,6 +325,18 @@ fn the_query_endpoint_answers_arrow_csv_and_parquet() {
     assert_eq!(o["listed"]["status"], 200);
     assert_eq!(o["listed"]["media"], "application/vnd.apache.arrow.stream");
 
+    // With $name parameters, the same rows in either form; a missing one is a 400 naming it.
+    assert_eq!(o["params_arrow"]["status"], 200);
+    assert_eq!(o["params_arrow"]["rows"], o["arrow"]["rows"]);
+    assert_eq!(o["params_json"]["body"]["rows"], json["rows"]);
+    assert_eq!(o["params_missing"]["status"], 400);
+    let missing = &o["params_missing"]["body"]["error"];
+    assert_eq!(missing["code"], "parse_error");
+    assert!(
+        missing["message"].as_str().unwrap().contains("$n"),
+        "{missing}"
+    );
+
     assert_eq!(o["health"]["status"], 200);
     assert_eq!(o["health"]["body"]["status"], "ok");
     assert_eq!(o["health"]["body"]["version"], env!("CARGO_PKG_VERSION"));

@@ -23,11 +23,14 @@ EMPTY = ('FROM events WHERE event_name = "no_such_event" DURING LAST 7 d GROUP B
          'RETURN properties.path, count')
 
 
-def post(query, accept=None):
+def post(query, accept=None, params=None):
     headers = {"Content-Type": "application/json"}
     if accept:
         headers["Accept"] = accept
-    req = urllib.request.Request(BASE + "/v1/query", data=json.dumps({"query": query}).encode(),
+    body = {"query": query}
+    if params is not None:
+        body["params"] = params
+    req = urllib.request.Request(BASE + "/v1/query", data=json.dumps(body).encode(),
                                  method="POST", headers=headers)
     try:
         with urllib.request.urlopen(req) as r:
@@ -84,6 +87,18 @@ status, _, body = post(TOP, "text/html")
 out["html"] = {"status": status, "body": json.loads(body)}
 status, _, body = post(TOP, "text/html;q=0.9, application/vnd.apache.arrow.stream")
 out["listed"] = {"status": status, "media": _}
+
+# TOP with its event, window and limit as $name parameters (docs/params.md).
+PARAMETERISED = TOP.replace('"page_view"', "$event").replace("LAST 7 d", "LAST $days d").replace(
+    "LIMIT 5", "LIMIT $n")
+BOUND = {"event": "page_view", "days": 7, "n": 5}
+status, _, body = post(PARAMETERISED, "application/vnd.apache.arrow.stream", BOUND)
+table = pa.ipc.open_stream(body).read_all()
+out["params_arrow"] = {"status": status, "rows": table_rows(table)}
+status, _, body = post(PARAMETERISED, None, BOUND)
+out["params_json"] = {"status": status, "body": json.loads(body)}
+status, _, body = post(PARAMETERISED, None, {"event": "page_view", "days": 7})
+out["params_missing"] = {"status": status, "body": json.loads(body)}
 
 with urllib.request.urlopen(BASE + "/health") as r:
     out["health"] = {"status": r.status, "body": json.loads(r.read())}

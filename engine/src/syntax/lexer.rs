@@ -33,6 +33,9 @@ pub enum TokenKind {
     Str(String),
     /// A bare `context://…` address.
     Uri,
+    /// A bind parameter `$name` (`$[a-zA-Z_][a-zA-Z0-9_]*`), replaced by a literal token of its
+    /// value before parsing ([`crate::syntax::params::bind`]).
+    Param,
     Eq,
     NotEq,
     Lt,
@@ -189,6 +192,19 @@ impl<'a> Lexer<'a> {
                 Ok(self.number(start))
             }
             '"' => self.string(start),
+            '$' if self
+                .peek(1)
+                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_') =>
+            {
+                self.bump();
+                while self
+                    .peek(0)
+                    .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_')
+                {
+                    self.bump();
+                }
+                Ok(self.token(TokenKind::Param, start))
+            }
             '=' => single(self, TokenKind::Eq),
             '!' if self.peek(1) == Some('=') => {
                 self.bump();

@@ -16,6 +16,7 @@ use crate::error::{Error, Result};
 use crate::syntax::ast::{Literal, Span, Statement, TimeUnit, Timestamp};
 use crate::syntax::keywords::is_reserved;
 use crate::syntax::lexer::{Lexer, StringMode, Token, TokenKind, tokenize};
+use crate::syntax::params::{Params, bind};
 
 /// Maximum nesting of parentheses and `NOT` in a boolean expression.
 pub const MAX_DEPTH: usize = 64;
@@ -27,21 +28,32 @@ pub const MAX_BOOL_OPS: usize = 64;
 /// Maximum segments of a field path (`properties.a.b…`).
 pub const MAX_PATH_SEGMENTS: usize = 16;
 
-/// Parses one SignalQL statement (any dialect).
+/// Parses one SignalQL statement (any dialect). A `$name` in it is a parse_error: it has no
+/// value ([`parse_with`]).
 pub fn parse(text: &str) -> Result<Statement> {
+    parse_with(text, &Params::new())
+}
+
+/// Parses one SignalQL statement (any dialect) whose `$name` parameters take their values from
+/// `params`, each bound as one literal token before parsing ([`crate::syntax::params`]).
+pub fn parse_with(text: &str, params: &Params) -> Result<Statement> {
+    let read = |mode: StringMode, v01: bool| {
+        let mut tokens = tokenize(text, mode)?;
+        bind(&mut tokens, params)?;
+        Parser::new(tokens, v01).parse_statement()
+    };
     match detect_v01(text) {
-        V01::Count => Parser::new(tokenize(text, StringMode::Raw)?, true).parse_statement(),
+        V01::Count => read(StringMode::Raw, true),
         V01::FunnelThen => {
-            let v01 = tokenize(text, StringMode::Raw)
-                .and_then(|tokens| Parser::new(tokens, true).parse_statement());
+            let v01 = read(StringMode::Raw, true);
             // A v0.3 funnel whose first step contains `\" THEN ` would look like v0.1 when read
             // with literal backslashes; fall back to v0.3 so canonical text always re-parses.
             match v01 {
                 Ok(statement) => Ok(statement),
-                Err(err) => parse_v03(text).map_err(|_| err),
+                Err(err) => read(StringMode::Escapes, false).map_err(|_| err),
             }
         }
-        V01::No => parse_v03(text),
+        V01::No => read(StringMode::Escapes, false),
     }
 }
 
@@ -60,10 +72,6 @@ pub fn parse_predicate(text: &str) -> Result<crate::syntax::ast::BoolExpr> {
     let e = p.parse_predicate_expr()?;
     p.expect_end()?;
     Ok(e)
-}
-
-fn parse_v03(text: &str) -> Result<Statement> {
-    Parser::new(tokenize(text, StringMode::Escapes)?, false).parse_statement()
 }
 
 enum V01 {
@@ -124,6 +132,7 @@ pub(crate) fn describe(token: &Token) -> String {
             format!("string {text}")
         }
         TokenKind::Uri => format!("address {}", token.text),
+        TokenKind::Param => format!("parameter {}", token.text),
         TokenKind::Eof => "end of query".to_string(),
         _ => format!("'{}'", token.text),
     }
