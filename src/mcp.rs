@@ -629,6 +629,9 @@ async fn supervised<T>(
 ) -> crate::Result<T> {
     use signalql_engine::progress::{Watched, watching};
     let watched = Arc::new(Watched::default());
+    // A W3C traceparent in the request's _meta parents its exported spans (engine/src/otlp.rs).
+    let traceparent = ctx.meta.get("traceparent").and_then(|v| v.as_str());
+    let work = signalql_engine::otlp::with_traceparent(traceparent, work);
     let work = watching(Arc::clone(&watched), work);
     let report = async {
         let Some(token) = ctx.meta.get_progress_token() else {

@@ -34,6 +34,7 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use serde_json::{Value, json};
 use signalql_catalog::policy::{DEFAULT_PRINCIPAL, Policy};
 use signalql_engine::error::catch_panics;
+use signalql_engine::otlp::with_traceparent;
 
 use crate::mcp::{Caller, SignalqlServer};
 use crate::{Answer, Engine, EngineOptions, Error, ErrorKind, Params};
@@ -182,6 +183,12 @@ async fn query(State(callers): State<Arc<Callers>>, request: Request) -> Respons
             &Error::internal("a request reached /v1/query without its caller"),
         );
     };
+    // A W3C traceparent parents the statement's exported spans (engine/src/otlp.rs).
+    let traceparent = request
+        .headers()
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
     let form = match form_of(request.headers()) {
         Ok(f) => f,
         Err(refused) => return *refused,
@@ -211,7 +218,8 @@ async fn query(State(callers): State<Arc<Callers>>, request: Request) -> Respons
     if form != Form::Json {
         let rows = tokio::spawn(async move {
             let _permit = permit;
-            catch_panics(rows_in(&engine, &text, &params, form)).await
+            let rows = rows_in(&engine, &text, &params, form);
+            catch_panics(with_traceparent(traceparent.as_deref(), rows)).await
         })
         .await
         .unwrap_or_else(|e| Err(Error::internal(format!("the query task failed: {e}"))));
@@ -224,7 +232,8 @@ async fn query(State(callers): State<Arc<Callers>>, request: Request) -> Respons
     }
     let answer = tokio::spawn(async move {
         let _permit = permit;
-        catch_panics(engine.answer_with(&text, &params)).await
+        let answer = engine.answer_with(&text, &params);
+        catch_panics(with_traceparent(traceparent.as_deref(), answer)).await
     })
     .await
     .unwrap_or_else(|e| Err(Error::internal(format!("the query task failed: {e}"))));

@@ -999,7 +999,9 @@ impl Answered for Answer {
 
 impl Engine {
     /// Runs `statement` (whose text is `text`) and, when the engine traces, writes its trace
-    /// (engine/src/trace.rs). A statement inside a traced one is not traced again.
+    /// (engine/src/trace.rs); when the environment names an OTLP endpoint, exports the
+    /// trace's spans there (engine/src/otlp.rs). A statement inside a traced one is not
+    /// traced again.
     async fn traced<T: Answered>(
         &self,
         text: &str,
@@ -1007,7 +1009,8 @@ impl Engine {
     ) -> Result<T> {
         // Boxed: a statement's future is large, and the CLI polls it on the main thread.
         let statement = Box::pin(statement);
-        if !self.runtime.tracing || crate::record::active() {
+        let otlp = crate::otlp::exporter();
+        if (!self.runtime.tracing && otlp.is_none()) || crate::record::active() {
             return statement.await;
         }
         let tracer = self.runtime.tracer.as_ref();
@@ -1020,7 +1023,12 @@ impl Engine {
         let trace =
             Box::pin(self.trace_of(text, started, elapsed_ms, &out, &noted, rec, peak, tracer))
                 .await;
-        tracer.write(&trace);
+        if self.runtime.tracing {
+            tracer.write(&trace);
+        }
+        if let Some(otlp) = otlp {
+            otlp.export(&trace).await;
+        }
         out
     }
 

@@ -23,6 +23,7 @@ mod limits;
 pub(crate) mod lower;
 pub mod metrics;
 pub(crate) mod operator;
+pub mod otlp;
 pub mod plan_cache;
 pub(crate) mod policed;
 pub mod progress;

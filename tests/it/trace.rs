@@ -228,3 +228,163 @@ fn an_unwritable_trace_folder_is_reported_once_and_queries_still_run() {
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert_eq!(stderr.matches("cannot write traces").count(), 1, "{stderr}");
 }
+
+/// The spans an OTLP receiver (tests/it/otlp_receiver.py) has written to `out`, once it has
+/// `n` of them.
+fn received(out: &Path, n: usize) -> Vec<Value> {
+    let started = std::time::Instant::now();
+    loop {
+        let text = std::fs::read_to_string(out).unwrap_or_default();
+        let spans: Vec<Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        if spans.len() >= n || started.elapsed().as_secs() > 30 {
+            return spans;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// The span named `name` of `spans`.
+fn span<'a>(spans: &'a [Value], name: &str) -> &'a Value {
+    spans
+        .iter()
+        .find(|s| s["name"] == name)
+        .unwrap_or_else(|| panic!("no {name} span in {spans:?}"))
+}
+
+/// OpenTelemetry (docs/runtime.md): with OTEL_EXPORTER_OTLP_ENDPOINT set, a statement's span
+/// tree goes to the receiver over OTLP/HTTP protobuf, decoded by the OpenTelemetry project's
+/// own Python classes: `statement` the root, its stages (parse, bind, plan, execute, …) its
+/// children in one trace, with the trace's attributes, and no JSON trace written. Through
+/// `signalql serve`, a W3C `traceparent` header parents the statement's span (its trace id,
+/// its parent span id), as `_meta.traceparent` does on an MCP tool call.
+#[tokio::test]
+async fn statements_are_exported_over_otlp_with_their_parent() {
+    crate::common::python_package("opentelemetry.proto", "opentelemetry-proto>=1.20");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("spans.jsonl");
+    let mut receiver = Command::new("python3")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/otlp_receiver.py"))
+        .arg(&out)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let endpoint = crate::common::announced(&mut receiver, "listening on ");
+    let data = dir.path().join("data");
+    crate::common::copy_dir(&signalql::sample_dataset(), &data);
+
+    let o = Command::new(env!("CARGO_BIN_EXE_signalql"))
+        .args(["query", "--format", "json", "--data"])
+        .arg(&data)
+        .arg(Q)
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{o:?}");
+    let spans = received(&out, 2);
+    let root = span(&spans, "statement");
+    assert_eq!(root["parent_span_id"], "", "a root");
+    assert_eq!(root["path"], "/v1/traces");
+    assert_eq!(root["content_type"], "application/x-protobuf");
+    assert_eq!(root["service"], "signalql");
+    assert_eq!(root["scope"], "signalql");
+    assert_eq!(root["attributes"]["signalql.rows"], 1);
+    assert_eq!(root["attributes"]["signalql.surface"], "cli");
+    assert!(
+        root["attributes"]["signalql.statement"]
+            .as_str()
+            .unwrap()
+            .contains("page_view")
+    );
+    for name in ["parse", "bind", "plan", "execute"] {
+        let s = span(&spans, name);
+        assert_eq!(s["parent_span_id"], root["span_id"], "{name}");
+        assert_eq!(s["trace_id"], root["trace_id"], "{name}");
+        assert!(s["start"].as_u64() >= root["start"].as_u64(), "{name}");
+        assert!(s["end"].as_u64() <= root["end"].as_u64(), "{name}");
+    }
+    assert!(span(&spans, "execute")["attributes"]["signalql.scanned_rows"].as_i64() > Some(0));
+    assert!(
+        !data.join("traces").exists(),
+        "no JSON trace without [trace]"
+    );
+
+    // Through serve, parented by the request's traceparent.
+    let before = spans.len();
+    let mut server = Command::new(env!("CARGO_BIN_EXE_signalql"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--data"])
+        .arg(&data)
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let addr = crate::common::announced(&mut server, "listening on ");
+    let (trace_id, parent) = ("0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331");
+    let post = Command::new("python3")
+        .arg("-c")
+        .arg(format!(
+            "import json, urllib.request; r = urllib.request.Request('{addr}/v1/query', \
+             data=json.dumps({{'query': {Q:?}}}).encode(), method='POST', headers={{\
+             'Content-Type': 'application/json', 'traceparent': '00-{trace_id}-{parent}-01'}}); \
+             print(urllib.request.urlopen(r).status)"
+        ))
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&post.stdout).trim(),
+        "200",
+        "{post:?}"
+    );
+    let spans = received(&out, before + 2);
+    let served: Vec<Value> = spans[before..].to_vec();
+    let root = span(&served, "statement");
+    assert_eq!(root["trace_id"], trace_id);
+    assert_eq!(root["parent_span_id"], parent);
+    assert_eq!(root["kind"], 2, "SPAN_KIND_SERVER");
+    assert_eq!(span(&served, "execute")["trace_id"], trace_id);
+
+    // Through the MCP server, parented by the tool call's _meta.traceparent.
+    use rmcp::ServiceExt;
+    let before = spans.len();
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_signalql"));
+    cmd.arg("mcp").arg("--data").arg(&data);
+    cmd.env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true);
+    let mut child = cmd.spawn().unwrap();
+    let transport = (child.stdout.take().unwrap(), child.stdin.take().unwrap());
+    let client = ().serve(transport).await.unwrap();
+    let Value::Object(args) = serde_json::json!({ "query": Q }) else {
+        unreachable!()
+    };
+    let request = rmcp::model::ClientRequest::CallToolRequest(rmcp::model::CallToolRequest::new(
+        rmcp::model::CallToolRequestParams::new("query").with_arguments(args),
+    ));
+    let mut meta = rmcp::model::RequestMetaObject::new();
+    let mcp_trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    meta.insert(
+        "traceparent".into(),
+        format!("00-{mcp_trace}-00f067aa0ba902b7-01").into(),
+    );
+    let options = rmcp::service::PeerRequestOptions::no_options().with_meta(meta);
+    let handle = client
+        .peer()
+        .send_cancellable_request(request, options)
+        .await
+        .unwrap();
+    handle.await_response().await.unwrap();
+    let spans = received(&out, before + 2);
+    let root = span(&spans[before..], "statement");
+    assert_eq!(root["trace_id"], mcp_trace);
+    assert_eq!(root["parent_span_id"], "00f067aa0ba902b7");
+
+    let _ = server.kill();
+    let _ = server.wait();
+    let _ = receiver.kill();
+    let _ = receiver.wait();
+}
