@@ -494,7 +494,7 @@ impl Engine {
     /// [`Engine::answer`] of a statement whose `$name` parameters take their values from
     /// `params` (docs/params.md).
     pub async fn answer_with(&self, text: &str, params: &Params) -> Result<Answer> {
-        self.traced(text, async {
+        self.traced(&bound_text(text, params), async {
             let statement = staged_sync("parse", || parse_with(text, params))?;
             self.answer_statement(statement).await
         })
@@ -656,7 +656,7 @@ impl Engine {
         text: &str,
         params: &Params,
     ) -> Result<(Envelope, Vec<RecordBatch>)> {
-        self.traced(text, async {
+        self.traced(&bound_text(text, params), async {
             let statement = staged_sync("parse", || parse_with(text, params))?;
             self.batches_of(statement).await
         })
@@ -994,6 +994,16 @@ impl Answered for Answer {
             Answer::Envelope(e) => e.plan_cache(),
             _ => None,
         }
+    }
+}
+
+/// The text a trace shows of `text` run with `params`: with parameters, the canonical text of
+/// the statement with its values bound (what ran), else `text` itself (parsed later, in the
+/// trace's `parse` stage).
+fn bound_text<'a>(text: &'a str, params: &Params) -> std::borrow::Cow<'a, str> {
+    match params.is_empty() {
+        true => text.into(),
+        false => parse_with(text, params).map_or(text.into(), |s| s.to_string().into()),
     }
 }
 

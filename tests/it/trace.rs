@@ -229,6 +229,31 @@ fn an_unwritable_trace_folder_is_reported_once_and_queries_still_run() {
     assert_eq!(stderr.matches("cannot write traces").count(), 1, "{stderr}");
 }
 
+/// A statement run with bind parameters (docs/params.md) is traced as the statement that ran:
+/// its canonical text with the values bound, the same trace statement as the literal one's.
+#[test]
+fn a_parameterised_statement_is_traced_with_its_values() {
+    let root = crate::common::sample_events_dataset();
+    let data = root.path().to_str().unwrap();
+    let with_params = "FROM events WHERE event_name = $event DURING LAST $days d RETURN count";
+    let args = [
+        "--trace",
+        "query",
+        "--data",
+        data,
+        "--param",
+        "event=page_view",
+    ];
+    let o = signalql(&[&args[..], &["--param", "days=7", with_params]].concat());
+    assert!(o.status.success(), "{o:?}");
+    let t = traces(&root.path().join("traces"));
+    assert_eq!(t.len(), 1);
+    assert_eq!(
+        t[0]["statement"],
+        "FROM events\nWHERE event_name = \"page_view\"\nDURING LAST 7 d\nRETURN count"
+    );
+}
+
 /// The spans an OTLP receiver (tests/it/otlp_receiver.py) has written to `out`, once it has
 /// `n` of them.
 fn received(out: &Path, n: usize) -> Vec<Value> {
