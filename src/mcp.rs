@@ -897,12 +897,11 @@ impl ServerHandler for SignalqlServer {
                             false,
                         ),
                     };
-                    let keep_alert = |old: &serde_json::Value| !alert && old["alert"].is_object();
                     if let Ok(mut l) = kept.lock() {
                         // The last alert stays readable until the next one.
                         let mut state = state;
-                        if keep_alert(&l) {
-                            state["alert"] = l["alert"].clone();
+                        if !alert && l["alert"].is_object() {
+                            state["alert"] = l["alert"].take();
                         }
                         *l = state;
                     }

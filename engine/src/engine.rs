@@ -494,7 +494,7 @@ impl Engine {
     /// [`Engine::answer`] of a statement whose `$name` parameters take their values from
     /// `params` (docs/params.md).
     pub async fn answer_with(&self, text: &str, params: &Params) -> Result<Answer> {
-        self.traced(&bound_text(text, params), async {
+        self.traced_with(text, params, async {
             let statement = staged_sync("parse", || parse_with(text, params))?;
             self.answer_statement(statement).await
         })
@@ -656,7 +656,7 @@ impl Engine {
         text: &str,
         params: &Params,
     ) -> Result<(Envelope, Vec<RecordBatch>)> {
-        self.traced(&bound_text(text, params), async {
+        self.traced_with(text, params, async {
             let statement = staged_sync("parse", || parse_with(text, params))?;
             self.batches_of(statement).await
         })
@@ -997,16 +997,6 @@ impl Answered for Answer {
     }
 }
 
-/// The text a trace shows of `text` run with `params`: with parameters, the canonical text of
-/// the statement with its values bound (what ran), else `text` itself (parsed later, in the
-/// trace's `parse` stage).
-fn bound_text<'a>(text: &'a str, params: &Params) -> std::borrow::Cow<'a, str> {
-    match params.is_empty() {
-        true => text.into(),
-        false => parse_with(text, params).map_or(text.into(), |s| s.to_string().into()),
-    }
-}
-
 impl Engine {
     /// Runs `statement` (whose text is `text`) and, when the engine traces, writes its trace
     /// (engine/src/trace.rs); when the environment names an OTLP endpoint, exports the
@@ -1015,6 +1005,20 @@ impl Engine {
     async fn traced<T: Answered>(
         &self,
         text: &str,
+        statement: impl Future<Output = Result<T>>,
+    ) -> Result<T> {
+        // Boxed before it is handed on: inline, the statement's large future would sit in
+        // both this future and traced_with's (a debug build's 2 MiB worker stack overflowed).
+        self.traced_with(text, &Params::new(), Box::pin(statement))
+            .await
+    }
+
+    /// [`Engine::traced`] of a statement whose `$name` parameters take their values from
+    /// `params`: the trace shows it with its values bound (what ran).
+    async fn traced_with<T: Answered>(
+        &self,
+        text: &str,
+        params: &Params,
         statement: impl Future<Output = Result<T>>,
     ) -> Result<T> {
         // Boxed: a statement's future is large, and the CLI polls it on the main thread.
@@ -1030,9 +1034,17 @@ impl Engine {
         let ((out, noted), rec) = crate::record::recording(noting(statement)).await;
         let elapsed_ms = start.elapsed().as_secs_f64() * 1e3;
         let peak = peak.peak();
-        let trace =
-            Box::pin(self.trace_of(text, started, elapsed_ms, &out, &noted, rec, peak, tracer))
-                .await;
+        let trace = Box::pin(self.trace_of(
+            (text, params),
+            started,
+            elapsed_ms,
+            &out,
+            &noted,
+            rec,
+            peak,
+            tracer,
+        ))
+        .await;
         if self.runtime.tracing {
             tracer.write(&trace);
         }
@@ -1045,7 +1057,7 @@ impl Engine {
     #[allow(clippy::too_many_arguments)]
     async fn trace_of<T: Answered>(
         &self,
-        text: &str,
+        (text, params): (&str, &Params),
         started: DateTime<Utc>,
         elapsed_ms: f64,
         out: &Result<T>,
@@ -1112,7 +1124,8 @@ impl Engine {
         Trace {
             spec_version: crate::forms::runtime_forms(),
             id: crate::trace::new_id(started),
-            statement: parse(text).map_or_else(|_| text.to_string(), |s| s.to_string()),
+            statement: parse_with(text, params)
+                .map_or_else(|_| text.to_string(), |s| s.to_string()),
             surface: self.runtime.surface.into(),
             principal: self.principal().map(str::to_string),
             started_at: crate::lower::time::rfc3339(started),

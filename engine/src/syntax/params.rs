@@ -65,10 +65,7 @@ pub fn bind(tokens: &mut [Token], params: &Params) -> Result<()> {
 /// object.
 fn literal(value: &Value) -> Option<(TokenKind, String)> {
     Some(match value {
-        Value::String(s) => (
-            TokenKind::Str(s.clone()),
-            format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\"")),
-        ),
+        Value::String(s) => (TokenKind::Str(s.clone()), crate::syntax::format::quote(s)),
         Value::Bool(b) => (TokenKind::Word, b.to_string()),
         Value::Number(n) if n.is_i64() || n.is_u64() => (TokenKind::Integer, n.to_string()),
         Value::Number(n) => {
