@@ -58,7 +58,7 @@ def bench(binary, root, workers, text, runs):
     cmd = [binary]
     if workers:
         cmd += ["--workers", ",".join(workers)] + BYTES_PER_TASK
-    cmd += ["bench", "--data", root, "--now", NOW, "--runs", str(runs), "--warmup", "1", text]
+    cmd += ["bench", "--data", root, "--now", NOW, "--runs", str(runs), "--warmup", "1", "--no-plan-cache", text]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return json.loads(out)
 

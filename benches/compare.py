@@ -23,7 +23,8 @@ What is timed, per workload: one warm-up round, then --runs rounds. A round runs
 in turn (signalql, every DuckDB, chDB and Polars formulation, DataFusion SQL), so machine noise
 spreads evenly.
 
-* signalql: one `signalql bench --warmup 1 --runs 1 --data ROOT --now T QUERY` process per round.
+* signalql: one `signalql bench --warmup 1 --runs 1 --no-plan-cache --data ROOT --now T QUERY`
+  process per round.
   The in-process time is its `times_s[0]`: one whole answer (parse, open the tables, plan,
   execute, build the envelope or bundle) after one warm-up answer in the same process. The
   process's wall time (start, the warm-up answer, the timed answer, JSON output) and its peak RSS
@@ -942,13 +943,13 @@ with open(sys.argv[1], "w") as f:
 
 
 def run_signalql(binary, root, text):
-    """One `signalql bench --warmup 1 --runs 1` process: the in-process time of the counted
-    answer, the process's wall time and peak RSS (KiB), and the answer's rows."""
+    """One `signalql bench --warmup 1 --runs 1 --no-plan-cache` process (the counted answer
+    planned again, as the peers plan theirs): the in-process time of the counted answer, the process's wall time and peak RSS (KiB), and the answer's rows."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
             tempfile.NamedTemporaryFile("r", suffix=".json") as stats:
         spawn = subprocess.run(
             [sys.executable, "-I", "-c", SPAWN, stats.name, os.path.abspath(binary), "bench", "--data", root,
-             "--now", NOW, "--warmup", "1", "--runs", "1", text],
+             "--now", NOW, "--warmup", "1", "--runs", "1", "--no-plan-cache", text],
             stdout=out, stderr=err)
         out.seek(0)
         err.seek(0)

@@ -80,7 +80,7 @@ def main():
                 outcomes.add(a.get("metadata", {}).get("plan_cache", "bypass"))
             bench = json.loads(subprocess.run(
                 [args.bin, "bench", "--data", args.data, "--now", args.now, "--runs", str(args.runs),
-                 "--warmup", "1", q], check=True, capture_output=True).stdout)
+                 "--warmup", "1", "--no-plan-cache", q], check=True, capture_output=True).stdout)
             bypass = bench["median_s"] * 1e3
             row = {"workload": name, "cold_ms": cold, "cold_outcome": outcome,
                    "warm_ms": statistics.median(warm), "warm_outcomes": sorted(outcomes),

@@ -4,7 +4,8 @@
 //! next to the same lexical scoring as plain DataFusion SQL (group `context`), and the extended
 //! tier (entities, TRAVERSE, TREND, a governed metric, DESCRIBE; group `extended`), and issue
 //! 7's W9: parse + format + lower of each of the workloads W1–W8 (group `w9`), and the fixed
-//! cost of a statement by stage on the bundled sample (group `stages`). The workload
+//! cost of a statement by stage on the bundled sample, and whole with a plan cache that keeps
+//! its physical plan (group `stages`). The workload
 //! texts and the funnel's DataFusion SQL are `benches/workloads.toml`'s, shared with `compare.py`.
 //!
 //! `cargo bench --bench signalql` (add `-- GROUP` to run one of `syntax`, `lowering`, `udf`,
@@ -787,6 +788,16 @@ fn bench_stages(c: &mut Criterion) {
     let rt = runtime();
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/sample");
     let engine = Engine::open(&root).expect("open the sample");
+    // As `serve` and `mcp` answer: with a plan cache, whose hits run the kept physical plan.
+    let cached = Engine::open_with(
+        &root,
+        signalql::EngineOptions {
+            plan_cache: Some(Default::default()),
+            resident: Some(Default::default()),
+            ..Default::default()
+        },
+    )
+    .expect("open the sample");
     let statements = [
         ("count", workload("W1")),
         (
@@ -867,6 +878,10 @@ fn bench_stages(c: &mut Criterion) {
         group.bench_function(format!("{name}/whole"), |b| {
             b.to_async(&rt)
                 .iter(|| async { engine.query(black_box(text)).await.expect("query") })
+        });
+        group.bench_function(format!("{name}/whole_cached"), |b| {
+            b.to_async(&rt)
+                .iter(|| async { cached.query(black_box(text)).await.expect("query") })
         });
     }
     let context = "CONTEXT FOR \"parquet storage engine budget\" BUDGET 2000 TOKENS";

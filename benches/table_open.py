@@ -128,7 +128,7 @@ def s3_counts(binary, moto, bucket, text, k):
     def run(runs):
         before = len(moto.requests())
         out = subprocess.run([binary, "bench", "--warmup", "0", "--runs", str(runs), "--data",
-                              f"s3://{bucket}/ds", "--s3-endpoint", moto.endpoint, "--now", NOW, text],
+                              f"s3://{bucket}/ds", "--s3-endpoint", moto.endpoint, "--now", NOW, "--no-plan-cache", text],
                              env=env, capture_output=True, text=True)
         if out.returncode != 0:
             raise SystemExit(f"{binary} bench on S3 failed: {out.stdout}{out.stderr}")

@@ -108,9 +108,11 @@ enum Command {
         /// The query text, or `-` to read it from stdin.
         query: String,
     },
-    /// Time a query in this process: WARMUP uncounted runs, then RUNS counted ones (each
-    /// parses, opens the tables, plans, executes and builds the answer). Prints one JSON
-    /// object: times_s (each counted run, seconds), median_s, rows and row_count of the last run.
+    /// Time a query in this process: WARMUP uncounted runs, then RUNS counted ones, answered
+    /// as `serve` and `mcp` answer them: with a plan cache, so a warm run parses the text and
+    /// runs the plan it kept (--no-plan-cache binds, plans and optimises every run). Prints
+    /// one JSON object: times_s (each counted run, seconds), median_s, rows and row_count of
+    /// the last run.
     Bench {
         #[arg(long)]
         data: Option<PathBuf>,
@@ -123,6 +125,9 @@ enum Command {
         /// Uncounted runs first.
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(0..=10_000))]
         warmup: u32,
+        /// Plan every run anew: no plan cache.
+        #[arg(long)]
+        no_plan_cache: bool,
         /// The query text, or `-` to read it from stdin.
         query: String,
     },
@@ -693,12 +698,18 @@ fn run(cli: Cli) -> Result<(), Error> {
             now,
             runs,
             warmup,
+            no_plan_cache,
             query,
         } => {
             let text = read_query(query)?;
-            // Warm answers in one process: as a server gives them, with the resident index.
+            // Warm answers in one process: as a server gives them, with the resident index
+            // and a plan cache.
             let root = data.unwrap_or_else(signalql::sample_dataset);
-            let engine = Engine::open_with(root, reach.engine_options("bench", now)?)?;
+            let options = EngineOptions {
+                plan_cache: (!no_plan_cache).then(Default::default),
+                ..reach.engine_options("bench", now)?
+            };
+            let engine = Engine::open_with(root, options)?;
             write_json(&bench(&engine, &text, &params, warmup, runs)?)
         }
         Command::Describe {

@@ -98,6 +98,8 @@ pub struct Compiled {
     pub access_filtered: bool,
     /// The tables it reads: name, files, bytes.
     pub sources: Vec<crate::catalog::Opened>,
+    /// Its physical plan, kept to run again while the plan cache holds it (engine/src/kept.rs).
+    pub kept: crate::kept::KeptPlan,
 }
 
 impl Engine {
@@ -232,6 +234,7 @@ impl Engine {
             access_filtered: noted.access_filtered,
             sources: noted.opened,
             absent: noted.absent,
+            kept: Default::default(),
         })
     }
 
@@ -641,7 +644,7 @@ impl Engine {
 
     /// Run a compiled query and build its envelope.
     pub async fn run(&self, compiled: &Compiled) -> Result<Envelope> {
-        Ok(self.run_with_batches(compiled).await?.0)
+        Ok(self.run_with_batches(compiled, false).await?.0)
     }
 
     /// Run one analytics query: its envelope and its rows as Arrow batches (at most the
@@ -668,7 +671,9 @@ impl Engine {
             Statement::Watch(w) => Err(watch_is_a_loop().at(w.span)),
             statement => {
                 let (compiled, outcome) = self.compile_cached(statement).await?;
-                let (mut envelope, batches) = self.run_with_batches(&compiled).await?;
+                // A statement the cache holds keeps its physical plan.
+                let cached = outcome != Outcome::Bypass;
+                let (mut envelope, batches) = self.run_with_batches(&compiled, cached).await?;
                 envelope.metadata.plan_cache = outcome.as_str().into();
                 Ok((envelope, batches))
             }
@@ -753,9 +758,15 @@ impl Engine {
         }
     }
 
-    async fn run_with_batches(&self, compiled: &Compiled) -> Result<(Envelope, Vec<RecordBatch>)> {
+    /// With `keep`, the statement's physical plan is kept in it and run again.
+    async fn run_with_batches(
+        &self,
+        compiled: &Compiled,
+        keep: bool,
+    ) -> Result<(Envelope, Vec<RecordBatch>)> {
         let lowered = &compiled.lowered;
-        let capped = match self.exec.run_lowered(lowered).await {
+        let kept = keep.then_some(&compiled.kept);
+        let capped = match self.exec.run_lowered(lowered, kept).await {
             Ok(c) => c,
             Err(e) => return Err(self.name_unreadable_file(e).await),
         };

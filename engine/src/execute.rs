@@ -20,6 +20,7 @@ use datafusion::prelude::{DataFrame, SessionContext};
 use signalql_catalog::failpoint;
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::kept::KeptPlan;
 use crate::limits::Limits;
 use crate::lower::{Lowered, Stage};
 use crate::progress::scan_metrics;
@@ -92,12 +93,46 @@ impl Executor {
     /// the state's runtime (whose memory pool bounds it) and counts what its scans read. A
     /// timeout of 0 seconds leaves no time at all: every plan fails with the timeout error.
     pub async fn run_in(&self, state: &SessionState, plan: &LogicalPlan) -> Result<Executed> {
-        let secs = self.limits.timeout_seconds;
-        if secs == 0 {
+        if self.limits.timeout_seconds == 0 {
             return Err(self.timed_out());
         }
         let planning = std::time::Instant::now();
         let physical = physical_plan(state, plan).await?;
+        self.execute(Some(state), plan, physical, None, planning)
+            .await
+    }
+
+    /// [`Executor::run`] for a statement with a [`KeptPlan`]: a copy of the kept physical
+    /// plan when there is one, else the plan made now, kept for the next run when it can be
+    /// (engine/src/kept.rs). A recorded run (a trace, EXPLAIN ANALYZE) is planned as always.
+    pub async fn run_kept(&self, plan: &LogicalPlan, kept: &KeptPlan) -> Result<Executed> {
+        if crate::record::active() {
+            return self.run(plan).await;
+        }
+        if self.limits.timeout_seconds == 0 {
+            return Err(self.timed_out());
+        }
+        let planning = std::time::Instant::now();
+        if let Some(copy) = kept.copy() {
+            return self.execute(None, plan, copy, None, planning).await;
+        }
+        let state = self.ctx.state();
+        let physical = physical_plan(&state, plan).await?;
+        let keep = (!kept.planned()).then_some(kept);
+        self.execute(Some(&state), plan, physical, keep, planning)
+            .await
+    }
+
+    /// Runs `physical`, planned from `plan` since `planning`, under the timeout; keeps a copy
+    /// in `keep` first. `state` is the one it was planned in (`None`: the engine's).
+    async fn execute(
+        &self,
+        state: Option<&SessionState>,
+        plan: &LogicalPlan,
+        physical: Arc<dyn ExecutionPlan>,
+        keep: Option<&KeptPlan>,
+        planning: std::time::Instant,
+    ) -> Result<Executed> {
         let plan_ms = planning.elapsed().as_secs_f64() * 1e3;
         crate::record::stage("plan", planning, Default::default());
         if crate::record::dry() {
@@ -116,15 +151,32 @@ impl Executor {
                 on_workers: false,
             });
         }
+        if let Some(kept) = keep {
+            kept.keep(&physical);
+        }
         crate::progress::started(&physical);
         failpoint_execute();
         failpoint_slow().await;
         let running = std::time::Instant::now();
-        let task = state.task_ctx();
+        let task = match state {
+            Some(s) => s.task_ctx(),
+            None => self.ctx.task_ctx(),
+        };
         let run = collect(Arc::clone(&physical), task);
+        let secs = self.limits.timeout_seconds;
         let batches = match tokio::time::timeout(Duration::from_secs(secs), run).await {
             Ok(Ok(b)) => b,
-            Ok(Err(e)) => return Err(self.failed(state, physical.as_ref(), e).await),
+            Ok(Err(e)) => {
+                let engine;
+                let state = match state {
+                    Some(s) => s,
+                    None => {
+                        engine = self.ctx.state();
+                        &engine
+                    }
+                };
+                return Err(self.failed(state, physical.as_ref(), e).await);
+            }
             Err(_) => return Err(self.timed_out()),
         };
         let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
@@ -240,10 +292,13 @@ impl Executor {
     }
 
     /// Run a lowered query (staged when it says so) and cut it to its row cap.
-    pub async fn run_lowered(&self, lowered: &Lowered) -> Result<Capped> {
-        let executed = match &lowered.staged {
-            None => self.run(&lowered.plan).await?,
-            Some(staged) => self.run_staged(staged.as_ref()).await?,
+    /// With `kept`, a statement the plan cache holds: its physical plan is kept and run
+    /// again ([`Executor::run_kept`]).
+    pub async fn run_lowered(&self, lowered: &Lowered, kept: Option<&KeptPlan>) -> Result<Capped> {
+        let executed = match (&lowered.staged, kept) {
+            (None, Some(kept)) => self.run_kept(&lowered.plan, kept).await?,
+            (None, None) => self.run(&lowered.plan).await?,
+            (Some(staged), _) => self.run_staged(staged.as_ref()).await?,
         };
         let total: usize = executed.batches.iter().map(|b| b.num_rows()).sum();
         let cap = lowered.row_cap.map_or(usize::MAX, |c| c as usize);

@@ -19,6 +19,7 @@ pub(crate) mod footprint;
 pub mod forms;
 pub(crate) mod funnel_phase;
 pub(crate) mod group_cap;
+pub mod kept;
 mod limits;
 pub(crate) mod lower;
 pub mod metrics;

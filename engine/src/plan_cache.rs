@@ -197,6 +197,18 @@ impl<P> PlanCache<P> {
             .collect()
     }
 
+    /// The entries' plans, least recently used first.
+    pub fn plans(&self) -> Vec<Arc<P>> {
+        let Ok(inner) = self.inner.lock() else {
+            return Vec::new();
+        };
+        inner
+            .order
+            .iter()
+            .filter_map(|k| inner.entries.get(k).map(|e| Arc::clone(&e.compiled)))
+            .collect()
+    }
+
     pub fn len(&self) -> usize {
         self.inner.lock().map_or(0, |i| i.entries.len())
     }

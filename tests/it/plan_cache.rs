@@ -281,3 +281,55 @@ async fn a_table_that_lands_after_planning_is_a_miss() {
         );
     }
 }
+
+/// A statement the cache holds keeps its physical plan (engine/src/kept.rs): each hit runs a
+/// copy with its own metrics and state, so the rows and the scan counts of every run are those
+/// of the statement planned afresh (the bypassing engine's). A plan with a dynamic filter (a
+/// TopK over the scan) is run as planned every time, never kept.
+#[tokio::test]
+async fn a_kept_physical_plan_answers_each_hit_as_a_new_plan_would() {
+    let root = dataset();
+    let fresh = Engine::open(root.path()).unwrap();
+    let statements = [
+        (Q, true),
+        (
+            "FROM events DURING LAST 30 d BUCKET BY d RETURN timestamp, count ORDER BY timestamp ASC",
+            true,
+        ),
+        (
+            r#"FUNNEL "page_view" -> "signup" -> "purchase" FROM events DURING LAST 28 d WITHIN 7 d"#,
+            true,
+        ),
+        (
+            "FROM events GROUP BY event_name RETURN event_name, count_distinct(user_id) ORDER BY event_name ASC",
+            true,
+        ),
+        (
+            "FROM events RETURN timestamp, user_id ORDER BY timestamp DESC, user_id ASC LIMIT 3",
+            false,
+        ),
+    ];
+    for (q, keeps) in statements {
+        let cache = Arc::new(PlanCache::default());
+        let e = engine(root.path(), &cache, EngineOptions::default());
+        let want = fresh.query(q).await.unwrap();
+        assert_eq!(want.metadata.plan_cache, "bypass");
+        let scanned = want.metadata.cost_estimate.scanned_rows;
+        assert!(scanned.is_some_and(|n| n > 0), "{q}: {scanned:?}");
+        for run in 0..3 {
+            let got = e.query(q).await.unwrap();
+            let outcome = if run == 0 { "miss" } else { "hit" };
+            assert_eq!(got.metadata.plan_cache, outcome, "{q}");
+            assert_eq!(got.rows, want.rows, "{q}, run {run}");
+            assert_eq!(
+                got.metadata.cost_estimate.scanned_rows, scanned,
+                "{q}, run {run}"
+            );
+            assert_eq!(
+                got.metadata.cost_estimate.scanned_bytes, want.metadata.cost_estimate.scanned_bytes,
+                "{q}, run {run}"
+            );
+        }
+        assert_eq!(cache.plans()[0].kept.is_kept(), keeps, "{q}");
+    }
+}
