@@ -168,6 +168,7 @@ fn with_engine_rules(
 ) -> Vec<Arc<dyn PhysicalOptimizerRule + Send + Sync>> {
     rules.push(Arc::new(crate::funnel_phase::FunnelSinglePhase));
     rules.push(Arc::new(crate::file_exprs::FileExprsInScan));
+    rules.push(Arc::new(crate::scan_predicate::ScanPredicateOnce));
     if !distributed {
         rules.push(Arc::new(crate::view_eq::ViewEquality));
     }

@@ -197,11 +197,32 @@ impl ViewEqAny {
     fn matches<T: ByteViewType + ?Sized>(&self, array: &GenericByteViewArray<T>) -> BooleanArray {
         let views = array.views();
         let values = if self.needles.iter().all(|n| n.bytes.len() <= 12) {
-            match self.needles.as_slice() {
-                [one] => BooleanBuffer::collect_bool(views.len(), |i| views[i] == one.view),
-                many => BooleanBuffer::collect_bool(views.len(), |i| {
+            // A few literals are compared without a branch (each row against every one), so
+            // the loop over the rows is straight-line code.
+            let n = |k: usize| self.needles[k].view;
+            match self.needles.len() {
+                1 => BooleanBuffer::collect_bool(views.len(), |i| views[i] == n(0)),
+                2 => {
+                    let (a, b) = (n(0), n(1));
+                    BooleanBuffer::collect_bool(views.len(), |i| (views[i] == a) | (views[i] == b))
+                }
+                3 => {
+                    let (a, b, c) = (n(0), n(1), n(2));
+                    BooleanBuffer::collect_bool(views.len(), |i| {
+                        let v = views[i];
+                        (v == a) | (v == b) | (v == c)
+                    })
+                }
+                4 => {
+                    let (a, b, c, d) = (n(0), n(1), n(2), n(3));
+                    BooleanBuffer::collect_bool(views.len(), |i| {
+                        let v = views[i];
+                        (v == a) | (v == b) | (v == c) | (v == d)
+                    })
+                }
+                _ => BooleanBuffer::collect_bool(views.len(), |i| {
                     let v = views[i];
-                    many.iter().any(|n| v == n.view)
+                    self.needles.iter().any(|n| v == n.view)
                 }),
             }
         } else {
@@ -401,6 +422,50 @@ mod tests {
             .map(|(i, &v)| (i != 2).then_some(v))
             .collect();
         assert_eq!(eval(&fast, &b), expected);
+    }
+
+    /// One to six short literals (each count has its own loop up to four): the rows that
+    /// equal any of them are those arrow-ord's OR of equalities finds.
+    #[test]
+    fn every_count_of_short_literals_equals_arrow_ord() {
+        let words = [
+            "visit",
+            "signup",
+            "activated",
+            "click",
+            "page_view",
+            "logout",
+        ];
+        let rows: Vec<Option<&str>> = (0..200)
+            .map(|i| (i % 7 != 3).then(|| words[(i * 5 + i / 9) % words.len()]))
+            .chain([Some(""), Some("visits"), Some("signu")])
+            .collect();
+        let b = batch(rows);
+        let s = col("s", &b.schema()).unwrap();
+        for n in 1..=words.len() {
+            let original = words[..n]
+                .iter()
+                .map(|w| -> Arc<dyn PhysicalExpr> {
+                    Arc::new(BinaryExpr::new(Arc::clone(&s), Operator::Eq, view_lit(w)))
+                })
+                .reduce(|a, b| Arc::new(BinaryExpr::new(a, Operator::Or, b)))
+                .unwrap();
+            let schema = b.schema();
+            let fast = Arc::clone(&original)
+                .transform_up(|e| {
+                    Ok(rewrite(&e, &schema).map_or(Transformed::no(e), Transformed::yes))
+                })
+                .unwrap()
+                .data;
+            assert_eq!(
+                fast.downcast_ref::<ViewEqAny>()
+                    .expect("one expression")
+                    .needles
+                    .len(),
+                n
+            );
+            assert_eq!(eval(&fast, &b), eval(&original, &b), "{n} literals");
+        }
     }
 
     /// `s = a OR s = b OR s = c` and `s IN (a, b, c)` become one expression with three
