@@ -688,6 +688,71 @@ async fn a_text_key_is_decided_by_the_first_rows_that_show_it() {
     );
 }
 
+/// A numeric JSON-text key on plain pages needs a pass over every row to decide (docs/mapping.md),
+/// and a pass's counts are kept on disk by file identity (engine/src/bind/kept_counts.rs): a
+/// later process (a new engine) orders by the key with no pass, and a file rewritten in place
+/// is a new identity, counted again.
+#[tokio::test]
+async fn a_files_key_counts_outlive_the_process_until_the_file_changes() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/foreign/jsontext");
+    let first = first_batch(&root);
+    let tmp = tempfile::tempdir().unwrap();
+    crate::common::copy_dir(&root, tmp.path());
+    let write = |amounts: &[String]| {
+        let n = amounts.len();
+        let zeros = datafusion::arrow::array::UInt32Array::from(vec![0u32; n]);
+        let mut columns: Vec<ArrayRef> = first
+            .columns()
+            .iter()
+            .map(|c| datafusion::arrow::compute::take(c.as_ref(), &zeros, None).unwrap())
+            .collect();
+        columns[3] = Arc::new(StringArray::from_iter_values(
+            amounts.iter().map(|a| format!(r#"{{"amount": {a}}}"#)),
+        ));
+        let batch = RecordBatch::try_new(first.schema(), columns).unwrap();
+        let props = datafusion::parquet::file::properties::WriterProperties::builder()
+            .set_dictionary_enabled(false)
+            .build();
+        let events = tmp.path().join("events");
+        for f in std::fs::read_dir(&events).unwrap() {
+            std::fs::remove_file(f.unwrap().path()).unwrap();
+        }
+        let out = std::fs::File::create(events.join("part-0.parquet")).unwrap();
+        let mut writer = ArrowWriter::try_new(out, batch.schema(), Some(props)).unwrap();
+        writer.write(&batch).unwrap();
+        writer.close().unwrap();
+    };
+    // 0 … 19 999: the largest as a number is 19999, as text "9999".
+    let mut amounts: Vec<String> = (0..20_000).map(|i| i.to_string()).collect();
+    write(&amounts);
+    let order = "FROM events RETURN properties.amount ORDER BY properties.amount DESC LIMIT 1";
+    let open = || Engine::open_with(tmp.path(), EngineOptions::default()).unwrap();
+    assert_eq!(
+        runs_of(&open(), order).await,
+        (2, serde_json::json!([["19999"]])),
+        "the pass, then the statement"
+    );
+    let kept = tmp.path().join("_signalql/key_counts");
+    assert_eq!(
+        std::fs::read_dir(&kept).unwrap().count(),
+        1,
+        "one file, one key"
+    );
+    assert_eq!(
+        runs_of(&open(), order).await,
+        (1, serde_json::json!([["19999"]])),
+        "a new engine reads the kept counts"
+    );
+    // The file rewritten with one text value: the key is text now ("x7" sorts last).
+    amounts.push("\"x7\"".into());
+    write(&amounts);
+    assert_eq!(
+        runs_of(&open(), order).await,
+        (2, serde_json::json!([["x7"]])),
+        "the rewritten file is counted again"
+    );
+}
+
 /// The plans `query` ran in `engine`, and the rows its first plan (the counting pass, when
 /// there are two) returned.
 async fn probe_rows(engine: &Engine, query: &str) -> (usize, u64) {

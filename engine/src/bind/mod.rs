@@ -14,6 +14,7 @@
 //! row filters and column masks makes every plan built from a [`Bound`] (funnels, joins,
 //! TRAVERSE, signals) read only the rows and columns the principal may see.
 
+mod kept_counts;
 mod views;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -453,6 +454,13 @@ impl Binder<'_> {
             if let Some(sums) = summed(table, asked) {
                 return Ok(sums);
             }
+            // Or with those an earlier process kept on disk.
+            let identities = self.file_identities(table);
+            if self.read_kept_counts(table, asked, &identities)
+                && let Some(sums) = summed(table, asked)
+            {
+                return Ok(sums);
+            }
             let uncounted: Vec<(String, u64)> = match table.counted.lock() {
                 Ok(counted) => table
                     .files
@@ -479,12 +487,17 @@ impl Binder<'_> {
             if let Some(sub) = probed {
                 let scan = crate::catalog::scan(&sub, PROBE, vec![])?;
                 let tally = self.count_plan(scan, asked, true).await?;
-                if let Ok(mut counted) = table.counted.lock() {
-                    for (i, (location, size)) in sub.files.iter().enumerate() {
-                        for (j, (_, q, _)) in asked.iter().enumerate() {
-                            if let Some(got) = tally.kept(i as i64, j) {
-                                counted.insert((q.clone(), location.clone(), *size), got);
-                            }
+                let root = self.catalog.dataset().root();
+                for (i, (location, size)) in sub.files.iter().enumerate() {
+                    for (j, (_, q, _)) in asked.iter().enumerate() {
+                        let Some(got) = tally.kept(i as i64, j) else {
+                            continue;
+                        };
+                        if let Some(identity) = identities.get(bare(location)) {
+                            kept_counts::write(root, q, identity, got);
+                        }
+                        if let Ok(mut counted) = table.counted.lock() {
+                            counted.insert((q.clone(), location.clone(), *size), got);
                         }
                     }
                 }
@@ -501,6 +514,57 @@ impl Binder<'_> {
             .into_values()
             .next()
             .unwrap_or_else(|| vec![(0, 0); asked.len()]))
+    }
+
+    /// Each file of `table` by location (without a leading `/`, as object-store paths are
+    /// written): its identity (location, size, modification time), which names the counts
+    /// kept on disk ([`kept_counts`]).
+    fn file_identities(&self, table: &TableInfo) -> HashMap<String, String> {
+        table
+            .file_identities()
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|id| Some((bare(id.split('\0').next()?).to_string(), id)))
+            .collect()
+    }
+
+    /// Adds to [`TableInfo::counted`] the counts an earlier process kept on disk for the
+    /// files and keys not counted yet; returns whether it found any.
+    fn read_kept_counts(
+        &self,
+        table: &TableInfo,
+        asked: &[(FieldRef, String, Expr)],
+        identities: &HashMap<String, String>,
+    ) -> bool {
+        let root = self.catalog.dataset().root();
+        let wanted: Vec<(String, u64, String)> = match table.counted.lock() {
+            Ok(counted) => table
+                .files
+                .iter()
+                .flat_map(|(location, size)| {
+                    asked
+                        .iter()
+                        .filter(|(_, q, _)| {
+                            !counted.contains_key(&(q.clone(), location.clone(), *size))
+                        })
+                        .map(|(_, q, _)| (location.clone(), *size, q.clone()))
+                })
+                .collect(),
+            Err(_) => return false,
+        };
+        let mut found = false;
+        for (location, size, q) in wanted {
+            let Some(identity) = identities.get(bare(&location)) else {
+                continue;
+            };
+            if let Some(got) = kept_counts::read(root, &q, identity)
+                && let Ok(mut counted) = table.counted.lock()
+            {
+                counted.insert((q, location, size), got);
+                found = true;
+            }
+        }
+        found
     }
 
     /// Counts the asked keys of the files `files` of `table` from their dictionary pages where
@@ -696,6 +760,11 @@ impl Binder<'_> {
             _ => Ok(None),
         }
     }
+}
+
+/// A file's location as an object-store path writes it: without a leading `/`.
+fn bare(location: &str) -> &str {
+    location.trim_start_matches('/')
 }
 
 /// What a pass over the rows counted of each asked key ([`Binder::count_plan`]): per group
