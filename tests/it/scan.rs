@@ -520,6 +520,16 @@ fn first_batch(root: &Path) -> RecordBatch {
     reader.next().unwrap().unwrap()
 }
 
+/// The columns of `batch`'s first row, `n` times.
+fn first_row_repeated(batch: &RecordBatch, n: usize) -> Vec<ArrayRef> {
+    let zeros = datafusion::arrow::array::UInt32Array::from(vec![0u32; n]);
+    batch
+        .columns()
+        .iter()
+        .map(|c| datafusion::arrow::compute::take(c.as_ref(), &zeros, None).unwrap())
+        .collect()
+}
+
 /// The plans `query` ran in `engine`, and its rows.
 async fn runs_of(engine: &Engine, query: &str) -> (usize, serde_json::Value) {
     let (answer, recorded) =
@@ -628,12 +638,7 @@ async fn a_text_key_is_decided_by_the_first_rows_that_show_it() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/foreign/jsontext");
     let first = first_batch(&root);
     const ROWS: usize = 100_000;
-    let zeros = datafusion::arrow::array::UInt32Array::from(vec![0u32; ROWS]);
-    let mut columns: Vec<ArrayRef> = first
-        .columns()
-        .iter()
-        .map(|c| datafusion::arrow::compute::take(c.as_ref(), &zeros, None).unwrap())
-        .collect();
+    let mut columns = first_row_repeated(&first, ROWS);
     columns[1] = Arc::new(StringArray::from_iter_values(
         (0..ROWS).map(|i| format!("u{i}")),
     ));
@@ -699,13 +704,7 @@ async fn a_files_key_counts_outlive_the_process_until_the_file_changes() {
     let tmp = tempfile::tempdir().unwrap();
     crate::common::copy_dir(&root, tmp.path());
     let write = |amounts: &[String]| {
-        let n = amounts.len();
-        let zeros = datafusion::arrow::array::UInt32Array::from(vec![0u32; n]);
-        let mut columns: Vec<ArrayRef> = first
-            .columns()
-            .iter()
-            .map(|c| datafusion::arrow::compute::take(c.as_ref(), &zeros, None).unwrap())
-            .collect();
+        let mut columns = first_row_repeated(&first, amounts.len());
         columns[3] = Arc::new(StringArray::from_iter_values(
             amounts.iter().map(|a| format!(r#"{{"amount": {a}}}"#)),
         ));
