@@ -11,8 +11,9 @@ use std::time::Duration;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::common::tree_node::TreeNode;
 use datafusion::datasource::{MemTable, provider_as_source};
-use datafusion::execution::SessionState;
 use datafusion::execution::memory_pool::MemoryConsumer;
+use datafusion::execution::runtime_env::RuntimeEnv;
+use datafusion::execution::{SessionState, TaskContext};
 use datafusion::logical_expr::{LogicalPlan, LogicalPlanBuilder};
 use datafusion::physical_plan::{ExecutionPlan, collect};
 use datafusion::prelude::{DataFrame, SessionContext};
@@ -98,7 +99,7 @@ impl Executor {
         }
         let planning = std::time::Instant::now();
         let physical = physical_plan(state, plan).await?;
-        self.execute(Some(state), plan, physical, None, planning)
+        self.execute(state.task_ctx(), plan, physical, None, planning)
             .await
     }
 
@@ -114,20 +115,22 @@ impl Executor {
         }
         let planning = std::time::Instant::now();
         if let Some(copy) = kept.copy() {
-            return self.execute(None, plan, copy, None, planning).await;
+            return self
+                .execute(self.ctx.task_ctx(), plan, copy, None, planning)
+                .await;
         }
         let state = self.ctx.state();
         let physical = physical_plan(&state, plan).await?;
         let keep = (!kept.planned()).then_some(kept);
-        self.execute(Some(&state), plan, physical, keep, planning)
+        self.execute(state.task_ctx(), plan, physical, keep, planning)
             .await
     }
 
-    /// Runs `physical`, planned from `plan` since `planning`, under the timeout; keeps a copy
-    /// in `keep` first. `state` is the one it was planned in (`None`: the engine's).
+    /// Runs `physical`, planned from `plan` since `planning`, in `task` (of the state it was
+    /// planned in) under the timeout; keeps a copy in `keep` first.
     async fn execute(
         &self,
-        state: Option<&SessionState>,
+        task: Arc<TaskContext>,
         plan: &LogicalPlan,
         physical: Arc<dyn ExecutionPlan>,
         keep: Option<&KeptPlan>,
@@ -158,25 +161,12 @@ impl Executor {
         failpoint_execute();
         failpoint_slow().await;
         let running = std::time::Instant::now();
-        let task = match state {
-            Some(s) => s.task_ctx(),
-            None => self.ctx.task_ctx(),
-        };
+        let runtime = task.runtime_env();
         let run = collect(Arc::clone(&physical), task);
         let secs = self.limits.timeout_seconds;
         let batches = match tokio::time::timeout(Duration::from_secs(secs), run).await {
             Ok(Ok(b)) => b,
-            Ok(Err(e)) => {
-                let engine;
-                let state = match state {
-                    Some(s) => s,
-                    None => {
-                        engine = self.ctx.state();
-                        &engine
-                    }
-                };
-                return Err(self.failed(state, physical.as_ref(), e).await);
-            }
+            Ok(Err(e)) => return Err(self.failed(&runtime, physical.as_ref(), e).await),
             Err(_) => return Err(self.timed_out()),
         };
         let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
@@ -266,7 +256,9 @@ impl Executor {
                             return Ok((false, rows, bytes));
                         }
                     }
-                    Err(e) => return Err(self.failed(state, physical.as_ref(), e).await),
+                    Err(e) => {
+                        return Err(self.failed(state.runtime_env(), physical.as_ref(), e).await);
+                    }
                 }
             }
             Ok((true, rows, bytes))
@@ -281,12 +273,12 @@ impl Executor {
     /// memory-pool error the configured limit.
     async fn failed(
         &self,
-        state: &SessionState,
+        runtime: &RuntimeEnv,
         physical: &dyn ExecutionPlan,
         e: datafusion::error::DataFusionError,
     ) -> Error {
         match is_file_data_error(&e) {
-            true => self.name_bad_file(state, physical, e).await,
+            true => self.name_bad_file(runtime, physical, e).await,
             false => self.fill_limits(Error::from(e)),
         }
     }
@@ -385,12 +377,12 @@ impl Executor {
     /// reading each file the plan scans until one fails the same way, and name it.
     async fn name_bad_file(
         &self,
-        state: &SessionState,
+        runtime: &RuntimeEnv,
         physical: &dyn ExecutionPlan,
         e: datafusion::error::DataFusionError,
     ) -> Error {
         for (url, meta) in scanned_files(physical) {
-            let Ok(store) = state.runtime_env().object_store(&url) else {
+            let Ok(store) = runtime.object_store(&url) else {
                 continue;
             };
             let read = std::panic::AssertUnwindSafe(read_whole(store, meta.clone()));

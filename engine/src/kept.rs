@@ -15,7 +15,7 @@
 use std::sync::{Arc, Mutex};
 
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
-use datafusion::datasource::physical_plan::{FileScanConfig, FileSource, ParquetSource};
+use datafusion::datasource::physical_plan::{FileSource, ParquetSource};
 use datafusion::datasource::source::DataSourceExec;
 use datafusion::physical_expr::expressions::DynamicFilterPhysicalExpr;
 use datafusion::physical_plan::empty::EmptyExec;
@@ -154,9 +154,7 @@ fn copy_leaf(plan: &Arc<dyn ExecutionPlan>, check: bool) -> Option<Arc<dyn Execu
     if check && !same_but_metrics(source, &fresh) {
         return None;
     }
-    let mut config: FileScanConfig = config.clone();
-    config.file_source = Arc::new(fresh);
-    let copy = exec.clone().with_data_source(Arc::new(config));
+    let copy = crate::scan_predicate::reading_through(exec, config, fresh);
     if check && format!("{:?}", copy.properties()) != format!("{:?}", exec.properties()) {
         return None;
     }

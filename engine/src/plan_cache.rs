@@ -187,25 +187,23 @@ impl<P> PlanCache<P> {
 
     /// The entries' JSON forms, least recently used first.
     pub fn entries(&self) -> Vec<PlanCacheEntry> {
-        let Ok(inner) = self.inner.lock() else {
-            return Vec::new();
-        };
-        inner
-            .order
-            .iter()
-            .filter_map(|k| inner.entries.get(k).map(|e| e.form.clone()))
-            .collect()
+        self.each(|e| e.form.clone())
     }
 
     /// The entries' plans, least recently used first.
     pub fn plans(&self) -> Vec<Arc<P>> {
+        self.each(|e| Arc::clone(&e.compiled))
+    }
+
+    /// `f` of each entry, least recently used first.
+    fn each<T>(&self, f: impl Fn(&Entry<P>) -> T) -> Vec<T> {
         let Ok(inner) = self.inner.lock() else {
             return Vec::new();
         };
         inner
             .order
             .iter()
-            .filter_map(|k| inner.entries.get(k).map(|e| Arc::clone(&e.compiled)))
+            .filter_map(|k| inner.entries.get(k).map(&f))
             .collect()
     }
 

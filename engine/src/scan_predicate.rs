@@ -34,10 +34,7 @@ impl PhysicalOptimizerRule for ScanPredicateOnce {
         _config: &ConfigOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         plan.transform_up(|node| {
-            Ok(match without_repeats(&node) {
-                Some(scan) => Transformed::yes(scan),
-                None => Transformed::no(node),
-            })
+            Ok(without_repeats(&node).map_or(Transformed::no(node), Transformed::yes))
         })
         .data()
     }
@@ -67,9 +64,20 @@ fn without_repeats(node: &Arc<dyn ExecutionPlan>) -> Option<Arc<dyn ExecutionPla
     if kept.len() == parts.len() {
         return None;
     }
-    let mut config: FileScanConfig = config.clone();
-    config.file_source = Arc::new(source.with_predicate(conjunction(kept)));
-    Some(Arc::new(exec.clone().with_data_source(Arc::new(config))))
+    let source = source.with_predicate(conjunction(kept));
+    Some(Arc::new(reading_through(exec, config, source)))
+}
+
+/// `exec`, a Parquet scan planned with `config`, reading through `source` instead of its own
+/// (its properties recomputed for it).
+pub(crate) fn reading_through(
+    exec: &DataSourceExec,
+    config: &FileScanConfig,
+    source: ParquetSource,
+) -> DataSourceExec {
+    let mut config = config.clone();
+    config.file_source = Arc::new(source);
+    exec.clone().with_data_source(Arc::new(config))
 }
 
 fn dynamic(expr: &Arc<dyn PhysicalExpr>) -> bool {

@@ -455,25 +455,12 @@ impl Binder<'_> {
                 return Ok(sums);
             }
             // Or with those an earlier process kept on disk.
-            let identities = self.file_identities(table);
-            if self.read_kept_counts(table, asked, &identities)
-                && let Some(sums) = summed(table, asked)
-            {
+            let identities = file_identities(table);
+            self.read_kept_counts(table, asked, &identities);
+            if let Some(sums) = summed(table, asked) {
                 return Ok(sums);
             }
-            let uncounted: Vec<(String, u64)> = match table.counted.lock() {
-                Ok(counted) => table
-                    .files
-                    .iter()
-                    .filter(|(location, size)| {
-                        asked.iter().any(|(_, q, _)| {
-                            !counted.contains_key(&(q.clone(), location.clone(), *size))
-                        })
-                    })
-                    .cloned()
-                    .collect(),
-                Err(_) => Vec::new(),
-            };
+            let uncounted = uncounted(table, asked);
             let settled = self.count_dictionaries(table, asked, &uncounted).await?;
             let missing: HashSet<&str> = uncounted
                 .iter()
@@ -488,18 +475,19 @@ impl Binder<'_> {
                 let scan = crate::catalog::scan(&sub, PROBE, vec![])?;
                 let tally = self.count_plan(scan, asked, true).await?;
                 let root = self.catalog.dataset().root();
+                let mut got = Vec::new();
                 for (i, (location, size)) in sub.files.iter().enumerate() {
                     for (j, (_, q, _)) in asked.iter().enumerate() {
-                        let Some(got) = tally.kept(i as i64, j) else {
-                            continue;
-                        };
-                        if let Some(identity) = identities.get(bare(location)) {
-                            kept_counts::write(root, q, identity, got);
-                        }
-                        if let Ok(mut counted) = table.counted.lock() {
-                            counted.insert((q.clone(), location.clone(), *size), got);
+                        if let Some(c) = tally.kept(i as i64, j) {
+                            if let Some(identity) = identities.get(bare(location)) {
+                                kept_counts::write(root, q, identity, c);
+                            }
+                            got.push(((q.clone(), location.clone(), *size), c));
                         }
                     }
+                }
+                if let Ok(mut counted) = table.counted.lock() {
+                    counted.extend(got);
                 }
             }
             if let Some(sums) = summed(table, asked) {
@@ -516,55 +504,31 @@ impl Binder<'_> {
             .unwrap_or_else(|| vec![(0, 0); asked.len()]))
     }
 
-    /// Each file of `table` by location (without a leading `/`, as object-store paths are
-    /// written): its identity (location, size, modification time), which names the counts
-    /// kept on disk ([`kept_counts`]).
-    fn file_identities(&self, table: &TableInfo) -> HashMap<String, String> {
-        table
-            .file_identities()
-            .unwrap_or_default()
-            .into_iter()
-            .filter_map(|id| Some((bare(id.split('\0').next()?).to_string(), id)))
-            .collect()
-    }
-
     /// Adds to [`TableInfo::counted`] the counts an earlier process kept on disk for the
-    /// files and keys not counted yet; returns whether it found any.
+    /// files not counted yet ([`uncounted`]), by their identities ([`file_identities`]).
     fn read_kept_counts(
         &self,
         table: &TableInfo,
         asked: &[(FieldRef, String, Expr)],
         identities: &HashMap<String, String>,
-    ) -> bool {
+    ) {
         let root = self.catalog.dataset().root();
-        let wanted: Vec<(String, u64, String)> = match table.counted.lock() {
-            Ok(counted) => table
-                .files
-                .iter()
-                .flat_map(|(location, size)| {
-                    asked
-                        .iter()
-                        .filter(|(_, q, _)| {
-                            !counted.contains_key(&(q.clone(), location.clone(), *size))
-                        })
-                        .map(|(_, q, _)| (location.clone(), *size, q.clone()))
-                })
-                .collect(),
-            Err(_) => return false,
-        };
-        let mut found = false;
-        for (location, size, q) in wanted {
+        let mut found = Vec::new();
+        for (location, size) in uncounted(table, asked) {
             let Some(identity) = identities.get(bare(&location)) else {
                 continue;
             };
-            if let Some(got) = kept_counts::read(root, &q, identity)
-                && let Ok(mut counted) = table.counted.lock()
-            {
-                counted.insert((q, location, size), got);
-                found = true;
+            for (_, q, _) in asked {
+                if let Some(c) = kept_counts::read(root, q, identity) {
+                    found.push(((q.clone(), location.clone(), size), c));
+                }
             }
         }
-        found
+        if let Ok(mut counted) = table.counted.lock() {
+            for (key, c) in found {
+                counted.entry(key).or_insert(c);
+            }
+        }
     }
 
     /// Counts the asked keys of the files `files` of `table` from their dictionary pages where
@@ -760,6 +724,35 @@ impl Binder<'_> {
             _ => Ok(None),
         }
     }
+}
+
+/// The files of `table` some asked key has no counts for yet ([`TableInfo::counted`]).
+fn uncounted(table: &TableInfo, asked: &[(FieldRef, String, Expr)]) -> Vec<(String, u64)> {
+    let Ok(counted) = table.counted.lock() else {
+        return Vec::new();
+    };
+    table
+        .files
+        .iter()
+        .filter(|(location, size)| {
+            asked
+                .iter()
+                .any(|(_, q, _)| !counted.contains_key(&(q.clone(), location.clone(), *size)))
+        })
+        .cloned()
+        .collect()
+}
+
+/// Each file of `table` by location (without a leading `/`, as object-store paths are
+/// written): its identity (location, size, modification time), which names the counts kept
+/// on disk ([`kept_counts`]).
+fn file_identities(table: &TableInfo) -> HashMap<String, String> {
+    table
+        .file_identities()
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|id| Some((bare(id.split('\0').next()?).to_string(), id)))
+        .collect()
 }
 
 /// A file's location as an object-store path writes it: without a leading `/`.
