@@ -170,7 +170,7 @@ impl Engine {
         let own = Resident::default();
         let resident = self.resident.as_deref().unwrap_or(&own);
         resident
-            .write_snapshot(self.session(), self.catalog.as_ref(), &self.exec)
+            .write_snapshot(self.session(), self.catalog.as_ref(), &self.exec.untimed())
             .await
     }
 

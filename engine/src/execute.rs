@@ -27,6 +27,10 @@ use crate::lower::{Lowered, Stage};
 use crate::progress::scan_metrics;
 
 /// Runs plans in one session under one set of limits.
+/// The timeout of an [`Executor::untimed`] executor: tokio waits past the end of time
+/// (`Instant` overflow) as for ever.
+const UNTIMED: u64 = u64::MAX;
+
 pub struct Executor {
     ctx: SessionContext,
     limits: Limits,
@@ -71,6 +75,22 @@ impl Executor {
 
     pub fn session(&self) -> &SessionContext {
         &self.ctx
+    }
+
+    /// This executor for a maintenance job rather than a statement (the resident context
+    /// index's snapshot that `signalql index` and `ingest objects` write): its plans run
+    /// without the statement timeout, which bounds what a caller waits for, not how long an
+    /// index of a million objects takes to build on a busy machine (docs/index.md, "Snapshot
+    /// files"). The memory pool still bounds them.
+    pub fn untimed(&self) -> Executor {
+        Executor {
+            ctx: self.ctx.clone(),
+            limits: Limits {
+                timeout_seconds: UNTIMED,
+                ..self.limits.clone()
+            },
+            root: self.root.clone(),
+        }
     }
 
     pub fn limits(&self) -> &Limits {
@@ -186,7 +206,7 @@ impl Executor {
     /// The error of a plan that ran past `timeout_seconds`.
     fn timed_out(&self) -> Error {
         let secs = self.limits.timeout_seconds;
-        Error::limit("timeout_seconds", secs, secs + 1)
+        Error::limit("timeout_seconds", secs, secs.saturating_add(1))
             .with_help("the query ran longer than the timeout; narrow the window or filter")
     }
 

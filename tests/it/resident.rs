@@ -780,6 +780,43 @@ fn a_snapshot_file_answers_a_new_process_until_the_tables_change_and_a_bad_one_n
     assert_eq!(rt.block_on(answer(&e, q)), changed);
 }
 
+/// Building the snapshot file is a maintenance job, not a statement (docs/index.md, "Snapshot
+/// files"): with `timeout_seconds = 0`, under which every statement's plan fails at once, the
+/// snapshot is still built and written (at a million objects on a busy machine, one plan of
+/// the build once ran past the default 60 s and `signalql index` wrote none), and once the
+/// limit is lifted a one-shot engine answers from it as the tables do.
+#[test]
+fn the_snapshot_is_built_whatever_the_statement_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    small_store(dir.path());
+    let rt = runtime();
+    let q = r#"FIND OBJECT ABOUT "parquet funnel" LIMIT 2"#;
+    let expected = rt.block_on(answer(&engine(dir.path(), None, None), q));
+    assert_eq!(
+        expected["rows"].as_array().map(Vec::len),
+        Some(2),
+        "{expected}"
+    );
+    let toml = dir.path().join("signalql.toml");
+    std::fs::write(&toml, "[limits]\ntimeout_seconds = 0\n").unwrap();
+    let timed = engine(dir.path(), None, None);
+    let refused = rt.block_on(answer(&timed, q));
+    assert_eq!(
+        refused["error"]["error"]["code"], "limit_exceeded",
+        "statements have no time: {refused}"
+    );
+    let written = rt
+        .block_on(timed.write_resident_snapshot())
+        .unwrap()
+        .expect("a snapshot of a store without ties");
+    assert_eq!(written.objects, 3);
+    assert_eq!(snapshot_files(dir.path()).len(), 1);
+    std::fs::remove_file(&toml).unwrap();
+    let one_shot = engine(dir.path(), Some(Arc::new(Resident::snapshots_only())), None);
+    assert!(planned_from_index(&rt, &one_shot, q));
+    assert_eq!(rt.block_on(answer(&one_shot, q)), expected);
+}
+
 /// The representations' part of a snapshot file is checked when first used: a file whose
 /// part is damaged still answers FIND OBJECT (which reads no representations), leaves CONTEXT
 /// FOR to the Parquet plan (the same bundle), and is written again by the next `signalql
