@@ -156,7 +156,8 @@ enum Held {
     /// round's frontier was improved by a hop.
     Wide { score: Vec<i64>, marks: Vec<u32> },
     /// One round from seeds given by level ([`Graph::scores_levelled`]): per node, its own
-    /// level and the highest level a neighbour offered it (0: none).
+    /// level and the highest level a neighbour offered it (0: none; [`SHUT`]: not a node
+    /// expansion may step onto).
     Levelled {
         levels: Vec<i64>,
         own: Vec<u8>,
@@ -180,11 +181,22 @@ impl Scores<'_> {
                 own,
                 offered,
             } => {
-                for (v, (&o, &x)) in own.iter().zip(offered).enumerate() {
-                    if x != 0 {
-                        let s = levels[x as usize - 1] >> 1;
-                        if o == 0 || s > levels[o as usize - 1] {
-                            each(v as u32, s);
+                // Nearly every byte is 0 or SHUT: a block of 64 with nothing else is passed
+                // over in a few vector instructions.
+                const BLOCK: usize = 64;
+                let offered_at = |x: u8| x != 0 && x != SHUT;
+                for (b, block) in offered.chunks(BLOCK).enumerate() {
+                    if !block.iter().fold(false, |any, &x| any | offered_at(x)) {
+                        continue;
+                    }
+                    for (i, &x) in block.iter().enumerate() {
+                        let v = b * BLOCK + i;
+                        if offered_at(x) {
+                            let s = levels[x as usize - 1] >> 1;
+                            let o = own[v];
+                            if o == 0 || s > levels[o as usize - 1] {
+                                each(v as u32, s);
+                            }
                         }
                     }
                 }
@@ -211,11 +223,15 @@ impl Drop for Scores<'_> {
 
 /// A node's mark in [`Graph::rounds`]: the last round that listed it in the next frontier
 /// (0: none, so not improved by a hop), and whether expansion may step onto it ([`OPEN`]:
-/// an entity or a passable object; [`SHUT`]: not). One word per node, so a step reads one
+/// an entity or a passable object; [`SHUT_MARK`]: not). One word per node, so a step reads one
 /// cache line of the marks, not one per array.
 const ROUND: u32 = (1 << 30) - 1;
 const OPEN: u32 = 1 << 30;
-const SHUT: u32 = 1 << 31;
+const SHUT_MARK: u32 = 1 << 31;
+
+/// A node's offered level in [`Graph::scores_levelled`] when expansion may not step onto it:
+/// above every level, so taking the highest offer leaves it as it is.
+const SHUT: u8 = u8::MAX;
 
 impl Graph {
     /// The graph of `edges`: (a, b, relation, owner) each.
@@ -441,7 +457,8 @@ impl Graph {
     /// reads and writes a byte per node (at a million objects, 1 MiB, which stays in a
     /// core's cache, where 8-byte scores and 4-byte marks did not): the highest level each
     /// object is offered is what its score through a hop is, halved, because halving keeps
-    /// the order of values. Other depths, or more than 255 levels, take the general way.
+    /// the order of values. Other depths, or 255 levels or more (the byte [`SHUT`] is not a
+    /// level), take the general way.
     pub fn scores_levelled(
         &self,
         seeds: &[(u32, u8)],
@@ -471,7 +488,7 @@ impl Graph {
             let level = usize::from(l).checked_sub(1)?;
             (n < nodes).then(|| levels.get(level)).flatten()
         };
-        if max_depth != 1 || levels.len() > usize::from(u8::MAX) {
+        if max_depth != 1 || levels.len() >= usize::from(SHUT) {
             let wide: Vec<(u32, i64)> = seeds
                 .iter()
                 .filter_map(|&(n, l)| Some((n, *score_of(n, l)?)))
@@ -485,23 +502,20 @@ impl Graph {
             }
         }
         // The targets are the object nodes; whether each may be stepped onto is asked in
-        // order and kept a bit per object.
+        // order and kept in the offers themselves: every other node is SHUT, so an offer
+        // (the highest level, below SHUT) changes nothing there, and a step makes one read of
+        // one byte of a megabyte, not two (the offer and a bit of a separate map).
         let targets = self.objects.start.min(nodes)..self.objects.end.min(nodes);
-        let mut open = vec![0u64; targets.len().div_ceil(64)];
-        for (i, v) in targets.clone().enumerate() {
+        let mut offered = self.scratch.levels.take(nodes as usize, SHUT);
+        for v in targets.clone() {
             if passable(v) {
-                open[i / 64] |= 1 << (i % 64);
+                offered[v as usize] = 0;
             }
         }
-        let is_open = |v: u32| {
-            let i = (v - targets.start) as usize;
-            open[i / 64] >> (i % 64) & 1 != 0
-        };
-        let mut offered = self.scratch.levels.take(nodes as usize, 0);
         let sources = seeds.iter().map(|&(u, _)| u).filter(|&u| u < nodes);
         if self.pulls(sources, &targets, pull) {
             for v in targets.clone() {
-                if !is_open(v) {
+                if offered[v as usize] == SHUT {
                     continue;
                 }
                 let mut best = 0u8;
@@ -530,8 +544,9 @@ impl Graph {
                     _ => continue,
                 };
                 for [v, _, owner] in self.adjacency(u) {
-                    if targets.contains(&v) && is_open(v) && (owner == NO_OWNER || live(owner)) {
-                        let o = &mut offered[v as usize];
+                    if let Some(o) = offered.get_mut(v as usize)
+                        && (owner == NO_OWNER || live(owner))
+                    {
                         *o = (*o).max(l);
                     }
                 }
@@ -689,7 +704,7 @@ impl Graph {
         let objects = self.objects.start as usize..(self.objects.end as usize).min(nodes);
         for (m, v) in marks[objects.clone()].iter_mut().zip(objects) {
             if !passable(v as u32) {
-                *m = SHUT;
+                *m = SHUT_MARK;
             }
         }
         frontier.sort_unstable();
@@ -1273,6 +1288,43 @@ mod tests {
                     want,
                     "depth {depth} pull {pull:?}"
                 );
+            }
+        }
+    }
+
+    /// The levelled round over more nodes than one block of offers, with shut objects, and at
+    /// the edge of the byte's levels (254 levels take it, 255 the general way): a path of 300
+    /// objects, a seed every 7th, every 5th shut; the scores through a hop are the general
+    /// way's, node by node, pushed and pulled.
+    #[test]
+    fn levelled_scores_over_many_blocks_and_levels_are_the_general_ones() {
+        let names: Vec<String> = (0..300).map(|i| format!("object:o{i:03}")).collect();
+        let graph =
+            Graph::new((0..299).map(|i| (names[i].as_str(), names[i + 1].as_str(), "r", NO_OWNER)));
+        let node = |i: usize| graph.object(&format!("o{i:03}")).unwrap();
+        let shut: Vec<u32> = (0..300).step_by(5).map(node).collect();
+        let open = |n: u32| !shut.contains(&n);
+        for count in [254usize, 255] {
+            let levels: Vec<i64> = (1..=count as i64).map(|l| l * 10).collect();
+            let levelled: Vec<(u32, u8)> = (0..300)
+                .step_by(7)
+                .map(|i| (node(i), (((i * 13) % count) + 1) as u8))
+                .collect();
+            let wide: Vec<(u32, i64)> = levelled
+                .iter()
+                .map(|&(n, l)| (n, levels[usize::from(l) - 1]))
+                .collect();
+            for pull in [Some(true), Some(false)] {
+                let mut want = Vec::new();
+                graph
+                    .scores_by(&wide, 1, &open, &|_| true, pull)
+                    .hopped(|n, s| want.push((n, s)));
+                let mut got = Vec::new();
+                graph
+                    .scores_levelled_by(&levelled, &levels, 1, &open, &|_| true, pull)
+                    .hopped(|n, s| got.push((n, s)));
+                assert!(want.len() > 64, "{}", want.len());
+                assert_eq!(got, want, "{count} levels, pull {pull:?}");
             }
         }
     }

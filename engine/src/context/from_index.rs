@@ -33,7 +33,7 @@ use signalql_udfs::strings::StringColumn;
 
 use super::expand::{Expansion, Graph, Pool};
 use super::pack::{Decisions, Key, PackParams, pack_ranked, satisfied};
-use super::select::{CHARS_DIV_4, Candidate, Reason, Rep, STORED, boost};
+use super::select::{CHARS_DIV_4, Candidate, RankKey, Reason, Rep, STORED, boost, rank_cmp};
 use crate::error::Result;
 use crate::syntax::ast::{ContextQuery, ExcludeItem};
 use signalql_catalog::objects::resident::keep::{Bytes, In, Out, Words};
@@ -626,7 +626,17 @@ pub(crate) fn decide(
             }
         });
     }
-    let scores_of = |o: u32| (lexical(sums[o as usize]), propagated[o as usize]);
+    // Each sum met, and 0, scored once: a division per object read was a tenth of this
+    // function at a million objects.
+    let lexical_of: Vec<i64> = (0..rank_of_sum.len().max(1) as i64).map(lexical).collect();
+    let scores_of = |o: u32| {
+        let s = sums[o as usize];
+        let lex = match lexical_of.get(s as usize) {
+            Some(&l) => l,
+            None => lexical(s),
+        };
+        (lex, propagated[o as usize])
+    };
     // PREFER terms satisfied, per (state, trust) codes met (none without PREFER).
     let mut boosts: HashMap<(u32, u32), usize> = HashMap::new();
     let mut scored = f.loans.scored.lend(0, (0, 0));
@@ -716,12 +726,44 @@ pub(crate) fn decide(
                 .expand_nodes(&graph_seeds, p.max_depth, &passable, &live);
         }
     }
-    let mut candidates: Vec<Candidate> = Vec::with_capacity(ranked.len());
-    let mut keyed: Vec<(i64, u32)> = Vec::with_capacity(ranked.len());
+    // The ranked in step 6's order, from the facts alone (score, whether current, hops,
+    // id: what `Key::order` compares); the ties at the threshold can be thousands of objects
+    // a selective task scores alike, and only the first MAX OBJECTS become candidates.
+    let mut order: Vec<(i64, bool, u32, u32)> = Vec::with_capacity(ranked.len());
     for &o in &ranked {
         let (lex, prop) = scores_of(o);
+        let relevance = lex.max(prop);
+        if relevance == 0 {
+            continue;
+        }
+        let hops = match prop > lex {
+            true => hops_of(&expansion, o).unwrap_or(0),
+            false => 0,
+        };
+        let boosts = match p.prefer.is_empty() {
+            true => 0,
+            false => satisfied(p, f.name(o as usize, 0), f.name(o as usize, 1)).len(),
+        };
+        let current = &**f.name(o as usize, 0) == "current";
+        order.push((boost(relevance, boosts), current, hops, o));
+    }
+    let rank_key = |&(score, current, hops, o): &(i64, bool, u32, u32)| RankKey {
+        score,
+        current,
+        hops,
+        id: f.ids.value(o as usize),
+    };
+    order.sort_by(|a, b| rank_cmp(&rank_key(a), &rank_key(b)));
+    for &(_, _, _, o) in order.iter().skip(max_objects) {
+        over.push((o, Reason::MaxObjects));
+    }
+    order.truncate(max_objects);
+    let mut candidates: Vec<Candidate> = Vec::with_capacity(order.len());
+    let mut keyed: Vec<(i64, u32)> = Vec::with_capacity(order.len());
+    for &(_, _, hops, o) in &order {
+        let (lex, prop) = scores_of(o);
         candidates.push(candidate(reps, f, &tiers, o, lex));
-        keyed.push((prop, hops_of(&expansion, o).unwrap_or(0)));
+        keyed.push((prop, hops));
     }
     let mut keys: Vec<Key> = candidates
         .iter()
@@ -729,12 +771,6 @@ pub(crate) fn decide(
         .filter_map(|(c, &(prop, hops))| Key::of(p, c, prop, hops))
         .collect();
     keys.sort_by(Key::order);
-    for k in keys.iter().skip(max_objects) {
-        if let Some(o) = f.ordinal(&k.c.id) {
-            over.push((o, Reason::MaxObjects));
-        }
-    }
-    keys.truncate(max_objects);
     let revision_of = |id: &str| {
         f.ordinal(id)
             .filter(|&o| eligible[o as usize])
