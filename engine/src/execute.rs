@@ -26,11 +26,11 @@ use crate::limits::Limits;
 use crate::lower::{Lowered, Stage};
 use crate::progress::scan_metrics;
 
-/// Runs plans in one session under one set of limits.
 /// The timeout of an [`Executor::untimed`] executor: tokio waits past the end of time
 /// (`Instant` overflow) as for ever.
 const UNTIMED: u64 = u64::MAX;
 
+/// Runs plans in one session under one set of limits.
 pub struct Executor {
     ctx: SessionContext,
     limits: Limits,
