@@ -4,9 +4,10 @@
 use crate::{Answer, Engine, Error, Result};
 
 /// Times `text` on `engine`: `warmup` uncounted runs, then `runs` counted ones (each parses
-/// and answers; with the engine's plan cache, a run after the first reuses the plan). The answer is one JSON object:
-/// the query, the run counts, `times_s` (each counted run, seconds), `median_s`, and the
-/// `row_count`, `columns` and `rows` of the last run (a bundle's items, for CONTEXT FOR).
+/// and answers; with the engine's plan cache, a run after the first reuses the plan). The
+/// answer is one JSON object: the query, the run counts, `times_s` (each counted run,
+/// seconds), `median_s`, and the `row_count`, `columns` and `rows` of the last run (a
+/// bundle's items, for CONTEXT FOR).
 pub fn bench(
     engine: &Engine,
     text: &str,

@@ -114,9 +114,7 @@ impl Executor {
     /// the state's runtime (whose memory pool bounds it) and counts what its scans read. A
     /// timeout of 0 seconds leaves no time at all: every plan fails with the timeout error.
     pub async fn run_in(&self, state: &SessionState, plan: &LogicalPlan) -> Result<Executed> {
-        if self.limits.timeout_seconds == 0 {
-            return Err(self.timed_out());
-        }
+        self.has_time()?;
         let planning = std::time::Instant::now();
         let physical = physical_plan(state, plan).await?;
         self.execute(state.task_ctx(), plan, physical, None, planning)
@@ -130,9 +128,7 @@ impl Executor {
         if crate::record::active() {
             return self.run(plan).await;
         }
-        if self.limits.timeout_seconds == 0 {
-            return Err(self.timed_out());
-        }
+        self.has_time()?;
         let planning = std::time::Instant::now();
         if let Some(copy) = kept.copy() {
             return self
@@ -203,6 +199,15 @@ impl Executor {
         })
     }
 
+    /// The timeout error when the limits leave no time at all (`timeout_seconds = 0`): every
+    /// plan fails with it, before it is planned.
+    fn has_time(&self) -> Result<()> {
+        match self.limits.timeout_seconds {
+            0 => Err(self.timed_out()),
+            _ => Ok(()),
+        }
+    }
+
     /// The error of a plan that ran past `timeout_seconds`.
     fn timed_out(&self) -> Error {
         let secs = self.limits.timeout_seconds;
@@ -258,10 +263,8 @@ impl Executor {
         mut f: impl FnMut(&RecordBatch) -> Result<bool>,
     ) -> Result<(bool, u64, u64)> {
         use futures::StreamExt;
+        self.has_time()?;
         let secs = self.limits.timeout_seconds;
-        if secs == 0 {
-            return Err(self.timed_out());
-        }
         crate::progress::started(physical);
         let run = async {
             let mut stream =

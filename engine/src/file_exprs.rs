@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use datafusion::common::Result;
 use datafusion::common::config::ConfigOptions;
-use datafusion::common::tree_node::{Transformed, TransformedResult, TreeNode};
+use datafusion::common::tree_node::{TransformedResult, TreeNode};
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_expr::projection::ProjectionExpr;
 use datafusion::physical_expr::utils::collect_columns;
@@ -44,12 +44,9 @@ impl PhysicalOptimizerRule for FileExprsInScan {
         plan: Arc<dyn ExecutionPlan>,
         _config: &ConfigOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        plan.transform_up(|node| {
-            let moved = match into_scan(&node)? {
-                Some(moved) => Some(moved),
-                None => below_filter(&node)?,
-            };
-            Ok(moved.map_or(Transformed::no(node), Transformed::yes))
+        crate::rewrite::rewrite_up(plan, |node| match into_scan(node)? {
+            Some(moved) => Ok(Some(moved)),
+            None => below_filter(node),
         })
         .data()
     }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use datafusion::common::Result;
 use datafusion::common::config::ConfigOptions;
-use datafusion::common::tree_node::{Transformed, TransformedResult, TreeNode};
+use datafusion::common::tree_node::TransformedResult;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::Partitioning;
@@ -28,10 +28,7 @@ impl PhysicalOptimizerRule for FunnelSinglePhase {
         plan: Arc<dyn ExecutionPlan>,
         _config: &ConfigOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        plan.transform_up(|node| {
-            Ok(single_phase(&node)?.map_or(Transformed::no(node), Transformed::yes))
-        })
-        .data()
+        crate::rewrite::rewrite_up(plan, single_phase).data()
     }
 
     fn name(&self) -> &str {

@@ -29,6 +29,7 @@ pub mod plan_cache;
 pub(crate) mod policed;
 pub mod progress;
 pub mod record;
+pub(crate) mod rewrite;
 pub(crate) mod scan_predicate;
 pub(crate) mod session;
 pub mod syntax;

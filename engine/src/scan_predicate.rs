@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use datafusion::common::Result;
 use datafusion::common::config::ConfigOptions;
-use datafusion::common::tree_node::{Transformed, TransformedResult, TreeNode};
+use datafusion::common::tree_node::{TransformedResult, TreeNode};
 use datafusion::datasource::physical_plan::{FileScanConfig, FileSource, ParquetSource};
 use datafusion::datasource::source::DataSourceExec;
 use datafusion::physical_expr::PhysicalExpr;
@@ -33,10 +33,7 @@ impl PhysicalOptimizerRule for ScanPredicateOnce {
         plan: Arc<dyn ExecutionPlan>,
         _config: &ConfigOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        plan.transform_up(|node| {
-            Ok(without_repeats(&node).map_or(Transformed::no(node), Transformed::yes))
-        })
-        .data()
+        crate::rewrite::rewrite_up(plan, |node| Ok(without_repeats(node))).data()
     }
 
     fn name(&self) -> &str {

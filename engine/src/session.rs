@@ -159,7 +159,8 @@ pub fn from_application(ctx: &SessionContext) -> SessionContext {
 }
 
 /// `rules`, then the engine's own physical rules (the one-phase funnel aggregate, file
-/// expressions inside the scans, string-view equality in filters). A `distributed` session
+/// expressions inside the scans, each conjunct of a scan's predicate once, string-view
+/// equality in filters). A `distributed` session
 /// has no string-view equality: its expression has no codec, so a filter using it could not
 /// be sent to a worker (the filter it replaces gives the same rows).
 fn with_engine_rules(

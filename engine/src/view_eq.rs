@@ -78,8 +78,8 @@ fn filter_rewritten(node: Arc<dyn ExecutionPlan>) -> Result<Transformed<Arc<dyn 
         return Ok(Transformed::no(node));
     };
     let schema = filter.input().schema();
-    let predicate = Arc::clone(filter.predicate())
-        .transform_up(|e| Ok(rewrite(&e, &schema).map_or(Transformed::no(e), Transformed::yes)))?;
+    let predicate =
+        crate::rewrite::rewrite_up(Arc::clone(filter.predicate()), |e| Ok(rewrite(e, &schema)))?;
     if !predicate.transformed {
         return Ok(Transformed::no(node));
     }
@@ -154,6 +154,15 @@ struct Needle {
     view: u128,
 }
 
+/// Per view, whether it is one of `needles`' views (short literals, whose views are their
+/// whole value), with no branch per row: `K` is a constant, so the comparisons unroll.
+fn any_of<const K: usize>(views: &[u128], needles: [u128; K]) -> BooleanBuffer {
+    BooleanBuffer::collect_bool(views.len(), |i| {
+        let v = views[i];
+        needles.iter().fold(false, |any, &n| any | (v == n))
+    })
+}
+
 /// `value = needle₁ OR value = needle₂ OR …` over a string- or binary-view `value`.
 #[derive(Debug, Eq)]
 pub struct ViewEqAny {
@@ -197,29 +206,14 @@ impl ViewEqAny {
     fn matches<T: ByteViewType + ?Sized>(&self, array: &GenericByteViewArray<T>) -> BooleanArray {
         let views = array.views();
         let values = if self.needles.iter().all(|n| n.bytes.len() <= 12) {
-            // A few literals are compared without a branch (each row against every one), so
-            // the loop over the rows is straight-line code.
+            // A few literals are compared without a branch (each row against every one, their
+            // count a constant), so the loop over the rows is straight-line code.
             let n = |k: usize| self.needles[k].view;
             match self.needles.len() {
-                1 => BooleanBuffer::collect_bool(views.len(), |i| views[i] == n(0)),
-                2 => {
-                    let (a, b) = (n(0), n(1));
-                    BooleanBuffer::collect_bool(views.len(), |i| (views[i] == a) | (views[i] == b))
-                }
-                3 => {
-                    let (a, b, c) = (n(0), n(1), n(2));
-                    BooleanBuffer::collect_bool(views.len(), |i| {
-                        let v = views[i];
-                        (v == a) | (v == b) | (v == c)
-                    })
-                }
-                4 => {
-                    let (a, b, c, d) = (n(0), n(1), n(2), n(3));
-                    BooleanBuffer::collect_bool(views.len(), |i| {
-                        let v = views[i];
-                        (v == a) | (v == b) | (v == c) | (v == d)
-                    })
-                }
+                1 => any_of(views, [n(0)]),
+                2 => any_of(views, [n(0), n(1)]),
+                3 => any_of(views, [n(0), n(1), n(2)]),
+                4 => any_of(views, [n(0), n(1), n(2), n(3)]),
                 _ => BooleanBuffer::collect_bool(views.len(), |i| {
                     let v = views[i];
                     self.needles.iter().any(|n| v == n.view)
@@ -451,12 +445,10 @@ mod tests {
                 .reduce(|a, b| Arc::new(BinaryExpr::new(a, Operator::Or, b)))
                 .unwrap();
             let schema = b.schema();
-            let fast = Arc::clone(&original)
-                .transform_up(|e| {
-                    Ok(rewrite(&e, &schema).map_or(Transformed::no(e), Transformed::yes))
-                })
-                .unwrap()
-                .data;
+            let fast =
+                crate::rewrite::rewrite_up(Arc::clone(&original), |e| Ok(rewrite(e, &schema)))
+                    .unwrap()
+                    .data;
             assert_eq!(
                 fast.downcast_ref::<ViewEqAny>()
                     .expect("one expression")
