@@ -37,7 +37,7 @@ use datafusion::parquet::arrow::arrow_reader::{
 use datafusion::parquet::file::metadata::PageIndexPolicy;
 
 use super::columns::{integers, read, strings};
-use super::keep::{In, Out};
+use super::keep::{In, Out, Words};
 
 /// A representation's key: object id, revision, name.
 pub type RepKey = (String, i64, String);
@@ -57,9 +57,10 @@ pub struct ContentFiles {
 #[derive(Debug)]
 struct Keyed {
     metadata: ArrowReaderMetadata,
-    /// Key hashes, sorted, with the row (in the file) of each.
-    hashes: Vec<u64>,
-    rows: Vec<u32>,
+    /// Key hashes, sorted, with the row (in the file) of each: as a snapshot file kept them,
+    /// in its mapping ([`ContentFiles::adopt`]), or as read here.
+    hashes: Words<u64>,
+    rows: Words<u32>,
 }
 
 /// A key's hash: XxHash64 (seed 0) of the id's and name's lengths and bytes and the
@@ -102,9 +103,9 @@ impl ContentFiles {
         for (k, (id, revision, name)) in keys.iter().enumerate() {
             let h = key_hash(id, *revision, name);
             for (f, file) in keyed.iter().enumerate() {
-                let from = file.hashes.partition_point(|x| *x < h);
-                let to = file.hashes.partition_point(|x| *x <= h);
-                found[k].extend(file.rows[from..to].iter().map(|&r| (f, r)));
+                let from = file.hashes.partition_point(|x| x < h);
+                let to = file.hashes.partition_point(|x| x <= h);
+                found[k].extend(file.rows.range(from..to).map(|r| (f, r)));
             }
         }
         // A key's hash held by one row only: the key is in the table (the caller's contract),
@@ -194,8 +195,8 @@ impl ContentFiles {
             let k = self.keyed(location, *size)?;
             out.bytes(location.as_bytes());
             out.u64s([*size]);
-            out.u64s(k.hashes.iter().copied());
-            out.u32s(k.rows.iter().copied());
+            out.u64s(k.hashes.iter());
+            out.u32s(k.rows.iter());
         }
         Some(out.into_bytes())
     }
@@ -218,16 +219,20 @@ impl ContentFiles {
     }
 
     /// Takes the key hashes [`keep`](Self::keep) wrote, for the files not yet held that are
-    /// still there with their size: only their footers are read. Bytes not in that form, and
-    /// a file that cannot be opened, are passed over (its keys are read when first wanted).
-    pub fn adopt(&self, bytes: &[u8]) {
-        let mut r = In::new(bytes);
+    /// still there with their size: only their footers are read, and the hashes are used
+    /// where they lie in `bytes` (a snapshot file's mapping: at a million objects, 24 MB a
+    /// new process does not copy). Bytes not in that form, and a file that cannot be opened,
+    /// are passed over (its keys are read when first wanted). The hashes are not checked in
+    /// order now: `bytes` are a kept part, given only when its checksum matches (docs/index.md,
+    /// "Snapshot files"); a row past the file's end makes the lookup `None` (`read_rows`).
+    pub fn adopt(&self, bytes: &bytes::Bytes) {
+        let mut r = In::of(bytes);
         if r.bytes() != Some(KEPT) {
             return;
         }
         while !r.is_empty() {
             let (Some(location), Some(size), Some(hashes), Some(rows)) =
-                (r.bytes(), r.u64s(), r.u64s(), r.u32s())
+                (r.bytes(), r.u64s(), r.words::<u64>(), r.words::<u32>())
             else {
                 return;
             };
@@ -241,11 +246,7 @@ impl ContentFiles {
             let Some(metadata) = open(location, size).and_then(|f| footer(&f)) else {
                 continue;
             };
-            let count = metadata.metadata().file_metadata().num_rows() as u64;
-            let whole = hashes.len() == rows.len()
-                && hashes.is_sorted()
-                && rows.iter().all(|&r| u64::from(r) < count);
-            if let (true, Ok(mut m)) = (whole, self.files.lock()) {
+            if let (true, Ok(mut m)) = (hashes.len() == rows.len(), self.files.lock()) {
                 m.insert(
                     name,
                     Arc::new(Keyed {
@@ -312,11 +313,10 @@ fn key_file(location: &str, size: u64) -> Option<Keyed> {
         }
     }
     pairs.sort_unstable();
-    let (hashes, rows) = pairs.into_iter().unzip();
     Some(Keyed {
         metadata,
-        hashes,
-        rows,
+        hashes: Words::from_values(pairs.iter().map(|&(h, _)| h)),
+        rows: Words::from_values(pairs.iter().map(|&(_, r)| r)),
     })
 }
 
@@ -355,6 +355,10 @@ fn read_rows(
             }
         }
         start = end;
+    }
+    if next.peek().is_some() {
+        // A row past the file's end: not a row of it.
+        return None;
     }
     let mask = ProjectionMask::columns(md.file_metadata().schema_descr(), columns.iter().copied());
     let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(file, metadata.clone())
@@ -470,24 +474,24 @@ mod tests {
         // The key hashes kept, as a snapshot file keeps them, and taken back by another
         // holder: both files held at once (only their footers read), the same content. Any
         // cut of the kept bytes, or bytes of another form, are passed over without harm.
-        let kept = content.keep(&files).unwrap();
+        let kept = bytes::Bytes::from(content.keep(&files).unwrap());
         let other = ContentFiles::default();
         other.adopt(&kept);
         assert_eq!(other.files.lock().unwrap().len(), 2);
         assert_eq!(other.contents(&files, &keys).unwrap(), expected);
         for cut in (0..kept.len()).step_by(97) {
             let partial = ContentFiles::default();
-            partial.adopt(&kept[..cut]);
+            partial.adopt(&kept.slice(..cut));
             assert_eq!(
                 partial.contents(&files, &keys).unwrap(),
                 expected,
                 "cut {cut}"
             );
         }
-        let mut wrong = kept.clone();
+        let mut wrong = kept.to_vec();
         wrong[20] ^= 0x40;
-        ContentFiles::default().adopt(&wrong);
-        ContentFiles::default().adopt(b"not kept keys");
+        ContentFiles::default().adopt(&wrong.into());
+        ContentFiles::default().adopt(&bytes::Bytes::from_static(b"not kept keys"));
         // A listing without the second file forgets it.
         let got = content.contents(&files[..1], &keys[3..4]).unwrap();
         assert_eq!(got[&keys[3]], "body of 3");

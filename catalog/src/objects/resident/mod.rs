@@ -125,10 +125,11 @@ pub struct Generation {
     /// be held as large strings or binaries instead (as a snapshot file keeps them): it is
     /// cast to the declared type only for the rows an answer takes, not at opening.
     columns: RecordBatch,
-    /// Per ordinal, `tombstoned_at` in microseconds (`i64::MAX`: none).
-    tombstoned: Vec<i64>,
+    /// Per ordinal, `tombstoned_at` in microseconds (`i64::MAX`: none). Buffers, so that a
+    /// snapshot file's columns are used where they lie in its mapping.
+    tombstoned: ScalarBuffer<i64>,
     /// Per ordinal, its kind's code in `kinds` ([`NO_KIND`]: NULL).
-    kind: Vec<u32>,
+    kind: ScalarBuffer<u32>,
     kinds: Vec<String>,
     /// Per term, its disjoint tiers (title, summary, other).
     postings: Arc<Terms>,
@@ -153,7 +154,7 @@ pub struct Generation {
 }
 
 /// The bytes a snapshot file starts with.
-pub const SNAPSHOT_MAGIC: &[u8; 20] = b"signalql-resident-8\n";
+pub const SNAPSHOT_MAGIC: &[u8; 20] = b"signalql-resident-9\n";
 
 /// What a FIND OBJECT asks of a generation.
 #[derive(Debug, Clone, Default)]
@@ -830,8 +831,8 @@ impl Builder {
         Ok(Generation {
             schema: self.columns.schema(),
             columns: self.columns,
-            tombstoned: self.tombstoned,
-            kind: self.kind,
+            tombstoned: self.tombstoned.into(),
+            kind: self.kind.into(),
             kinds: self.kinds,
             postings: Arc::new(Terms::Own(Postings::build(postings)?)),
             horizon: self.horizon,

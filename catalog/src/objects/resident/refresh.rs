@@ -20,6 +20,7 @@ use std::sync::{Arc, OnceLock};
 
 use datafusion::arrow::array::{Array, ArrayRef, RecordBatch, UInt32Array};
 use datafusion::arrow::compute::{cast, interleave};
+use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use signalql_udfs::strings::StringColumn;
 
 use super::context::{Edges, Lazy, Reps};
@@ -101,17 +102,37 @@ impl Generation {
         let pick = |s: usize| if s == 0 { self } else { delta };
 
         let mut arrays: Vec<ArrayRef> = Vec::with_capacity(self.columns.num_columns());
-        for (a, b) in self.columns.columns().iter().zip(delta.columns.columns()) {
-            // A declared view column may be held as large strings in one of the two (opened
-            // from a snapshot file): the delta's is cast to the earlier one's.
-            let b = if b.data_type() == a.data_type() {
-                Arc::clone(b)
-            } else {
-                cast(b.as_ref(), a.data_type())?
+        for ((a, b), f) in self
+            .columns
+            .columns()
+            .iter()
+            .zip(delta.columns.columns())
+            .zip(self.schema.fields())
+        {
+            // A declared view column may be held as large strings or a dictionary in one of
+            // the two (opened from a snapshot file): the delta's is cast to the earlier one's
+            // large strings, and both to the declared type where the earlier one's is a
+            // dictionary (whose keys might not hold the delta's values).
+            let (a, b) = match (a.data_type(), b.data_type()) {
+                (x, y) if x == y => (Arc::clone(a), Arc::clone(b)),
+                (DataType::Dictionary(..), _) | (_, DataType::Dictionary(..)) => (
+                    cast(a.as_ref(), f.data_type())?,
+                    cast(b.as_ref(), f.data_type())?,
+                ),
+                (x, _) => (Arc::clone(a), cast(b.as_ref(), x)?),
             };
             arrays.push(compact(interleave(&[a.as_ref(), b.as_ref()], &order)?));
         }
-        let columns = RecordBatch::try_new(self.columns.schema(), arrays)?;
+        // Each column as now held (a dictionary merged with the delta is held as declared).
+        let held: Vec<Field> = self
+            .columns
+            .schema()
+            .fields()
+            .iter()
+            .zip(&arrays)
+            .map(|(f, a)| Field::new(f.name(), a.data_type().clone(), f.is_nullable()))
+            .collect();
+        let columns = RecordBatch::try_new(Arc::new(Schema::new(held)), arrays)?;
         let tombstoned = order.iter().map(|&(s, r)| pick(s).tombstoned[r]).collect();
         let mut kinds = self.kinds.clone();
         let delta_codes: Vec<u32> = delta
