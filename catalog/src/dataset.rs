@@ -8,7 +8,6 @@ use std::sync::{Arc, Mutex};
 use chrono::{DateTime, NaiveDate, Utc};
 use datafusion::arrow::datatypes::{DataType, Schema, SchemaRef};
 use datafusion::catalog::TableProvider;
-use datafusion::datasource::file_format::FileFormat;
 use datafusion::datasource::file_format::parquet::ParquetFormat;
 use datafusion::datasource::listing::{
     ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
@@ -994,13 +993,13 @@ impl Dataset {
             let unreadable = |e: datafusion::error::DataFusionError| {
                 format!("not a readable Parquet file: {}", e.strip_backtrace())
             };
-            let schema = ParquetFormat::default()
-                .infer_schema(state, &store, std::slice::from_ref(&meta))
-                .await
-                .map_err(unreadable)?;
-            let metadata = crate::folder::read_footer(state.runtime_env(), store.as_ref(), &meta)
-                .await
-                .map_err(unreadable)?;
+            // The footer without its page index (the scans read it when they use it), and
+            // the schema DataFusion's ParquetFormat infers from it.
+            let metadata =
+                crate::folder::read_footer_alone(state.runtime_env(), store.as_ref(), &meta)
+                    .await
+                    .map_err(unreadable)?;
+            let schema = Arc::new(crate::folder::footer_schema(&metadata).map_err(unreadable)?);
             let rows = metadata
                 .row_groups()
                 .iter()

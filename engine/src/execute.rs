@@ -484,10 +484,15 @@ async fn read_whole(
     meta: object_store::ObjectMeta,
 ) -> std::result::Result<(), String> {
     use datafusion::parquet::arrow::ParquetRecordBatchStreamBuilder;
+    use datafusion::parquet::arrow::arrow_reader::ArrowReaderOptions;
     use datafusion::parquet::arrow::async_reader::ParquetObjectReader;
+    use datafusion::parquet::file::metadata::PageIndexPolicy;
     use futures::StreamExt;
     let reader = ParquetObjectReader::new(store, meta.location).with_file_size(meta.size);
-    let mut stream = ParquetRecordBatchStreamBuilder::new(reader)
+    // With its page index, which the scans read (not when the table is opened: the
+    // footer alone is read then, `read_footer_alone`), so a damaged one is found here too.
+    let options = ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Optional);
+    let mut stream = ParquetRecordBatchStreamBuilder::new_with_options(reader, options)
         .await
         .map_err(|e| e.to_string())?
         .build()
