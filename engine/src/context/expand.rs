@@ -300,13 +300,13 @@ impl Graph {
     }
 
     /// A graph [`keep`](Self::keep) wrote; `None` when the bytes do not hold one by their
-    /// lengths. What they hold
-    /// is not read now: the bytes are a kept part of a snapshot file, given only when they
-    /// match its checksum (docs/index.md, "Snapshot files"), so they are what `keep` wrote,
-    /// and a graph of a million objects opens without a pass over its names and edges (that
-    /// pass was a sixth of a one-shot CONTEXT FOR's instructions). Should a file crafted to
-    /// match its checksum hold an index out of range, reading it panics (an internal error
-    /// for the statement), as a slice does: nothing reads outside the graph.
+    /// lengths. What they hold is not read now: the bytes are a kept part of a snapshot
+    /// file, given only when they match its checksum (docs/index.md, "Snapshot files"), so
+    /// they are what `keep` wrote, and a graph of a million objects opens without a pass over
+    /// its names and edges (that pass was a sixth of a one-shot CONTEXT FOR's instructions).
+    /// Should a file crafted to match its checksum hold an index out of range, reading it
+    /// panics (an internal error for the statement), as a slice does: nothing reads outside
+    /// the graph.
     pub(crate) fn from_kept(r: &mut In<'_>) -> Option<Graph> {
         let names = r.strings()?;
         let rels = r.strings()?;

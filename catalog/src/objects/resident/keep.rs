@@ -262,18 +262,6 @@ impl Strs {
         super::search(self.len(), |i| cmp(self.bytes_at(i)))
     }
 
-    /// Whether the strings are in strictly increasing order (one pass over the ends, each
-    /// read once: a snapshot's graph of a million objects is checked at every open).
-    pub fn is_strictly_sorted(&self) -> bool {
-        let mut start = 0;
-        let mut previous: Option<&[u8]> = None;
-        self.ends.iter().all(|end| {
-            let s = &self.pool[start..end as usize];
-            start = end as usize;
-            previous.replace(s).is_none_or(|p| p < s)
-        })
-    }
-
     /// The bytes it holds.
     pub fn memory_bytes(&self) -> usize {
         self.ends.memory_bytes() + self.pool.len()
@@ -389,17 +377,11 @@ mod tests {
     fn strings_order_and_search_by_their_bytes() {
         // Byte order is str order for UTF-8: "z" < "é" (0xC3) < "日" (0xE6).
         let sorted = Strs::from_values(["", "a", "ab", "z", "é", "日"].iter().copied());
-        assert!(sorted.is_strictly_sorted());
         for (i, s) in sorted.iter().enumerate() {
             assert_eq!(sorted.bytes_at(i), s.as_bytes());
             assert_eq!(sorted.search(|n| n.cmp(s.as_bytes())), Some(i));
         }
         assert_eq!(sorted.search(|n| n.cmp("b".as_bytes())), None);
-        let repeated = Strs::from_values(["a", "b", "b"].iter().copied());
-        assert!(!repeated.is_strictly_sorted());
-        let unordered = Strs::from_values(["é", "z"].iter().copied());
-        assert!(!unordered.is_strictly_sorted());
-        assert!(Strs::from_values(std::iter::empty()).is_strictly_sorted());
     }
 
     #[test]

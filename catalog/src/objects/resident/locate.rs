@@ -5,7 +5,7 @@
 //! Per file of the `representations` table (named by its location and size: signalql never
 //! rewrites a file in place) the dataset keeps, once read:
 //!
-//! - the file's footer with its page index, and
+//! - the file's footer with its offset index (where each page lies), and
 //! - a hash of each row's key (object id, revision, name) with the row's position, sorted by
 //!   hash: 12 bytes a row.
 //!
@@ -279,15 +279,20 @@ fn open(location: &str, size: u64) -> Option<File> {
     (file.metadata().ok()?.len() == size).then_some(file)
 }
 
-/// A file's footer with its page index; `None` when it cannot be read, or the file has more
-/// rows than a u32 counts.
+/// A file's footer with the offset index of its page index (where each page lies: a row
+/// selection reads the pages holding its rows by it; the column index, the pages' min/max
+/// for pruning by a predicate, is not read: at a million objects it was half of the page
+/// index's decoding); `None` when it cannot be read, or the file has more rows than a u32
+/// counts.
 fn footer(file: &File) -> Option<ArrowReaderMetadata> {
-    let options = ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Optional);
+    let options = ArrowReaderOptions::new()
+        .with_column_index_policy(PageIndexPolicy::Skip)
+        .with_offset_index_policy(PageIndexPolicy::Optional);
     let metadata = ArrowReaderMetadata::load(file, options).ok()?;
     (metadata.metadata().file_metadata().num_rows() <= u32::MAX as i64).then_some(metadata)
 }
 
-/// Reads the footer (with the page index) and the key of every row of a file.
+/// Reads the footer (with the offset index) and the key of every row of a file.
 fn key_file(location: &str, size: u64) -> Option<Keyed> {
     let file = open(location, size)?;
     let metadata = footer(&file)?;
@@ -471,6 +476,11 @@ mod tests {
         .collect();
         assert_eq!(got, expected);
         assert!(content.memory_bytes() > 0);
+        // Each file's footer is held with where its pages lie, not their statistics.
+        for k in content.files.lock().unwrap().values() {
+            let m = k.metadata.metadata();
+            assert!(m.offset_index().is_some() && m.column_index().is_none());
+        }
         // The key hashes kept, as a snapshot file keeps them, and taken back by another
         // holder: both files held at once (only their footers read), the same content. Any
         // cut of the kept bytes, or bytes of another form, are passed over without harm.

@@ -120,8 +120,9 @@ struct Header {
     orphans: Vec<String>,
     /// The per-object columns declared as string or binary views, which the file keeps as
     /// large strings or binaries (Arrow validates a view array string by string, a large
-    /// string array in one pass over its bytes); opened, they stay so, cast to views only for
-    /// the rows an answer takes.
+    /// string array in one pass over its bytes), or as dictionaries when few values repeat
+    /// ([`kept_column`]); opened, they stay so, cast to views only for the rows an answer
+    /// takes.
     views: Vec<usize>,
 }
 
