@@ -583,17 +583,25 @@ fn compared_column(filter: &Expr) -> Option<&str> {
     }
 }
 
-/// The footer of the file `meta` names, through DataFusion's file-metadata cache of
-/// `runtime` (read from `store` when it is not there, and kept there for the scans).
+/// DataFusion's reader of the footer of the file `meta` names, through the file-metadata
+/// cache of `runtime` (read from `store` when it is not there, and kept there for the scans).
+fn cached_footer<'a>(
+    runtime: &RuntimeEnv,
+    store: &'a dyn ObjectStore,
+    meta: &'a ObjectMeta,
+) -> DFParquetMetadata<'a> {
+    DFParquetMetadata::new(store, meta)
+        .with_file_metadata_cache(Some(runtime.cache_manager.get_file_metadata_cache()))
+}
+
+/// The footer of the file `meta` names, with its page index, through the cache
+/// ([`cached_footer`]).
 pub async fn read_footer(
     runtime: &RuntimeEnv,
     store: &dyn ObjectStore,
     meta: &ObjectMeta,
 ) -> Result<Arc<ParquetMetaData>> {
-    DFParquetMetadata::new(store, meta)
-        .with_file_metadata_cache(Some(runtime.cache_manager.get_file_metadata_cache()))
-        .fetch_metadata()
-        .await
+    cached_footer(runtime, store, meta).fetch_metadata().await
 }
 
 /// The footer of the file `meta` names without its page index, through the same cache as
@@ -607,9 +615,8 @@ pub async fn read_footer_alone(
     store: &dyn ObjectStore,
     meta: &ObjectMeta,
 ) -> Result<Arc<ParquetMetaData>> {
-    DFParquetMetadata::new(store, meta)
+    cached_footer(runtime, store, meta)
         .with_metadata_size_hint(ParquetFormat::default().metadata_size_hint())
-        .with_file_metadata_cache(Some(runtime.cache_manager.get_file_metadata_cache()))
         .with_page_index_policy(Some(PageIndexPolicy::Skip))
         .fetch_metadata()
         .await
