@@ -27,6 +27,7 @@ pub fn all_udafs() -> Vec<Arc<AggregateUDF>> {
 pub fn all_udfs() -> Vec<Arc<ScalarUDF>> {
     vec![
         scalar::json_get::json_get_text_udf(),
+        scalar::json_get::json_key_is_number_udf(),
         scalar::lexical::lexical_score_udf(),
         scalar::lexical::lexical_terms_udf(),
         scalar::lexical::lexical_match_udf(),

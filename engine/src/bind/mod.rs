@@ -638,14 +638,20 @@ impl Binder<'_> {
         let mut any_value: Option<Expr> = None;
         for (i, (_, _, expr)) in asked.iter().enumerate() {
             let v = format!("__v{i}");
-            values.push(expr.clone().alias(&v));
             let present = column(&v).is_not_null();
+            // A JSON key's value is classified as it is parsed (no text made and cast).
+            let number = match signalql_udfs::scalar::json_get::number_test(expr) {
+                Some(test) => {
+                    values.push(test.alias(&v));
+                    column(&v).is_true()
+                }
+                None => {
+                    values.push(expr.clone().alias(&v));
+                    try_cast(column(&v), DataType::Float64).is_not_null()
+                }
+            };
             flags.push(present.clone().alias(format!("__n{i}")));
-            flags.push(
-                try_cast(column(&v), DataType::Float64)
-                    .is_not_null()
-                    .alias(format!("__x{i}")),
-            );
+            flags.push(number.alias(format!("__x{i}")));
             any_value = Some(match any_value {
                 Some(e) => e.or(present),
                 None => present,

@@ -9,7 +9,7 @@
 
 use std::sync::{Arc, LazyLock};
 
-use datafusion::arrow::array::{Array, ArrayRef, AsArray, StringBuilder};
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, BooleanArray, StringBuilder};
 use datafusion::arrow::datatypes::DataType;
 use datafusion::common::{Result, ScalarValue, exec_err};
 use datafusion::logical_expr::{
@@ -52,23 +52,74 @@ pub fn json_get_text(json: Expr, key: Expr) -> Expr {
 /// so malformed JSON reads as NULL), and only the key's value is made. A key given twice
 /// reads its last value, as a parsed object keeps it.
 pub fn extract(doc: &str, key: &str) -> Option<String> {
+    let mut text = String::new();
+    member(doc, key, true)?.write(&mut text).ok()?;
+    Some(text)
+}
+
+/// Whether `json_get_text(doc, key)` cast to a double is a number: `None` when that text is
+/// NULL, else whether Arrow's cast reads it. A JSON number always does, a string when its
+/// text is a number, a boolean, object or array never; the value is classified as it is
+/// parsed, without being written out as text (the numeric-key count of docs/mapping.md asks
+/// this of every row of a table).
+pub fn is_number(doc: &str, key: &str) -> Option<bool> {
+    use datafusion::arrow::compute::kernels::cast_utils::Parser;
+    use datafusion::arrow::datatypes::Float64Type;
+    Some(match member(doc, key, false)? {
+        Read::Null => return None,
+        Read::Text(s) => Float64Type::parse(&s).is_some(),
+        Read::Int(_) | Read::UInt(_) | Read::Float(_) => true,
+        Read::Bool(_) | Read::Nested(_) => false,
+    })
+}
+
+/// `key`'s value in the object `doc`, `None` when the text is not an object or has no such
+/// member; an object or array value is built only when `nested`.
+fn member<'d>(doc: &'d str, key: &str, nested: bool) -> Option<Read<'d>> {
     use serde::de::DeserializeSeed;
     let mut de = serde_json::Deserializer::from_str(doc);
-    let value = Member(key).deserialize(&mut de).ok()??;
+    let value = Member { key, nested }.deserialize(&mut de).ok()??;
     de.end().ok()?;
-    match value {
-        Value::Null => None,
-        Value::String(s) => Some(s),
-        other => Some(other.to_string()),
+    Some(value)
+}
+
+/// One JSON value as read: text borrowed from the document where it has no escapes, numbers
+/// as serde_json reads them (so they print as a parsed [`Value`] prints them), an object or
+/// array as a [`Value`] (when asked for; else `None`).
+enum Read<'d> {
+    Null,
+    Text(std::borrow::Cow<'d, str>),
+    Int(i64),
+    UInt(u64),
+    Float(f64),
+    Bool(bool),
+    Nested(Option<Value>),
+}
+
+impl Read<'_> {
+    /// The value's text as `json_get_text` answers it; an error only for a JSON null (NULL).
+    fn write(&self, out: &mut impl std::fmt::Write) -> std::fmt::Result {
+        match self {
+            Read::Null => Err(std::fmt::Error),
+            Read::Text(s) => out.write_str(s),
+            Read::Int(i) => write!(out, "{i}"),
+            Read::UInt(u) => write!(out, "{u}"),
+            Read::Float(f) => write!(out, "{}", Value::from(*f)),
+            Read::Bool(b) => write!(out, "{b}"),
+            Read::Nested(v) => write!(out, "{}", v.as_ref().unwrap_or(&Value::Null)),
+        }
     }
 }
 
 /// Reads a JSON object keeping the value of one member: `None` when the object has no such
 /// member; an error when the text is not an object.
-struct Member<'k>(&'k str);
+struct Member<'k> {
+    key: &'k str,
+    nested: bool,
+}
 
 impl<'de> serde::de::DeserializeSeed<'de> for Member<'_> {
-    type Value = Option<Value>;
+    type Value = Option<Read<'de>>;
 
     fn deserialize<D: serde::Deserializer<'de>>(
         self,
@@ -79,7 +130,7 @@ impl<'de> serde::de::DeserializeSeed<'de> for Member<'_> {
 }
 
 impl<'de> serde::de::Visitor<'de> for Member<'_> {
-    type Value = Option<Value>;
+    type Value = Option<Read<'de>>;
 
     fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
         f.write_str("a JSON object")
@@ -91,13 +142,96 @@ impl<'de> serde::de::Visitor<'de> for Member<'_> {
     ) -> std::result::Result<Self::Value, A::Error> {
         let mut found = None;
         while let Some(name) = map.next_key::<std::borrow::Cow<'de, str>>()? {
-            if name == self.0 {
-                found = Some(map.next_value::<Value>()?);
+            if name == self.key {
+                found = Some(map.next_value_seed(ValueSeed(self.nested))?);
             } else {
                 map.next_value::<serde::de::IgnoredAny>()?;
             }
         }
         Ok(found)
+    }
+}
+
+/// Reads one value as a [`Read`], building an object or array only when its flag is set.
+#[derive(Clone, Copy)]
+struct ValueSeed(bool);
+
+impl<'de> serde::de::DeserializeSeed<'de> for ValueSeed {
+    type Value = Read<'de>;
+
+    fn deserialize<D: serde::Deserializer<'de>>(
+        self,
+        d: D,
+    ) -> std::result::Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for ValueSeed {
+    type Value = Read<'de>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_unit<E>(self) -> std::result::Result<Read<'de>, E> {
+        Ok(Read::Null)
+    }
+
+    fn visit_bool<E>(self, b: bool) -> std::result::Result<Read<'de>, E> {
+        Ok(Read::Bool(b))
+    }
+
+    fn visit_i64<E>(self, i: i64) -> std::result::Result<Read<'de>, E> {
+        Ok(Read::Int(i))
+    }
+
+    fn visit_u64<E>(self, u: u64) -> std::result::Result<Read<'de>, E> {
+        Ok(Read::UInt(u))
+    }
+
+    fn visit_f64<E>(self, f: f64) -> std::result::Result<Read<'de>, E> {
+        Ok(Read::Float(f))
+    }
+
+    fn visit_borrowed_str<E>(self, s: &'de str) -> std::result::Result<Read<'de>, E> {
+        Ok(Read::Text(std::borrow::Cow::Borrowed(s)))
+    }
+
+    fn visit_str<E>(self, s: &str) -> std::result::Result<Read<'de>, E> {
+        Ok(Read::Text(std::borrow::Cow::Owned(s.to_owned())))
+    }
+
+    fn visit_string<E>(self, s: String) -> std::result::Result<Read<'de>, E> {
+        Ok(Read::Text(std::borrow::Cow::Owned(s)))
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(
+        self,
+        seq: A,
+    ) -> std::result::Result<Read<'de>, A::Error> {
+        use serde::Deserialize;
+        let d = serde::de::value::SeqAccessDeserializer::new(seq);
+        Ok(Read::Nested(if self.0 {
+            Some(Value::deserialize(d)?)
+        } else {
+            serde::de::IgnoredAny::deserialize(d)?;
+            None
+        }))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(
+        self,
+        map: A,
+    ) -> std::result::Result<Read<'de>, A::Error> {
+        use serde::Deserialize;
+        let d = serde::de::value::MapAccessDeserializer::new(map);
+        Ok(Read::Nested(if self.0 {
+            Some(Value::deserialize(d)?)
+        } else {
+            serde::de::IgnoredAny::deserialize(d)?;
+            None
+        }))
     }
 }
 
@@ -133,9 +267,97 @@ impl ScalarUDFImpl for JsonGetText {
                 };
                 let mut out = StringBuilder::with_capacity(strings.len(), strings.len() * 8);
                 for d in strings.iter() {
-                    out.append_option(d.and_then(|d| extract(d, &key)));
+                    // Written into the builder in place: no text is made per row.
+                    match d.and_then(|d| member(d, &key, true)) {
+                        None | Some(Read::Null) => out.append_null(),
+                        Some(Read::Text(s)) => out.append_value(s),
+                        Some(v) => {
+                            // Only a null fails to write, and it is matched above.
+                            let _ = v.write(&mut out);
+                            out.append_value("");
+                        }
+                    }
                 }
                 Ok(ColumnarValue::Array(Arc::new(out.finish()) as ArrayRef))
+            }
+        }
+    }
+}
+
+/// `json_key_is_number(json, key)`: [`is_number`] over a column, for the numeric-key count
+/// of the bind pass (engine/src/bind): the same answer as
+/// `try_cast(json_get_text(json, key) AS DOUBLE) IS NOT NULL` where `json_get_text` is not
+/// NULL, and NULL where it is, without writing each value out as text and parsing it back.
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct JsonKeyIsNumber {
+    signature: Signature,
+}
+
+impl Default for JsonKeyIsNumber {
+    fn default() -> Self {
+        Self {
+            signature: Signature::exact(
+                vec![DataType::Utf8, DataType::Utf8],
+                Volatility::Immutable,
+            ),
+        }
+    }
+}
+
+static JSON_KEY_IS_NUMBER: LazyLock<Arc<ScalarUDF>> =
+    LazyLock::new(|| Arc::new(ScalarUDF::from(JsonKeyIsNumber::default())));
+
+pub fn json_key_is_number_udf() -> Arc<ScalarUDF> {
+    Arc::clone(&JSON_KEY_IS_NUMBER)
+}
+
+/// For `json_get_text(json, key)`, the same call of `json_key_is_number`; `None` for any other
+/// expression.
+pub fn number_test(expr: &Expr) -> Option<Expr> {
+    match expr {
+        Expr::ScalarFunction(f) if f.func.name() == NAME => {
+            Some(json_key_is_number_udf().call(f.args.clone()))
+        }
+        _ => None,
+    }
+}
+
+impl ScalarUDFImpl for JsonKeyIsNumber {
+    fn name(&self) -> &str {
+        "json_key_is_number"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Boolean)
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let [doc, key] = args.args.as_slice() else {
+            return exec_err!("json_key_is_number takes two arguments");
+        };
+        let ColumnarValue::Scalar(ScalarValue::Utf8(Some(key))) = key else {
+            return exec_err!("json_key_is_number: the key must be a text literal");
+        };
+        match doc {
+            ColumnarValue::Scalar(ScalarValue::Utf8(d)) => Ok(ColumnarValue::Scalar(
+                ScalarValue::Boolean(d.as_deref().and_then(|d| is_number(d, key))),
+            )),
+            ColumnarValue::Scalar(other) => {
+                exec_err!("json_key_is_number: unexpected input {other:?}")
+            }
+            ColumnarValue::Array(arr) => {
+                let Some(strings) = arr.as_string_opt::<i32>() else {
+                    return exec_err!("json_key_is_number expects utf8, got {}", arr.data_type());
+                };
+                let out: BooleanArray = strings
+                    .iter()
+                    .map(|d| d.and_then(|d| is_number(d, key)))
+                    .collect();
+                Ok(ColumnarValue::Array(Arc::new(out) as ArrayRef))
             }
         }
     }
@@ -173,6 +395,16 @@ mod tests {
         }
     }
 
+    /// `try_cast(json_get_text(doc, key) AS DOUBLE) IS NOT NULL`, NULL kept: the test
+    /// `is_number` replaces, through the parsed object and Arrow's cast kernel.
+    fn cast_reads(doc: &str, key: &str) -> Option<bool> {
+        use datafusion::arrow::array::StringArray;
+        let text = parsed(doc, key)?;
+        let array: ArrayRef = Arc::new(StringArray::from(vec![text]));
+        let cast = datafusion::arrow::compute::cast(&array, &DataType::Float64).ok()?;
+        Some(cast.is_valid(0))
+    }
+
     fn json_value() -> impl proptest::strategy::Strategy<Value = Value> {
         use proptest::prelude::*;
         let leaf = prop_oneof![
@@ -180,7 +412,10 @@ mod tests {
             any::<bool>().prop_map(Value::Bool),
             any::<i64>().prop_map(Value::from),
             (-1e6f64..1e6).prop_map(Value::from),
+            any::<u64>().prop_map(Value::from),
+            (proptest::num::f64::NORMAL | proptest::num::f64::SUBNORMAL).prop_map(Value::from),
             "[a-c\\\"é ]{0,4}".prop_map(Value::String),
+            "[ 0-9.e+-]{0,5}|inf|NaN|true".prop_map(Value::String),
         ];
         leaf.prop_recursive(3, 16, 4, |inner| {
             prop_oneof![
@@ -211,6 +446,7 @@ mod tests {
                 doc.truncate(doc.floor_char_boundary(cut));
             }
             proptest::prop_assert_eq!(extract(&doc, &key), parsed(&doc, &key), "{}", doc);
+            proptest::prop_assert_eq!(is_number(&doc, &key), cast_reads(&doc, &key), "{}", doc);
             let other = other.to_string();
             proptest::prop_assert_eq!(extract(&other, &key), parsed(&other, &key));
         }
