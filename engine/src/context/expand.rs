@@ -166,7 +166,39 @@ enum Held {
 }
 
 impl Scores<'_> {
-    /// Each node whose score came through a hop, with that score, in node order.
+    /// What [`hopped`](Self::hopped) lists, read a node at a time: the score a node came to
+    /// through a hop, where it did.
+    pub fn hops(&self) -> Hops<'_> {
+        match &self.held {
+            Held::Wide { score, marks } => Hops::Wide { score, marks },
+            Held::Levelled {
+                levels,
+                own,
+                offered,
+            } => {
+                // Per offered level, its score halved (none for 0, SHUT, or past the levels);
+                // per own level, the score a hop must beat (none to beat for 0; past the
+                // levels, unbeatable).
+                let mut half = [i64::MIN; 256];
+                let mut floor = [i64::MAX; 256];
+                floor[0] = i64::MIN;
+                for (l, &score) in levels.iter().enumerate().take(usize::from(SHUT) - 1) {
+                    half[l + 1] = score >> 1;
+                    floor[l + 1] = score;
+                }
+                Hops::Levelled {
+                    half: Box::new(half),
+                    floor: Box::new(floor),
+                    own,
+                    offered,
+                }
+            }
+        }
+    }
+
+    /// Each node whose score came through a hop, with that score, in node order: the
+    /// whole-graph reading the tests compare [`hop_score`](Self::hop_score) with.
+    #[cfg(test)]
     pub fn hopped(&self, mut each: impl FnMut(u32, i64)) {
         match &self.held {
             Held::Wide { score, marks } => {
@@ -205,6 +237,53 @@ impl Scores<'_> {
     }
 }
 
+/// [`Scores::hops`]: what it reads per node resolved once, so a pass over a million objects
+/// makes two byte reads and two table reads per node of a levelled round.
+pub enum Hops<'a> {
+    Wide {
+        score: &'a [i64],
+        marks: &'a [u32],
+    },
+    Levelled {
+        half: Box<[i64; 256]>,
+        floor: Box<[i64; 256]>,
+        own: &'a [u8],
+        offered: &'a [u8],
+    },
+}
+
+impl Hops<'_> {
+    /// The score `node` came to through a hop, where it did; `None` for a node it did not,
+    /// or one the graph does not have.
+    pub fn get(&self, node: u32) -> Option<i64> {
+        Some(self.value(node)).filter(|&v| v != i64::MIN)
+    }
+
+    /// [`get`](Self::get) with `i64::MIN` for `None` (no score reached through a hop is
+    /// negative), read without a branch on the node's values.
+    #[inline]
+    pub fn value(&self, node: u32) -> i64 {
+        let v = node as usize;
+        match self {
+            Hops::Wide { score, marks } => match (marks.get(v), score.get(v)) {
+                (Some(&m), Some(&s)) if m & ROUND != 0 => s,
+                _ => i64::MIN,
+            },
+            Hops::Levelled {
+                half,
+                floor,
+                own,
+                offered,
+            } => {
+                // A node past the graph's (NONE among them) reads as offered nothing.
+                let h = half[offered.get(v).map_or(0, |&x| usize::from(x))];
+                let f = floor[own.get(v).map_or(0, |&o| usize::from(o))];
+                if h > f { h } else { i64::MIN }
+            }
+        }
+    }
+}
+
 impl Drop for Scores<'_> {
     fn drop(&mut self) {
         let scratch = &self.graph.scratch;
@@ -232,6 +311,32 @@ const SHUT_MARK: u32 = 1 << 31;
 /// A node's offered level in [`Graph::scores_levelled`] when expansion may not step onto it:
 /// above every level, so taking the highest offer leaves it as it is.
 const SHUT: u8 = u8::MAX;
+
+/// How [`Graph::scores_levelled`]'s round is made (tests ask for each way; `None` is as its
+/// cost decides): pulled or pushed, and on how many threads ([`parts_for`]).
+#[derive(Debug, Clone, Copy, Default)]
+struct Way {
+    pull: Option<bool>,
+    parts: Option<usize>,
+}
+
+/// Work (edges a round reads, objects a pass scores) below which it runs on the calling
+/// thread alone: a thread started costs tens of microseconds, a million edge reads a few
+/// milliseconds. A debug build (the tests') splits from 16 items, so the test suite's small
+/// corpora answer through the split passes too.
+const PARALLEL_WORK: u64 = if cfg!(debug_assertions) { 16 } else { 1 << 17 };
+
+/// How many threads a pass over `work` items runs on: one below [`PARALLEL_WORK`], else
+/// the machine's cores (up to 8).
+pub(crate) fn parts_for(work: u64) -> usize {
+    static CORES: std::sync::LazyLock<usize> = std::sync::LazyLock::new(|| {
+        std::thread::available_parallelism().map_or(1, |n| n.get().min(8))
+    });
+    match work < PARALLEL_WORK {
+        true => 1,
+        false => *CORES,
+    }
+}
 
 impl Graph {
     /// The graph of `edges`: (a, b, relation, owner) each.
@@ -456,22 +561,22 @@ impl Graph {
         levels: &[i64],
         max_depth: u32,
         passable: &impl Fn(u32) -> bool,
-        live: &impl Fn(u32) -> bool,
+        live: &(impl Fn(u32) -> bool + Sync),
     ) -> Scores<'_> {
-        self.scores_levelled_by(seeds, levels, max_depth, passable, live, None)
+        self.scores_levelled_by(seeds, levels, max_depth, passable, live, Way::default())
     }
 
-    /// [`scores_levelled`](Self::scores_levelled), its round pulled (`Some(true)`), pushed
-    /// (`Some(false)`), or as its cost decides (`None`).
+    /// [`scores_levelled`](Self::scores_levelled), its round made the [`Way`] given.
     fn scores_levelled_by(
         &self,
         seeds: &[(u32, u8)],
         levels: &[i64],
         max_depth: u32,
         passable: &impl Fn(u32) -> bool,
-        live: &impl Fn(u32) -> bool,
-        pull: Option<bool>,
+        live: &(impl Fn(u32) -> bool + Sync),
+        way: Way,
     ) -> Scores<'_> {
+        let Way { pull, parts } = way;
         // A seed whose level is not one of `levels`, or whose node is not one of the graph's,
         // is passed over.
         let nodes = self.names.len() as u32;
@@ -504,43 +609,51 @@ impl Graph {
             }
         }
         let sources = seeds.iter().map(|&(u, _)| u).filter(|&u| u < nodes);
-        if self.pulls(sources, &targets, pull) {
-            for v in targets.clone() {
-                if offered[v as usize] == SHUT {
-                    continue;
+        let (pulls, work) = self.pulls_costed(sources, &targets, pull);
+        let parts = parts.unwrap_or_else(|| parts_for(work)).max(1);
+        if pulls {
+            // Each part pulls into its own range of the targets.
+            let range = targets.start as usize..targets.end as usize;
+            let chunk = range.len().div_ceil(parts).max(1);
+            let own = &own[..];
+            std::thread::scope(|scope| {
+                let mut chunks = offered[range.clone()].chunks_mut(chunk);
+                let first = chunks.next();
+                for (i, part) in chunks.enumerate() {
+                    let from = range.start + (i + 1) * chunk;
+                    scope.spawn(move || self.pull_levels(own, part, from, live));
                 }
-                let mut best = 0u8;
-                for [u, _, owner] in self.adjacency(v) {
-                    let l = own[u as usize];
-                    if owner == NO_OWNER || live(owner) {
-                        best = best.max(l);
-                    }
+                if let Some(part) = first {
+                    self.pull_levels(own, part, range.start, live);
                 }
-                offered[v as usize] = best;
-            }
+            });
         } else {
-            // Each seed's adjacency is somewhere else in megabytes of pairs (a miss, and at a
-            // million objects also one of the page table): where it starts is fetched
-            // 2 × AHEAD seeds before it is walked, and its first pairs AHEAD before.
-            const AHEAD: usize = 8;
-            for (i, &(u, _)) in seeds.iter().enumerate() {
-                if let Some(&(w, _)) = seeds.get(i + 2 * AHEAD) {
-                    self.start.prefetch(w as usize);
+            // Each part pushes its share of the seeds into a copy of the offers, and the
+            // copies are merged by their highest value (SHUT, the highest, stays where it is).
+            let share = seeds.len().div_ceil(parts).max(1);
+            let mut copies: Vec<Vec<u8>> = (1..parts)
+                .map(|_| {
+                    let mut c = self.scratch.levels.take(0, 0);
+                    c.extend_from_slice(&offered);
+                    c
+                })
+                .collect();
+            let own = &own[..];
+            std::thread::scope(|scope| {
+                let mut shares = seeds.chunks(share);
+                let first = shares.next();
+                for (copy, part) in copies.iter_mut().zip(shares) {
+                    scope.spawn(move || self.push_levels(part, own, copy, live));
                 }
-                if let Some(&(w, _)) = seeds.get(i + AHEAD).filter(|(w, _)| *w < nodes) {
-                    self.pairs.prefetch(self.start.get(w as usize) as usize);
+                if let Some(part) = first {
+                    self.push_levels(part, own, &mut offered, live);
                 }
-                let l = match own.get(u as usize) {
-                    Some(&l) if l != 0 => l,
-                    _ => continue,
-                };
-                for [v, _, owner] in self.adjacency(u) {
-                    if let Some(o) = offered.get_mut(v as usize)
-                        && (owner == NO_OWNER || live(owner))
-                    {
-                        *o = (*o).max(l);
-                    }
+            });
+            for copy in copies {
+                for (o, &c) in offered.iter_mut().zip(&copy) {
+                    *o = (*o).max(c);
                 }
+                self.scratch.levels.give(copy);
             }
         }
         Scores {
@@ -550,6 +663,67 @@ impl Graph {
                 own,
                 offered,
             },
+        }
+    }
+
+    /// [`scores_levelled`](Self::scores_levelled)'s pull over the target nodes from
+    /// `first` on that `offered` holds: each open one (not [`SHUT`]) takes the highest level
+    /// `own` holds among its neighbours over edges with no owner or a `live` one.
+    fn pull_levels(
+        &self,
+        own: &[u8],
+        offered: &mut [u8],
+        first: usize,
+        live: &(impl Fn(u32) -> bool + Sync),
+    ) {
+        for (i, o) in offered.iter_mut().enumerate() {
+            if *o == SHUT {
+                continue;
+            }
+            let mut best = 0u8;
+            for [u, _, owner] in self.adjacency((first + i) as u32) {
+                let l = own[u as usize];
+                if owner == NO_OWNER || live(owner) {
+                    best = best.max(l);
+                }
+            }
+            *o = best;
+        }
+    }
+
+    /// [`scores_levelled`](Self::scores_levelled)'s push from `seeds`: each seed's level
+    /// (`own`) offered to its neighbours in `offered` over edges with no owner or a `live`
+    /// one, a neighbour keeping the highest.
+    fn push_levels(
+        &self,
+        seeds: &[(u32, u8)],
+        own: &[u8],
+        offered: &mut [u8],
+        live: &(impl Fn(u32) -> bool + Sync),
+    ) {
+        let nodes = own.len() as u32;
+        // Each seed's adjacency is somewhere else in megabytes of pairs (a miss, and at a
+        // million objects also one of the page table): where it starts is fetched
+        // 2 × AHEAD seeds before it is walked, and its first pairs AHEAD before.
+        const AHEAD: usize = 8;
+        for (i, &(u, _)) in seeds.iter().enumerate() {
+            if let Some(&(w, _)) = seeds.get(i + 2 * AHEAD).filter(|(w, _)| *w < nodes) {
+                self.start.prefetch(w as usize);
+            }
+            if let Some(&(w, _)) = seeds.get(i + AHEAD).filter(|(w, _)| *w < nodes) {
+                self.pairs.prefetch(self.start.get(w as usize) as usize);
+            }
+            let l = match own.get(u as usize) {
+                Some(&l) if l != 0 => l,
+                _ => continue,
+            };
+            for [v, _, owner] in self.adjacency(u) {
+                if let Some(o) = offered.get_mut(v as usize)
+                    && (owner == NO_OWNER || live(owner))
+                {
+                    *o = (*o).max(l);
+                }
+            }
         }
     }
 
@@ -624,10 +798,21 @@ impl Graph {
         targets: &std::ops::Range<u32>,
         pull: Option<bool>,
     ) -> bool {
+        self.pulls_costed(sources, targets, pull).0
+    }
+
+    /// [`pulls`](Self::pulls), and the edges the chosen way reads.
+    fn pulls_costed(
+        &self,
+        sources: impl Iterator<Item = u32>,
+        targets: &std::ops::Range<u32>,
+        pull: Option<bool>,
+    ) -> (bool, u64) {
         let degree = |u: u32| self.start.get(u as usize + 1) - self.start.get(u as usize);
         let pushed: u64 = sources.map(degree).sum();
         let pulled = self.start.get(targets.end as usize) - self.start.get(targets.start as usize);
-        pull.unwrap_or(pushed > pulled / 2)
+        let pulls = pull.unwrap_or(pushed > pulled / 2);
+        (pulls, if pulls { pulled } else { pushed })
     }
 
     /// [`last_scores_round`](Self::last_scores_round)'s pull: per open node of `targets`,
@@ -1221,12 +1406,17 @@ mod tests {
             for pull in [Some(true), Some(false), None] {
               for scores in [
                 graph.scores_by(&seeds, depth, &open, &live, pull),
-                graph.scores_levelled_by(&levelled, &levels, depth, &open, &live, pull),
+                graph.scores_levelled_by(&levelled, &levels, depth, &open, &live, Way { pull, parts: Some(1) }),
+                graph.scores_levelled_by(&levelled, &levels, depth, &open, &live, Way { pull, parts: Some(3) }),
               ] {
                 let mut hopped = HashMap::new();
                 scores.hopped(|node, score| {
                     hopped.insert(node, score);
                 });
+                let hops = scores.hops();
+                for node in 0..graph.names().len() as u32 + 2 {
+                    proptest::prop_assert_eq!(hops.get(node), hopped.get(&node).copied());
+                }
                 for node in 0..graph.names().len() as u32 {
                     let Some(id) = name(node).strip_prefix("object:").map(str::to_string) else {
                         continue;
@@ -1266,7 +1456,14 @@ mod tests {
         let hopped = |seeds: &[(u32, u8)], depth: u32, pull: Option<bool>| {
             let mut out = Vec::new();
             graph
-                .scores_levelled_by(seeds, &levels, depth, &|_| true, &|_| true, pull)
+                .scores_levelled_by(
+                    seeds,
+                    &levels,
+                    depth,
+                    &|_| true,
+                    &|_| true,
+                    Way { pull, parts: None },
+                )
                 .hopped(|n, s| out.push((n, s)));
             out
         };
@@ -1310,12 +1507,26 @@ mod tests {
                 graph
                     .scores_by(&wide, 1, &open, &|_| true, pull)
                     .hopped(|n, s| want.push((n, s)));
-                let mut got = Vec::new();
-                graph
-                    .scores_levelled_by(&levelled, &levels, 1, &open, &|_| true, pull)
-                    .hopped(|n, s| got.push((n, s)));
                 assert!(want.len() > 64, "{}", want.len());
-                assert_eq!(got, want, "{count} levels, pull {pull:?}");
+                // On one thread and on several (each pulling its range of the targets, or
+                // pushing its share of the seeds into its own copy of the offers).
+                for parts in [1, 2, 3] {
+                    let mut got = Vec::new();
+                    graph
+                        .scores_levelled_by(
+                            &levelled,
+                            &levels,
+                            1,
+                            &open,
+                            &|_| true,
+                            Way {
+                                pull,
+                                parts: Some(parts),
+                            },
+                        )
+                        .hopped(|n, s| got.push((n, s)));
+                    assert_eq!(got, want, "{count} levels, pull {pull:?}, {parts} parts");
+                }
             }
         }
     }

@@ -600,62 +600,103 @@ pub(crate) fn decide(
     let live = |owner: u32| !any_tombstoned || g.live(owner, t);
 
     // Every relevant object's rank score; those from the MAX OBJECTS-th score up are ranked.
-    // Per ordinal, the score propagated to those expansion reached through a hop; the
-    // relevant are the seeds, then the objects only expansion reached.
+    // The relevant are the seeds and the objects expansion reached through a hop, whose
+    // score the graph's scores hold (read per object, not copied out).
     let seeds = held.len() as u64;
-    let mut propagated = f.loans.sums.lend(n, 0);
-    let mut relevant = held;
-    if any_seed {
-        let scores = match by_level {
-            true => f
-                .graph
-                .scores_levelled(&level_seeds, &levels, p.max_depth, &passable, &live),
-            false => f.graph.scores(&graph_seeds, p.max_depth, &passable, &live),
-        };
-        scores.hopped(|node, score| {
-            let o = f.node_ordinal.get(node as usize);
-            if o != NONE {
-                propagated[o as usize] = score;
-                if sums[o as usize] == 0 {
-                    relevant.push(o);
-                }
-            }
-        });
-    }
+    let scores = any_seed.then(|| match by_level {
+        true => f
+            .graph
+            .scores_levelled(&level_seeds, &levels, p.max_depth, &passable, &live),
+        false => f.graph.scores(&graph_seeds, p.max_depth, &passable, &live),
+    });
+    let hops = scores.as_ref().map(|s| s.hops());
+    let hop_of = |o: u32| {
+        let node = f.ordinal_node.get(o as usize);
+        hops.as_ref().and_then(|h| h.get(node))
+    };
     // Each sum met, and 0, scored once: a division per object read was a tenth of this
     // function at a million objects.
     let lexical_of: Vec<i64> = (0..rank_of_sum.len().max(1) as i64).map(lexical).collect();
-    let scores_of = |o: u32| {
-        let s = sums[o as usize];
-        let lex = match lexical_of.get(s as usize) {
-            Some(&l) => l,
-            None => lexical(s),
-        };
-        (lex, propagated[o as usize])
+    let lex_of = |s: i64| match lexical_of.get(s as usize) {
+        Some(&l) => l,
+        None => lexical(s),
     };
-    // PREFER terms satisfied, per (state, trust) codes met (none without PREFER).
-    let mut boosts: HashMap<(u32, u32), usize> = HashMap::new();
-    let mut scored = f.loans.scored.lend(0, (0, 0));
-    scored.extend(relevant.iter().map(|&o| {
-        let (lex, prop) = scores_of(o);
-        let k = match p.prefer.is_empty() {
-            true => 0,
-            false => {
-                let c = f.codes.get(o as usize);
-                *boosts.entry((c[0], c[1])).or_insert_with(|| {
-                    satisfied(p, f.name(o as usize, 0), f.name(o as usize, 1)).len()
-                })
+    let scores_of = |o: u32| (lex_of(sums[o as usize]), hop_of(o).unwrap_or(0));
+    // One pass in ordinal order lists the relevant with their rank scores and counts those
+    // a hop raised; over a large corpus, a range of ordinals per core.
+    let score_range = |range: std::ops::Range<u32>, scored: &mut Vec<(i64, u32)>| {
+        // Without a branch on whether an object is relevant (nearly half are, in no order a
+        // predictor learns, at a million zipf objects): each is written to a block on the
+        // stack and the block's end moves on only for the relevant.
+        const BLOCK: usize = 256;
+        let mut block = [(0i64, 0u32); BLOCK];
+        let mut k = 0usize;
+        let mut expanded = 0u64;
+        let start = scored.len();
+        let (from, to) = (range.start as usize, range.end as usize);
+        let nodes = f.ordinal_node.range(from..to);
+        for ((o, &sum), node) in (range.start..).zip(&sums[from..to]).zip(nodes) {
+            let hop = hops.as_ref().map_or(i64::MIN, |h| h.value(node));
+            let (lex, prop) = (lex_of(sum), hop.max(0));
+            block[k] = (lex.max(prop), o);
+            k += usize::from((sum != 0) | (hop != i64::MIN));
+            expanded += u64::from(prop > lex);
+            if k == BLOCK {
+                scored.extend_from_slice(&block);
+                k = 0;
             }
-        };
-        (boost(lex.max(prop), k), o)
-    }));
-    let expanded = relevant
-        .iter()
-        .filter(|&&o| {
-            let (l, p) = scores_of(o);
-            p > l
-        })
-        .count() as u64;
+        }
+        scored.extend_from_slice(&block[..k]);
+        if !p.prefer.is_empty() {
+            // PREFER terms satisfied, per (state, trust) codes met.
+            let mut boosts: HashMap<(u32, u32), usize> = HashMap::new();
+            for (score, o) in &mut scored[start..] {
+                let c = f.codes.get(*o as usize);
+                let k = *boosts.entry((c[0], c[1])).or_insert_with(|| {
+                    satisfied(p, f.name(*o as usize, 0), f.name(*o as usize, 1)).len()
+                });
+                *score = boost(*score, k);
+            }
+        }
+        expanded
+    };
+    let parts = super::expand::parts_for(n as u64);
+    let objects = n as u32;
+    let chunk = (n.div_ceil(parts).max(1)) as u32;
+    let mut lent: Vec<_> = (0..parts).map(|_| f.loans.scored.lend(0, (0, 0))).collect();
+    // Each part fills a vector of its own stack's: the lent vectors' headers lie side by
+    // side, and a push to each from two cores would pass that cache line back and forth.
+    let score_into = |range: std::ops::Range<u32>, out: &mut Vec<(i64, u32)>| {
+        let mut own = std::mem::take(out);
+        let expanded = score_range(range, &mut own);
+        *out = own;
+        expanded
+    };
+    let expanded: u64 = std::thread::scope(|scope| {
+        let score_into = &score_into;
+        let mut outs = lent.iter_mut().zip((0u32..).step_by(chunk as usize));
+        let first = outs.next();
+        let others: Vec<_> = outs
+            .map(|(out, from)| {
+                let range = from.min(objects)..from.saturating_add(chunk).min(objects);
+                scope.spawn(move || score_into(range, out))
+            })
+            .collect();
+        let mut expanded = first.map_or(0, |(out, _)| score_into(0..chunk.min(objects), out));
+        for other in others {
+            expanded += other
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        }
+        expanded
+    });
+    let mut lent = lent.into_iter();
+    let mut scored = lent
+        .next()
+        .unwrap_or_else(|| f.loans.scored.lend(0, (0, 0)));
+    for other in lent {
+        scored.extend_from_slice(&other);
+    }
     let max_objects = p.max_objects as usize;
     let threshold = if scored.len() > max_objects {
         let (_, nth, _) = scored.select_nth_unstable_by(max_objects - 1, |a, b| b.0.cmp(&a.0));
