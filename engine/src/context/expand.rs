@@ -612,19 +612,35 @@ impl Graph {
         let (pulls, work) = self.pulls_costed(sources, &targets, pull);
         let parts = parts.unwrap_or_else(|| parts_for(work)).max(1);
         if pulls {
-            // Each part pulls into its own range of the targets.
-            let range = targets.start as usize..targets.end as usize;
-            let chunk = range.len().div_ceil(parts).max(1);
+            // Each part pulls into its own range of the targets, the ranges cut where their
+            // adjacency (the reads) is even, not their node counts.
+            let (first, end) = (targets.start as usize, targets.end as usize);
+            let (low, high) = (self.start.get(first), self.start.get(end));
+            let mut cuts: Vec<usize> = (1..parts)
+                .map(|i| {
+                    let at = low + (high - low) * i as u64 / parts as u64;
+                    self.start.partition_point(|s| s < at).clamp(first, end)
+                })
+                .collect();
+            cuts.push(end);
             let own = &own[..];
             std::thread::scope(|scope| {
-                let mut chunks = offered[range.clone()].chunks_mut(chunk);
-                let first = chunks.next();
-                for (i, part) in chunks.enumerate() {
-                    let from = range.start + (i + 1) * chunk;
-                    scope.spawn(move || self.pull_levels(own, part, from, live));
+                let (mut rest, mut from) = (&mut offered[first..end], first);
+                let mut mine = None;
+                for &cut in &cuts {
+                    let cut = cut.max(from);
+                    let (part, tail) = rest.split_at_mut(cut - from);
+                    match mine {
+                        None => mine = Some((part, from)),
+                        Some(_) => {
+                            let at = from;
+                            scope.spawn(move || self.pull_levels(own, part, at, live));
+                        }
+                    }
+                    (rest, from) = (tail, cut);
                 }
-                if let Some(part) = first {
-                    self.pull_levels(own, part, range.start, live);
+                if let Some((part, at)) = mine {
+                    self.pull_levels(own, part, at, live);
                 }
             });
         } else {

@@ -526,9 +526,28 @@ pub(crate) fn decide(
         // whether it was met before: at a million objects whose terms nearly all hold, a
         // mispredicted branch per posting was most of this), then one pass in ordinal order
         // lists the eligible with a sum and clears the others'.
-        each_posting(&tiers, |o, w| {
-            if let Some(sum) = sums.get_mut(o as usize) {
-                *sum += w;
+        // A range of ordinals per core, each adding into its own part of the sums.
+        let parts = super::expand::parts_for(postings);
+        let chunk = sums.len().div_ceil(parts).max(1);
+        let tiers = &tiers;
+        std::thread::scope(|scope| {
+            let mut chunks = sums.chunks_mut(chunk).enumerate();
+            let add = |(i, part): (usize, &mut [i64])| {
+                let at = i * chunk;
+                let ordinals = at as u32..(at + part.len()) as u32;
+                let end = at + part.len();
+                each_posting_run(tiers, ordinals, |from, to, w| {
+                    if let Some(run) = part.get_mut(from.max(at) - at..to.min(end) - at) {
+                        run.iter_mut().for_each(|sum| *sum += w);
+                    }
+                });
+            };
+            let first = chunks.next();
+            for other in chunks {
+                scope.spawn(move || add(other));
+            }
+            if let Some(first) = first {
+                add(first);
             }
         });
         for (o, (sum, &e)) in sums.iter_mut().zip(eligible.iter()).enumerate() {
@@ -849,6 +868,36 @@ fn each_posting(tiers: &[Option<[RoaringBitmap; 3]>], mut f: impl FnMut(u32, i64
     }
 }
 
+/// [`each_posting`] within `ordinals`, by runs of consecutive objects: `f(from, to, weight)`
+/// for the ordinals `from..to`. A tier holding over half the ordinals of its span (a common
+/// term's, where runs are long) is read a run at a time, a word of the bitmap at once; a
+/// sparser one an object at a time (a run of one, whose lookup costs more than a step of
+/// the iterator).
+fn each_posting_run(
+    tiers: &[Option<[RoaringBitmap; 3]>],
+    ordinals: std::ops::Range<u32>,
+    mut f: impl FnMut(usize, usize, i64),
+) {
+    let weights = [TITLE_WEIGHT, SUMMARY_WEIGHT, TEXT_WEIGHT];
+    for [title, summary, other] in tiers.iter().flatten() {
+        for (tier, w) in [title, summary, other].into_iter().zip(weights) {
+            let (Some(min), Some(max)) = (tier.min(), tier.max()) else {
+                continue;
+            };
+            if tier.len() * 2 > u64::from(max - min) + 1 {
+                let mut runs = tier.range(ordinals.clone());
+                while let Some(run) = runs.next_range() {
+                    f(*run.start() as usize, *run.end() as usize + 1, w);
+                }
+            } else {
+                let f = &mut f;
+                tier.range(ordinals.clone())
+                    .for_each(|o| f(o as usize, o as usize + 1, w));
+            }
+        }
+    }
+}
+
 /// The candidate of the eligible object `o` with lexical-v1 score `lexical`: its term weights
 /// from the postings' `tiers` and its representations (metadata only: no query this path
 /// answers reads content before packing).
@@ -907,5 +956,63 @@ fn candidate(
         lexical,
         weights,
         scanned: false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    proptest::proptest! {
+        /// The postings by runs are the postings one at a time: each (object, weight) met as
+        /// often, over tiers dense (read by runs) and sparse (one at a time), empty, and at
+        /// the top of the ordinals.
+        #[test]
+        fn postings_by_runs_are_the_postings(
+            tiers in proptest::collection::vec(
+                proptest::option::of(proptest::collection::vec(
+                    proptest::collection::vec(
+                        proptest::prop_oneof![0u32..300, (u32::MAX - 40)..=u32::MAX],
+                        0..200,
+                    ),
+                    3,
+                )),
+                0..4,
+            ),
+            cut in proptest::prop_oneof![0u32..300, (u32::MAX - 40)..=u32::MAX],
+        ) {
+            let tiers: Vec<Option<[RoaringBitmap; 3]>> = tiers
+                .into_iter()
+                .map(|t| {
+                    t.map(|t| {
+                        let [a, b, c] = [&t[0], &t[1], &t[2]]
+                            .map(|v| v.iter().copied().collect::<RoaringBitmap>());
+                        [a, b, c]
+                    })
+                })
+                .collect();
+            let mut one = Vec::new();
+            each_posting(&tiers, |o, w| one.push((u64::from(o), w)));
+            // Whole, and in two ranges cut at `cut`, within which every posting is met.
+            let mut runs = Vec::new();
+            each_posting_run(&tiers, 0..u32::MAX, |from, to, w| {
+                runs.extend((from..to).map(|o| (o as u64, w)));
+            });
+            let top = u64::from(u32::MAX);
+            let mut cut_runs = Vec::new();
+            for ordinals in [0..cut, cut..u32::MAX] {
+                each_posting_run(&tiers, ordinals.clone(), |from, to, w| {
+                    assert!(ordinals.contains(&(from as u32)) && to as u64 <= u64::from(ordinals.end));
+                    cut_runs.extend((from..to).map(|o| (o as u64, w)));
+                });
+            }
+            // The ordinal u32::MAX is past every range (as past every corpus).
+            one.retain(|&(o, _)| o < top);
+            one.sort_unstable();
+            runs.sort_unstable();
+            cut_runs.sort_unstable();
+            proptest::prop_assert_eq!(&runs, &one);
+            proptest::prop_assert_eq!(&cut_runs, &one);
+        }
     }
 }
