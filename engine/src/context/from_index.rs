@@ -653,6 +653,7 @@ pub(crate) fn decide(
         let mut expanded = 0u64;
         let start = scored.len();
         let (from, to) = (range.start as usize, range.end as usize);
+        super::expand::reserve_huge(scored, to - from);
         let nodes = f.ordinal_node.range(from..to);
         for ((o, &sum), node) in (range.start..).zip(&sums[from..to]).zip(nodes) {
             let hop = hops.as_ref().map_or(i64::MIN, |h| h.value(node));
@@ -713,7 +714,9 @@ pub(crate) fn decide(
     let mut scored = lent
         .next()
         .unwrap_or_else(|| f.loans.scored.lend(0, (0, 0)));
-    for other in lent {
+    let others: Vec<_> = lent.collect();
+    super::expand::reserve_huge(&mut scored, others.iter().map(|o| o.len()).sum());
+    for other in others {
         scored.extend_from_slice(&other);
     }
     let max_objects = p.max_objects as usize;
