@@ -126,6 +126,24 @@ fn load_snapshot(root: &signalql_catalog::Root, key: &[String]) -> Option<Genera
     (stored == key).then_some(generation)
 }
 
+/// Checks, on a thread of its own, the parts of a generation opened from a snapshot file
+/// that an answer reads after its first steps (the representations, checked against their
+/// CRC-32 and decoded; then the kept facts), while the statement that opened it goes on.
+/// Each part is made once, by whichever asks first (a `OnceLock`): the statement waits
+/// only for a part it reaches while this thread is making it, and never makes one twice. A
+/// one-shot process at a million objects otherwise checked the 149 MB representations part
+/// on its critical path; a process that ends first just ends.
+fn check_in_background(g: &Arc<Generation>) {
+    let g = Arc::clone(g);
+    // A thread that cannot be started leaves each part to be made when first asked for.
+    let _ = std::thread::Builder::new()
+        .name("signalql-snapshot".into())
+        .spawn(move || {
+            g.reps();
+            g.kept(super::from_index::FACTS);
+        });
+}
+
 /// A generation with its key, where its tables stand in the commit log and their files.
 struct Keyed {
     key: Vec<String>,
@@ -296,7 +314,8 @@ impl Resident {
         catalog: &dyn Catalog,
         exec: &Executor,
     ) -> Result<Option<Arc<Generation>>> {
-        let keyed = Box::pin(self.keyed(ctx, catalog, exec, !self.snapshots_only, false)).await?;
+        let build = !self.snapshots_only;
+        let keyed = Box::pin(self.keyed(ctx, catalog, exec, build, false, false)).await?;
         Ok(keyed.map(|k| k.generation))
     }
 
@@ -308,13 +327,18 @@ impl Resident {
         catalog: &dyn Catalog,
         exec: &Executor,
     ) -> Result<Option<(String, Arc<Generation>, Standing)>> {
-        let keyed = Box::pin(self.keyed(ctx, catalog, exec, !self.snapshots_only, false)).await?;
+        // CONTEXT FOR reads the representations and the facts: a snapshot opened for it has
+        // them checked on another thread meanwhile.
+        let build = !self.snapshots_only;
+        let keyed = Box::pin(self.keyed(ctx, catalog, exec, build, false, true)).await?;
         Ok(keyed.map(|k| (generation_name(&k.key), k.generation, k.standing)))
     }
 
     /// [`generation`](Self::generation) with its key; `build`: built when neither held nor in
     /// a snapshot file; `whole`: only a generation every part of which is whole
-    /// ([`Generation::whole`]: one to write to a snapshot file), else built.
+    /// ([`Generation::whole`]: one to write to a snapshot file), else built; `check`: a
+    /// generation opened from a snapshot file has the parts CONTEXT FOR reads checked in the
+    /// background ([`check_in_background`]).
     async fn keyed(
         &self,
         ctx: &SessionContext,
@@ -322,6 +346,7 @@ impl Resident {
         exec: &Executor,
         build: bool,
         whole: bool,
+        check: bool,
     ) -> Result<Option<Keyed>> {
         let mut tables = Vec::with_capacity(5);
         let mut key = Vec::with_capacity(10);
@@ -403,7 +428,11 @@ impl Resident {
                 if let Some(kept) = g.kept(KEYS) {
                     catalog.dataset().content_files().adopt_later(kept.clone());
                 }
-                (Some(Arc::new(g)), false)
+                let g = Arc::new(g);
+                if check {
+                    check_in_background(&g);
+                }
+                (Some(g), false)
             }
             None if !build => (None, false),
             None => {
@@ -511,7 +540,7 @@ impl Resident {
             generation,
             files,
             ..
-        }) = Box::pin(self.keyed(ctx, catalog, exec, true, true)).await?
+        }) = Box::pin(self.keyed(ctx, catalog, exec, true, true, false)).await?
         else {
             return Ok(None);
         };
