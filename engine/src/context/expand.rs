@@ -238,7 +238,7 @@ impl Scores<'_> {
     }
 
     /// Each node whose score came through a hop, with that score, in node order: the
-    /// whole-graph reading the tests compare [`hop_score`](Self::hop_score) with.
+    /// whole-graph reading the tests compare [`Hops::get`] with.
     #[cfg(test)]
     pub fn hopped(&self, mut each: impl FnMut(u32, i64)) {
         match &self.held {
