@@ -353,6 +353,28 @@ const SHUT_MARK: u32 = 1 << 31;
 /// above every level, so taking the highest offer leaves it as it is.
 const SHUT: u8 = u8::MAX;
 
+/// `f` of each of `parts`, in order: the first on this thread, each other on a thread of
+/// its own (scoped: `parts` may borrow). A part's panic is resumed here.
+pub(crate) fn on_threads<P: Send, R: Send>(
+    parts: impl IntoIterator<Item = P>,
+    f: impl Fn(P) -> R + Sync,
+) -> Vec<R> {
+    let mut parts = parts.into_iter();
+    let Some(first) = parts.next() else {
+        return Vec::new();
+    };
+    let f = &f;
+    std::thread::scope(|scope| {
+        let others: Vec<_> = parts.map(|p| scope.spawn(move || f(p))).collect();
+        let mut out = vec![f(first)];
+        out.extend(others.into_iter().map(|h| {
+            h.join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        }));
+        out
+    })
+}
+
 /// How [`Graph::scores_levelled`]'s round is made (tests ask for each way; `None` is as its
 /// cost decides): pulled or pushed, and on how many threads ([`parts_for`]).
 #[derive(Debug, Clone, Copy, Default)]
@@ -665,25 +687,15 @@ impl Graph {
                 .collect();
             cuts.push(end);
             let own = &own[..];
-            std::thread::scope(|scope| {
-                let (mut rest, mut from) = (&mut offered[first..end], first);
-                let mut mine = None;
-                for &cut in &cuts {
-                    let cut = cut.max(from);
-                    let (part, tail) = rest.split_at_mut(cut - from);
-                    match mine {
-                        None => mine = Some((part, from)),
-                        Some(_) => {
-                            let at = from;
-                            scope.spawn(move || self.pull_levels(own, part, at, live));
-                        }
-                    }
-                    (rest, from) = (tail, cut);
-                }
-                if let Some((part, at)) = mine {
-                    self.pull_levels(own, part, at, live);
-                }
-            });
+            let mut pieces = Vec::with_capacity(cuts.len());
+            let (mut rest, mut from) = (&mut offered[first..end], first);
+            for cut in cuts {
+                let cut = cut.max(from);
+                let (part, tail) = rest.split_at_mut(cut - from);
+                pieces.push((part, from));
+                (rest, from) = (tail, cut);
+            }
+            on_threads(pieces, |(part, at)| self.pull_levels(own, part, at, live));
         } else {
             // Each part pushes its share of the seeds into a copy of the offers, and the
             // copies are merged by their highest value (SHUT, the highest, stays where it is).
@@ -696,15 +708,10 @@ impl Graph {
                 })
                 .collect();
             let own = &own[..];
-            std::thread::scope(|scope| {
-                let mut shares = seeds.chunks(share);
-                let first = shares.next();
-                for (copy, part) in copies.iter_mut().zip(shares) {
-                    scope.spawn(move || self.push_levels(part, own, copy, live));
-                }
-                if let Some(part) = first {
-                    self.push_levels(part, own, &mut offered, live);
-                }
+            let into =
+                std::iter::once(&mut offered[..]).chain(copies.iter_mut().map(|c| &mut c[..]));
+            on_threads(seeds.chunks(share).zip(into), |(part, into)| {
+                self.push_levels(part, own, into, live)
             });
             for copy in copies {
                 for (o, &c) in offered.iter_mut().zip(&copy) {

@@ -31,7 +31,7 @@ use signalql_udfs::scalar::lexical::{SUMMARY_WEIGHT, TEXT_WEIGHT, TITLE_WEIGHT};
 use signalql_udfs::scalar::token_estimate::Estimator;
 use signalql_udfs::strings::StringColumn;
 
-use super::expand::{Expansion, Graph, Pool};
+use super::expand::{Expansion, Graph, Pool, on_threads};
 use super::pack::{Decisions, Key, PackParams, pack_ranked, satisfied};
 use super::select::{CHARS_DIV_4, Candidate, RankKey, Reason, Rep, STORED, boost, rank_cmp};
 use crate::error::Result;
@@ -530,25 +530,14 @@ pub(crate) fn decide(
         let parts = super::expand::parts_for(postings);
         let chunk = sums.len().div_ceil(parts).max(1);
         let tiers = &tiers;
-        std::thread::scope(|scope| {
-            let mut chunks = sums.chunks_mut(chunk).enumerate();
-            let add = |(i, part): (usize, &mut [i64])| {
-                let at = i * chunk;
-                let ordinals = at as u32..(at + part.len()) as u32;
-                let end = at + part.len();
-                each_posting_run(tiers, ordinals, |from, to, w| {
-                    if let Some(run) = part.get_mut(from.max(at) - at..to.min(end) - at) {
-                        run.iter_mut().for_each(|sum| *sum += w);
-                    }
-                });
-            };
-            let first = chunks.next();
-            for other in chunks {
-                scope.spawn(move || add(other));
-            }
-            if let Some(first) = first {
-                add(first);
-            }
+        on_threads(sums.chunks_mut(chunk).enumerate(), |(i, part)| {
+            let at = i * chunk;
+            let end = at + part.len();
+            each_posting_run(tiers, at as u32..end as u32, |from, to, w| {
+                if let Some(run) = part.get_mut(from.max(at) - at..to.min(end) - at) {
+                    run.iter_mut().for_each(|sum| *sum += w);
+                }
+            });
         });
         for (o, (sum, &e)) in sums.iter_mut().zip(eligible.iter()).enumerate() {
             if *sum != 0 {
@@ -559,13 +548,15 @@ pub(crate) fn decide(
             }
         }
     } else {
-        each_posting(&tiers, |o, w| {
-            if eligible.get(o as usize).copied().unwrap_or(false) {
-                let sum = &mut sums[o as usize];
-                if *sum == 0 {
-                    held.push(o);
+        each_posting_run(&tiers, 0..u32::MAX, |from, to, w| {
+            for o in from..to {
+                if eligible.get(o).copied().unwrap_or(false) {
+                    let sum = &mut sums[o];
+                    if *sum == 0 {
+                        held.push(o as u32);
+                    }
+                    *sum += w;
                 }
-                *sum += w;
             }
         });
         held.sort_unstable();
@@ -684,32 +675,18 @@ pub(crate) fn decide(
     let objects = n as u32;
     let chunk = (n.div_ceil(parts).max(1)) as u32;
     let mut lent: Vec<_> = (0..parts).map(|_| f.loans.scored.lend(0, (0, 0))).collect();
-    // Each part fills a vector of its own stack's: the lent vectors' headers lie side by
-    // side, and a push to each from two cores would pass that cache line back and forth.
-    let score_into = |range: std::ops::Range<u32>, out: &mut Vec<(i64, u32)>| {
-        let mut own = std::mem::take(out);
-        let expanded = score_range(range, &mut own);
-        *out = own;
+    let expanded: u64 = on_threads(lent.iter_mut().enumerate(), |(i, out)| {
+        let from = (i as u32).saturating_mul(chunk).min(objects);
+        // Each part fills a vector of its own thread's stack: the lent vectors' headers lie
+        // side by side, and a push to each from two cores would pass that cache line back
+        // and forth.
+        let mut own = std::mem::take(&mut **out);
+        let expanded = score_range(from..from.saturating_add(chunk).min(objects), &mut own);
+        **out = own;
         expanded
-    };
-    let expanded: u64 = std::thread::scope(|scope| {
-        let score_into = &score_into;
-        let mut outs = lent.iter_mut().zip((0u32..).step_by(chunk as usize));
-        let first = outs.next();
-        let others: Vec<_> = outs
-            .map(|(out, from)| {
-                let range = from.min(objects)..from.saturating_add(chunk).min(objects);
-                scope.spawn(move || score_into(range, out))
-            })
-            .collect();
-        let mut expanded = first.map_or(0, |(out, _)| score_into(0..chunk.min(objects), out));
-        for other in others {
-            expanded += other
-                .join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-        }
-        expanded
-    });
+    })
+    .into_iter()
+    .sum();
     let mut lent = lent.into_iter();
     let mut scored = lent
         .next()
@@ -859,20 +836,9 @@ pub(crate) fn decide(
     }))
 }
 
-/// Each posting of the task's terms: the object and its tier's weight (title, summary, other
-/// text), term by term and tier by tier. (Bitmaps are walked by `for_each`, whose fold runs a
-/// container at a time.)
-fn each_posting(tiers: &[Option<[RoaringBitmap; 3]>], mut f: impl FnMut(u32, i64)) {
-    let weights = [TITLE_WEIGHT, SUMMARY_WEIGHT, TEXT_WEIGHT];
-    for [title, summary, other] in tiers.iter().flatten() {
-        for (tier, w) in [title, summary, other].into_iter().zip(weights) {
-            tier.iter().for_each(|o| f(o, w));
-        }
-    }
-}
-
-/// [`each_posting`] within `ordinals`, by runs of consecutive objects: `f(from, to, weight)`
-/// for the ordinals `from..to`. A tier holding over half the ordinals of its span (a common
+/// Each posting of the task's terms within `ordinals`, term by term and tier by tier (title,
+/// summary, other text, each with its weight), by runs of consecutive objects:
+/// `f(from, to, weight)` for the ordinals `from..to`. A tier holding over half the ordinals of its span (a common
 /// term's, where runs are long) is read a run at a time, a word of the bitmap at once; a
 /// sparser one an object at a time (a run of one, whose lookup costs more than a step of
 /// the iterator).
@@ -965,6 +931,17 @@ fn candidate(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each posting of the task's terms one at a time: the object and its tier's weight,
+    /// the formulation [`each_posting_run`] is checked against.
+    fn each_posting(tiers: &[Option<[RoaringBitmap; 3]>], mut f: impl FnMut(u32, i64)) {
+        let weights = [TITLE_WEIGHT, SUMMARY_WEIGHT, TEXT_WEIGHT];
+        for [title, summary, other] in tiers.iter().flatten() {
+            for (tier, w) in [title, summary, other].into_iter().zip(weights) {
+                tier.iter().for_each(|o| f(o, w));
+            }
+        }
+    }
 
     proptest::proptest! {
         /// The postings by runs are the postings one at a time: each (object, weight) met as

@@ -9,7 +9,9 @@
 
 use std::sync::{Arc, LazyLock};
 
-use datafusion::arrow::array::{Array, ArrayRef, AsArray, BooleanArray, StringBuilder};
+use datafusion::arrow::array::{
+    Array, ArrayRef, AsArray, BooleanArray, StringArray, StringBuilder,
+};
 use datafusion::arrow::datatypes::DataType;
 use datafusion::common::{Result, ScalarValue, exec_err};
 use datafusion::logical_expr::{
@@ -249,26 +251,15 @@ impl ScalarUDFImpl for JsonGetText {
     }
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        let [doc, key] = args.args.as_slice() else {
-            return exec_err!("json_get_text takes two arguments");
-        };
-        let key = match key {
-            ColumnarValue::Scalar(ScalarValue::Utf8(Some(k))) => k.clone(),
-            _ => return exec_err!("json_get_text: the key must be a text literal"),
-        };
-        match doc {
-            ColumnarValue::Scalar(ScalarValue::Utf8(d)) => Ok(ColumnarValue::Scalar(
-                ScalarValue::Utf8(d.as_deref().and_then(|d| extract(d, &key))),
-            )),
-            ColumnarValue::Scalar(other) => exec_err!("json_get_text: unexpected input {other:?}"),
-            ColumnarValue::Array(arr) => {
-                let Some(strings) = arr.as_string_opt::<i32>() else {
-                    return exec_err!("json_get_text expects utf8, got {}", arr.data_type());
-                };
+        match docs_and_key(NAME, &args.args)? {
+            (Docs::Value(d), key) => Ok(ColumnarValue::Scalar(ScalarValue::Utf8(
+                d.and_then(|d| extract(d, key)),
+            ))),
+            (Docs::Column(strings), key) => {
                 let mut out = StringBuilder::with_capacity(strings.len(), strings.len() * 8);
                 for d in strings.iter() {
                     // Written into the builder in place: no text is made per row.
-                    match d.and_then(|d| member(d, &key, true)) {
+                    match d.and_then(|d| member(d, key, true)) {
                         None | Some(Read::Null) => out.append_null(),
                         Some(Read::Text(s)) => out.append_value(s),
                         Some(v) => {
@@ -282,6 +273,32 @@ impl ScalarUDFImpl for JsonGetText {
             }
         }
     }
+}
+
+/// The documents a JSON-key function reads: one text value, or a column of texts.
+enum Docs<'a> {
+    Value(Option<&'a str>),
+    Column(&'a StringArray),
+}
+
+/// The arguments of the JSON-key function `name`: its documents (text) and its key (a text
+/// literal); an error naming the function for any others.
+fn docs_and_key<'a>(name: &str, args: &'a [ColumnarValue]) -> Result<(Docs<'a>, &'a str)> {
+    let [doc, key] = args else {
+        return exec_err!("{name} takes two arguments");
+    };
+    let ColumnarValue::Scalar(ScalarValue::Utf8(Some(key))) = key else {
+        return exec_err!("{name}: the key must be a text literal");
+    };
+    let docs = match doc {
+        ColumnarValue::Scalar(ScalarValue::Utf8(d)) => Docs::Value(d.as_deref()),
+        ColumnarValue::Scalar(other) => return exec_err!("{name}: unexpected input {other:?}"),
+        ColumnarValue::Array(arr) => match arr.as_string_opt::<i32>() {
+            Some(strings) => Docs::Column(strings),
+            None => return exec_err!("{name} expects utf8, got {}", arr.data_type()),
+        },
+    };
+    Ok((docs, key))
 }
 
 /// `json_key_is_number(json, key)`: [`is_number`] over a column, for the numeric-key count
@@ -336,23 +353,11 @@ impl ScalarUDFImpl for JsonKeyIsNumber {
     }
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        let [doc, key] = args.args.as_slice() else {
-            return exec_err!("json_key_is_number takes two arguments");
-        };
-        let ColumnarValue::Scalar(ScalarValue::Utf8(Some(key))) = key else {
-            return exec_err!("json_key_is_number: the key must be a text literal");
-        };
-        match doc {
-            ColumnarValue::Scalar(ScalarValue::Utf8(d)) => Ok(ColumnarValue::Scalar(
-                ScalarValue::Boolean(d.as_deref().and_then(|d| is_number(d, key))),
-            )),
-            ColumnarValue::Scalar(other) => {
-                exec_err!("json_key_is_number: unexpected input {other:?}")
-            }
-            ColumnarValue::Array(arr) => {
-                let Some(strings) = arr.as_string_opt::<i32>() else {
-                    return exec_err!("json_key_is_number expects utf8, got {}", arr.data_type());
-                };
+        match docs_and_key(self.name(), &args.args)? {
+            (Docs::Value(d), key) => Ok(ColumnarValue::Scalar(ScalarValue::Boolean(
+                d.and_then(|d| is_number(d, key)),
+            ))),
+            (Docs::Column(strings), key) => {
                 let out: BooleanArray = strings
                     .iter()
                     .map(|d| d.and_then(|d| is_number(d, key)))
