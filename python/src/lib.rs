@@ -176,13 +176,13 @@ impl NativeEngine {
             let (envelope, batches) = block(py, async move {
                 engine.query_batches_with(&text, &params).await
             })?;
-            let result = NativeResult::new(&envelope, Some(batches)).map_err(|e| raised(py, &e))?;
+            let result = NativeResult::new(envelope, Some(batches));
             return Ok(("envelope", result).into_pyobject(py)?.into_any().unbind());
         }
         let answer = block(py, async move { engine.answer_with(&text, &params).await })?;
         let tagged = match answer {
             Answer::Envelope(e) => {
-                let result = NativeResult::new(&e, None).map_err(|e| raised(py, &e))?;
+                let result = NativeResult::new(*e, None);
                 ("envelope", result).into_pyobject(py)?.into_any()
             }
             Answer::Bundle(b) => ("bundle", NativeBundle { bundle: *b })
@@ -217,7 +217,7 @@ impl NativeEngine {
             py,
             async move { DescribeRequest { target }.run(&engine).await },
         )?;
-        NativeResult::new(&envelope, None).map_err(|e| raised(py, &e))
+        Ok(NativeResult::new(envelope, None))
     }
 
     /// EXPLAIN (or EXPLAIN ANALYZE) of `text`: the EXPLAIN object's JSON.
@@ -292,17 +292,17 @@ fn context_request(json: &str) -> signalql::Result<ContextRequest> {
 /// An analytics answer: the envelope and, for statements that make them, its rows as Arrow.
 #[pyclass(frozen, module = "signalql._signalql")]
 struct NativeResult {
-    envelope: String,
+    envelope: signalql::Envelope,
+    /// The envelope's JSON, written the first time Python asks for it (`to_arrow()` alone
+    /// never writes it).
+    json: OnceLock<String>,
     rows: usize,
     /// The batches and their schema; `None` for DESCRIBE (its records are the envelope's rows).
     arrow: Option<(Vec<RecordBatch>, SchemaRef)>,
 }
 
 impl NativeResult {
-    fn new(
-        envelope: &signalql::Envelope,
-        batches: Option<Vec<RecordBatch>>,
-    ) -> signalql::Result<Self> {
+    fn new(envelope: signalql::Envelope, batches: Option<Vec<RecordBatch>>) -> Self {
         let arrow = batches.map(|batches| {
             let schema = match batches.first() {
                 Some(b) => b.schema(),
@@ -310,11 +310,12 @@ impl NativeResult {
             };
             (batches, schema)
         });
-        Ok(NativeResult {
-            envelope: json_of(envelope)?,
+        NativeResult {
             rows: envelope.rows.len(),
+            envelope,
+            json: OnceLock::new(),
             arrow,
-        })
+        }
     }
 }
 
@@ -322,8 +323,12 @@ impl NativeResult {
 impl NativeResult {
     /// The result envelope's JSON text (`signalql query --format json`).
     #[getter]
-    fn envelope_json(&self) -> &str {
-        &self.envelope
+    fn envelope_json(&self, py: Python<'_>) -> PyResult<&str> {
+        if let Some(json) = self.json.get() {
+            return Ok(json);
+        }
+        let json = json_of(&self.envelope).map_err(|e| raised(py, &e))?;
+        Ok(self.json.get_or_init(|| json))
     }
 
     /// Whether the rows are Arrow batches (else only the envelope's JSON rows).
@@ -395,12 +400,24 @@ impl NativeBundle {
     }
 }
 
+/// context-packets.md's `compress_text(text, task, max_chars)`: `(text, preservation)`, the
+/// text as is when it fits, else its task-relevant sentences within `max_chars` characters;
+/// `("", 0.0)` when no sentence holding a task term fits (signalql_engine::context::compress_text).
+#[pyfunction]
+fn compress_text(py: Python<'_>, text: &str, task: &str, max_chars: u64) -> (String, f64) {
+    py.detach(|| {
+        signalql_engine::context::compress_text(text, task, max_chars)
+            .unwrap_or((String::new(), 0.0))
+    })
+}
+
 /// The extension module.
 #[pymodule]
 fn _signalql(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<NativeEngine>()?;
     m.add_class::<NativeResult>()?;
     m.add_class::<NativeBundle>()?;
+    m.add_function(wrap_pyfunction!(compress_text, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -136,3 +136,13 @@ def test_connect_reads_now_as_a_datetime():
     at = dt.datetime(2026, 6, 13, tzinfo=dt.timezone.utc)
     engine = signalql.connect(SAMPLE, now=at)
     assert engine.query("FROM events DURING LAST 1 d RETURN count").metadata["as_of"] == SAMPLE_NOW
+
+
+def test_an_empty_answer_keeps_its_columns(engine):
+    result = engine.query(
+        'FROM events WHERE event_name = "no such event" DURING LAST 7 d GROUP BY event_name '
+        "RETURN event_name, count"
+    )
+    table = result.to_arrow()
+    assert (len(result), table.num_rows) == (0, 0)
+    assert table.column_names == result.columns == ["event_name", "count"]

@@ -544,6 +544,53 @@ async fn items_name_estimators_and_unknown_addresses_are_errors() {
     assert_eq!(err.to_json()["error"]["code"], "unknown_context");
 }
 
+/// chars-v1 (docs/context.md, "Token counts"): a unit per character, so BUDGET is a budget in
+/// characters, exact. Counted by hand: characters, not bytes (é is one); a stored `tokens`
+/// count is not used (it does not say how many characters there are), so content kept by
+/// reference only is not packed; a budget of exactly an item's characters packs it, one less
+/// does not; COMPRESS fits the shrunk text in characters.
+#[tokio::test]
+async fn chars_v1_is_a_budget_in_characters() {
+    let accented = "Parquet café notes: déjà vu."; // 28 characters, 31 bytes
+    let short = "Parquet is columnar. Filler words, here and there.";
+    assert_eq!((accented.chars().count(), accented.len()), (28, 31));
+    let a = obj("a_accented", "Parquet notes", vec![rep("text", accented)]);
+    let mut b = obj("b_stored", "Parquet notes", vec![rep("text", short)]);
+    b.reps[0].tokens = Some(3);
+    let mut c = obj("c_ref", "Parquet notes", vec![rep("text", "")]);
+    c.reps[0].by_ref = Some("s3://bucket/c.txt");
+    c.reps[0].tokens = Some(7);
+    let dir = tempfile::tempdir().unwrap();
+    write_store(dir.path(), &[a, b, c], &[], &[], false);
+    let counts = |b: &Bundle| -> Vec<(String, i64, String)> {
+        b.items
+            .iter()
+            .map(|i| (i.object.clone(), i.tokens, i.estimator.clone()))
+            .collect()
+    };
+    let item = |o: &str, t: i64| (format!("object://{o}@1"), t, "chars-v1".to_string());
+    let q = r#"CONTEXT FOR "parquet" USING ESTIMATOR "chars-v1""#;
+    let all = bundle(dir.path(), q).await;
+    assert_eq!(counts(&all), [item("a_accented", 28), item("b_stored", 50)]);
+    assert_eq!(all.metadata.budget.used, 78);
+    assert_eq!(all.metadata.estimators, ["chars-v1"]);
+    let exact = bundle(dir.path(), &format!("{q} BUDGET 28 TOKENS")).await;
+    assert_eq!(counts(&exact), [item("a_accented", 28)]);
+    let under = bundle(dir.path(), &format!("{q} BUDGET 27 TOKENS")).await;
+    assert_eq!(counts(&under), []);
+    // COMPRESS: b's first sentence (20 characters) is what fits in 21.
+    let squeezed = bundle(
+        dir.path(),
+        r#"CONTEXT FOR "parquet columnar" USING ESTIMATOR "chars-v1" BUDGET 21 TOKENS MAX OBJECTS 1 PREFER REPRESENTATION "text" COMPRESS"#,
+    )
+    .await;
+    let [i] = squeezed.items.as_slice() else {
+        panic!("one compressed item: {:?}", counts(&squeezed))
+    };
+    assert_eq!(i.content.as_deref(), Some("Parquet is columnar."));
+    assert_eq!((i.tokens, i.estimator.as_str()), (20, "chars-v1"));
+}
+
 /// o200k_base token counts (docs/context.md, "Token counts"), against tiktoken's own counts:
 /// inline content is counted exactly (a stored count then stands only for content kept by
 /// reference), every item and the metadata name the estimator (so the address differs), the

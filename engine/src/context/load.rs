@@ -380,6 +380,16 @@ fn token_counts(estimator: Estimator) -> Result<(Expr, Expr)> {
             ]),
             when(col("tokens").is_not_null(), lit(STORED)).otherwise(lit(CHARS_DIV_4))?,
         ),
+        // A character is a unit: the content's characters, or the index's count of them. A
+        // stored `tokens` count does not say how many characters there are, so content kept
+        // by reference only is not counted (and not packed).
+        Estimator::Chars => {
+            let chars = coalesce(vec![
+                cast_expr(character_length(col("content")), DataType::Int64),
+                col("idx_chars"),
+            ]);
+            (chars, lit(estimator.name()))
+        }
         Estimator::O200k => {
             let counted = col("content")
                 .is_not_null()

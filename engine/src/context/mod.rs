@@ -31,6 +31,21 @@ pub(crate) mod subject;
 pub(crate) mod visible;
 
 pub use assemble::{Graph, assemble};
+
+/// context-packets.md's standalone `compress_text(text, task, max_chars)`: `text` as is when it
+/// has at most `max_chars` characters, else COMPRESS's extractive summary of it (the sentences
+/// holding the most task terms, in their order; docs/context.md, "COMPRESS") within
+/// `max_chars` characters, with its preservation (the fraction of the task terms found in
+/// `text` it keeps); `None` when no sentence holding a task term fits.
+pub fn compress_text(text: &str, task: &str, max_chars: u64) -> Option<(String, f64)> {
+    use signalql_udfs::scalar::token_estimate::Estimator;
+    if text.chars().count() as u64 <= max_chars {
+        return Some((text.to_string(), 1.0));
+    }
+    let terms = signalql_udfs::scalar::lexical::terms(task);
+    let max = i64::try_from(max_chars).unwrap_or(i64::MAX);
+    packing::compress_text(text, &terms, max, Estimator::Chars)
+}
 pub use bundle::{
     Budget, Bundle, BundleMetadata, Compression, Explanation, Item, Rejection, address,
     canonical_json, object_uri, parse_object_uri,

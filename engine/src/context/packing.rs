@@ -166,6 +166,7 @@ pub fn compress_text(
         let fits = match estimator {
             // The joined text's characters add up: no need to join it to count them.
             Estimator::CharsDiv4 => (((chars + extra) as i64) + 3) / 4 <= max_tokens,
+            Estimator::Chars => ((chars + extra) as i64) <= max_tokens,
             // A byte-pair count depends on the neighbours: count the text as it would be.
             Estimator::O200k => {
                 let mut with = keep.clone();

@@ -34,16 +34,21 @@ pub enum Estimator {
     CharsDiv4,
     /// Exact o200k_base byte-pair-encoding tokens.
     O200k,
+    /// `chars-v1`: one unit per character (Unicode scalar value), so a BUDGET is a budget in
+    /// characters, counted exactly (the context-packets API's `max_chars`; docs/context.md,
+    /// "Token counts").
+    Chars,
 }
 
 impl Estimator {
-    pub const ALL: [Estimator; 2] = [Estimator::CharsDiv4, Estimator::O200k];
+    pub const ALL: [Estimator; 3] = [Estimator::CharsDiv4, Estimator::O200k, Estimator::Chars];
 
     /// The name bundles record.
     pub const fn name(self) -> &'static str {
         match self {
             Estimator::CharsDiv4 => "chars-div-4-v1",
             Estimator::O200k => "o200k_base",
+            Estimator::Chars => "chars-v1",
         }
     }
 
@@ -67,6 +72,7 @@ impl Estimator {
         match self {
             Estimator::CharsDiv4 => chars_div_4(text),
             Estimator::O200k => o200k_count(text),
+            Estimator::Chars => text.chars().count() as i64,
         }
     }
 }
@@ -257,6 +263,10 @@ mod tests {
             Some(Estimator::CharsDiv4)
         );
         assert_eq!(Estimator::from_name("cl100k_base"), None);
+        // chars-v1 counts characters (Unicode scalar values), not bytes: by hand.
+        assert_eq!(Estimator::from_name("CHARS-V1"), Some(Estimator::Chars));
+        assert_eq!(Estimator::Chars.count("héllo wörld"), 11);
+        assert_eq!(Estimator::Chars.count(""), 0);
     }
 
     /// The o200k counts equal tiktoken's (tiktoken-rs, the reference implementation's port)
