@@ -792,6 +792,8 @@ fn run(cli: Cli) -> Result<(), Error> {
                 task,
                 budget,
                 project,
+                // USING KIND through the clauses (docs/context.md).
+                kind: None,
                 clauses,
                 compress: compress.then_some(true),
                 prefer,

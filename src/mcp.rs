@@ -665,6 +665,8 @@ async fn context_bundle(engine: &Engine, args: &ContextArgs) -> crate::Result<cr
         task: args.task.clone(),
         budget: args.budget,
         project: args.project.clone(),
+        // USING KIND through the clauses (docs/context.md).
+        kind: None,
         clauses: args.clauses.clone(),
         compress: args.compress,
         prefer: args.prefer.clone().unwrap_or_default(),

@@ -16,6 +16,8 @@ pub struct ContextRequest {
     pub budget: Option<u64>,
     /// USING PROJECT "p".
     pub project: Option<String>,
+    /// USING KIND "k" (a signalql extension: objects of one kind).
+    pub kind: Option<String>,
     /// Further clauses in SignalQL syntax, e.g. `PREFER current MAX OBJECTS 5`.
     pub clauses: Option<String>,
     /// COMPRESS on or off; `None` leaves it as the clauses say.
@@ -62,6 +64,9 @@ impl ContextRequest {
         }
         if self.project.is_some() {
             q.project = self.project.clone();
+        }
+        if self.kind.is_some() {
+            q.kind = self.kind.clone();
         }
         if let Some(c) = self.compress {
             q.compress = c;
@@ -263,6 +268,7 @@ mod tests {
             clauses: Some("MAX OBJECTS 9 PREFER verified EXCLUDE untrusted".into()),
             budget: Some(300),
             project: Some("docs".into()),
+            kind: Some("note".into()),
             compress: Some(true),
             prefer: vec!["current".into(), r#"representation "summary""#.into()],
             exclude: vec![
@@ -277,7 +283,7 @@ mod tests {
             estimator: Some("o200k".into()),
             params: Default::default(),
         };
-        let by_hand = r#"CONTEXT FOR "t" USING PROJECT "docs" USING ESTIMATOR "o200k_base" BUDGET 300 TOKENS PREFER CURRENT, REPRESENTATION "summary" EXCLUDE STALE, ROLE INSTRUCTION FROM UNTRUSTED_EXTERNAL MAX OBJECTS 4 MAX DEPTH 2 MAX AGE 30 d WITH EVIDENCE COMPRESS AS OF "2026-06-01T00:00:00Z""#;
+        let by_hand = r#"CONTEXT FOR "t" USING PROJECT "docs" USING KIND "note" USING ESTIMATOR "o200k_base" BUDGET 300 TOKENS PREFER CURRENT, REPRESENTATION "summary" EXCLUDE STALE, ROLE INSTRUCTION FROM UNTRUSTED_EXTERNAL MAX OBJECTS 4 MAX DEPTH 2 MAX AGE 30 d WITH EVIDENCE COMPRESS AS OF "2026-06-01T00:00:00Z""#;
         let q = r.query().unwrap();
         assert_eq!(q.to_string(), by_hand);
         let Statement::ContextTask(back) = crate::parse(by_hand).unwrap() else {

@@ -157,6 +157,7 @@ class Engine:
         *,
         budget: Optional[int] = None,
         project: Optional[str] = None,
+        kind: Optional[str] = None,
         clauses: Optional[str] = None,
         compress: Optional[bool] = None,
         prefer: Optional[Sequence[str]] = None,
@@ -173,7 +174,8 @@ class Engine:
         token budget, as a ``Bundle``.
 
         Each keyword is one clause (signalql-v0.5-context.md): ``budget`` (BUDGET n TOKENS),
-        ``project`` (USING PROJECT), ``prefer``/``exclude`` (lists of SignalQL items such as
+        ``project`` (USING PROJECT), ``kind`` (USING KIND: one object kind),
+        ``prefer``/``exclude`` (lists of SignalQL items such as
         ``"current"``, ``'representation "summary"'``, ``"untrusted"``), ``max_objects``,
         ``max_depth``, ``max_age`` (``"30 d"``), ``with_evidence``, ``as_of``, ``estimator``
         (``"chars-div-4-v1"`` or ``"o200k_base"``), ``compress``; ``clauses`` is further
@@ -183,6 +185,7 @@ class Engine:
             "task": task,
             "budget": budget,
             "project": project,
+            "kind": kind,
             "clauses": clauses,
             "compress": compress,
             "prefer": list(prefer or []),

@@ -9,9 +9,10 @@ over CONTEXT FOR.
 ``assemble_context`` runs ``CONTEXT FOR task BUDGET max_chars TOKENS USING ESTIMATOR
 "chars-v1" MAX OBJECTS max_items`` (``chars-v1`` counts one unit per character, so the budget
 is in characters, exactly: the packed texts never exceed ``max_chars``), with ``scope`` as
-USING PROJECT and ``compress`` as COMPRESS. Where the seed and signalql-v0.5 disagree, v0.5
-wins: the seed keeps at least the most relevant item under any budget, v0.5 never exceeds
-BUDGET, so a packet may be empty (docs/python.md, "signalql.packets").
+USING PROJECT, ``kind`` as USING KIND and ``compress`` as COMPRESS. Where the seed and
+signalql-v0.5 disagree, v0.5 wins: the seed keeps at least the most relevant item under any
+budget, v0.5 never exceeds BUDGET, so a packet may be empty (docs/python.md,
+"signalql.packets").
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from . import Bundle, CapabilityError, Engine, Item, _signalql
+from . import Bundle, Engine, Item, _signalql
 
 __all__ = ["ContextBudget", "ContextPacket", "assemble_context", "compress_text", "SHAPES"]
 
@@ -208,23 +209,19 @@ def assemble_context(
 ) -> ContextPacket:
     """The packet for ``task`` within ``budget`` (default ``ContextBudget()``): CONTEXT FOR
     with the budget in characters (estimator ``chars-v1``), ``max_items`` as MAX OBJECTS,
-    ``scope`` as USING PROJECT, ``compress`` as COMPRESS. ``telemetry`` receives one event
+    ``scope`` as USING PROJECT, ``kind`` as USING KIND (objects of that kind only),
+    ``compress`` as COMPRESS. ``telemetry`` receives one event
     ``{"event": "context", "task", "budget": {...}, "used_chars", "n_items",
-    "n_candidates", "bundle_id"}``. ``kind`` (an object-kind filter) is not built yet: a
-    ``CapabilityError``."""
+    "n_candidates", "bundle_id"}``."""
     budget = budget or ContextBudget()
     if budget.shape not in SHAPES:
         raise ValueError(f"unknown shape {budget.shape!r} (known: {', '.join(SHAPES)})")
-    if kind is not None:
-        raise CapabilityError(
-            "assemble_context(kind=…): filtering CONTEXT FOR by object kind is not built yet",
-            {"code": "capability_error", "feature": "context_kind_filter", "tier": "extension"},
-        )
     bundle = engine.context(
         task,
         budget=budget.max_chars,
         max_objects=budget.max_items,
         project=scope,
+        kind=kind,
         compress=compress,
         estimator="chars-v1",
     )

@@ -199,7 +199,7 @@ impl NativeEngine {
     }
 
     /// CONTEXT FOR: `request` is the JSON of the clauses' settings (python/signalql/__init__.py
-    /// `Engine.context`): task, budget, project, clauses, compress, prefer, exclude,
+    /// `Engine.context`): task, budget, project, kind, clauses, compress, prefer, exclude,
     /// max_objects, max_depth, max_age, with_evidence, as_of, estimator, params.
     fn context(&self, py: Python<'_>, request: &str) -> PyResult<NativeBundle> {
         let request = context_request(request).map_err(|e| raised(py, &e))?;
@@ -271,6 +271,7 @@ fn context_request(json: &str) -> signalql::Result<ContextRequest> {
         task: text("task").unwrap_or_default(),
         budget: number("budget"),
         project: text("project"),
+        kind: text("kind"),
         clauses: text("clauses"),
         compress: flag("compress"),
         prefer: list("prefer"),

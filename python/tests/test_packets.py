@@ -147,10 +147,24 @@ def test_telemetry_gets_one_event(engine):
     assert called == events
 
 
-def test_unbuilt_and_bad_arguments_are_errors(engine):
-    with pytest.raises(signalql.CapabilityError) as caught:
-        assemble_context(engine, TASK, kind="document")
-    assert caught.value.feature == "context_kind_filter"
+def test_kind_keeps_one_object_kind(engine):
+    """USING KIND: the sample's objects are all documents (read from the objects table), so
+    kind="document" packs what no kind packs, and another kind packs nothing."""
+    kinds = {o["kind"] for o in _table("objects")}
+    assert kinds == {"document"}
+    budget = ContextBudget(max_chars=2500)
+    plain = assemble_context(engine, TASK, budget=budget)
+    documents = assemble_context(engine, TASK, budget=budget, kind="document")
+    assert documents.texts == plain.texts and len(documents.items) > 0
+    assert {p["kind"] for p in documents.provenance()} == {"document"}
+    assert 'USING KIND "document"' in documents.bundle.metadata["canonical_query"]
+    assert documents.bundle.id != plain.bundle.id
+    emails = assemble_context(engine, TASK, budget=budget, kind="email")
+    assert emails.items == [] and emails.used_chars == 0
+    assert emails.bundle.metadata["excluded"]["out_of_scope"] == emails.n_candidates
+
+
+def test_bad_arguments_are_errors(engine):
     with pytest.raises(ValueError):
         assemble_context(engine, TASK, budget=ContextBudget(shape="haiku"))
     with pytest.raises(signalql.LimitExceeded):

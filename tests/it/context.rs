@@ -49,6 +49,7 @@ struct Obj {
     id: String,
     revision: i64,
     project: &'static str,
+    kind: &'static str,
     title: String,
     created: &'static str,
     trust: &'static str,
@@ -62,6 +63,7 @@ fn obj(id: &str, title: &str, reps: Vec<Rep>) -> Obj {
         id: id.into(),
         revision: 1,
         project: "main",
+        kind: "document",
         title: title.into(),
         created: "2026-05-20T00:00:00Z",
         trust: "unknown",
@@ -103,7 +105,7 @@ fn write_store(
         let cols: Vec<ArrayRef> = vec![
             strings(g.iter().map(|o| o.id.clone()).collect()),
             strings(g.iter().map(|o| o.project.to_string()).collect()),
-            strings(g.iter().map(|_| "document".to_string()).collect()),
+            strings(g.iter().map(|o| o.kind.to_string()).collect()),
             strings(g.iter().map(|o| o.title.clone()).collect()),
             ts(g.iter().map(|o| at(o.created)).collect()),
             Arc::new(
@@ -542,6 +544,56 @@ async fn items_name_estimators_and_unknown_addresses_are_errors() {
         .await
         .unwrap_err();
     assert_eq!(err.to_json()["error"]["code"], "unknown_context");
+}
+
+/// USING KIND (docs/context.md): only objects of that kind; the others are rejected as
+/// out_of_scope, and the kind is part of the canonical query (so of the address). By hand:
+/// three objects on the task, one a note.
+#[tokio::test]
+async fn using_kind_keeps_one_object_kind() {
+    let a = obj("a", "Parquet notes", vec![rep("text", "parquet one")]);
+    let mut b = obj("b", "Parquet notes", vec![rep("text", "parquet two")]);
+    b.kind = "note";
+    let c = obj("c", "Parquet notes", vec![rep("text", "parquet three")]);
+    let dir = tempfile::tempdir().unwrap();
+    write_store(dir.path(), &[a, b, c], &[], &[], false);
+    let ids = |b: &Bundle| -> Vec<String> { b.items.iter().map(|i| i.object.clone()).collect() };
+    let all = bundle(dir.path(), r#"CONTEXT FOR "parquet""#).await;
+    assert_eq!(ids(&all), ["object://a@1", "object://b@1", "object://c@1"]);
+    let notes = bundle(dir.path(), r#"CONTEXT FOR "parquet" USING KIND "note""#).await;
+    assert_eq!(ids(&notes), ["object://b@1"]);
+    assert_eq!(notes.metadata.excluded.get("out_of_scope"), Some(&2));
+    assert_eq!(
+        notes.metadata.canonical_query,
+        r#"CONTEXT FOR "parquet" USING KIND "note""#
+    );
+    let docs = bundle(
+        dir.path(),
+        r#"CONTEXT FOR "parquet" USING KIND "document" USING PROJECT "main""#,
+    )
+    .await;
+    assert_eq!(ids(&docs), ["object://a@1", "object://c@1"]);
+    assert_eq!(
+        docs.metadata.canonical_query,
+        r#"CONTEXT FOR "parquet" USING PROJECT "main" USING KIND "document""#
+    );
+    let none = bundle(dir.path(), r#"CONTEXT FOR "parquet" USING KIND "email""#).await;
+    assert_eq!(ids(&none), Vec::<String>::new());
+    // EXPLAIN CONTEXT gives the two others out_of_scope.
+    let x = engine(dir.path()).explain_context(&notes.id).await.unwrap();
+    assert_eq!(
+        serde_json::to_value(&x.rejected).unwrap(),
+        serde_json::json!([
+            {"object": "object://a@1", "reason": "out_of_scope"},
+            {"object": "object://c@1", "reason": "out_of_scope"}
+        ])
+    );
+    // Given twice: a parse error.
+    let err = engine(dir.path())
+        .answer(r#"CONTEXT FOR "parquet" USING KIND "a" USING KIND "b""#)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "parse_error");
 }
 
 /// chars-v1 (docs/context.md, "Token counts"): a unit per character, so BUDGET is a budget in

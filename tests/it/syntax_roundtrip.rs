@@ -641,11 +641,12 @@ fn context_task() -> impl Strategy<Value = ContextQuery> {
         prop::option::of(word()),
         text(),
     ));
-    (a, b, subject).prop_map(
+    (a, b, subject, prop::option::of(text())).prop_map(
         |(
             (task, project, budget, mut prefer, mut exclude),
             (max_objects, max_depth, max_age, with_evidence, compress, as_of, estimator),
             subject,
+            kind,
         )| {
             let subject = subject.map(|(t, rest, entity_id)| EntityRef {
                 entity_type: match rest {
@@ -667,6 +668,7 @@ fn context_task() -> impl Strategy<Value = ContextQuery> {
                 task,
                 subject,
                 project,
+                kind,
                 budget,
                 prefer,
                 exclude,

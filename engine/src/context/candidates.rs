@@ -17,6 +17,8 @@ use crate::error::{Error, Result};
 struct RowCols {
     ids: StringColumn,
     projects: StringColumn,
+    /// The objects' kinds, read only for USING KIND.
+    kinds: Option<StringColumn>,
     origins: StringColumn,
     trusts: StringColumn,
     validations: StringColumn,
@@ -59,6 +61,7 @@ impl RowCols {
         Ok(RowCols {
             ids: s("object_id")?,
             projects: s("project")?,
+            kinds: b.column_by_name("kind").map(|_| s("kind")).transpose()?,
             origins: s("origin")?,
             trusts: s("trust")?,
             validations: s("validation")?,
@@ -136,9 +139,17 @@ impl CandidateFold {
                     self.out.push(Candidate {
                         id: id.to_string(),
                         revision: c.revs.value(i),
+                        // In scope: USING PROJECT's project and USING KIND's kind.
                         in_project: match &params.project {
                             None => true,
                             Some(p) => !c.projects.is_null(i) && c.projects.value(i) == p,
+                        } && match (&params.kind, &c.kinds) {
+                            (None, _) => true,
+                            (Some(k), Some(kinds)) => !kinds.is_null(i) && kinds.value(i) == k,
+                            // The plan carries the column whenever the query names a kind.
+                            (Some(_), None) => {
+                                return Err(Error::internal("USING KIND: no kind column"));
+                            }
                         },
                         within_age: max_age_from.is_none_or(|from| c.created.value(i) >= from),
                         state: strings.get(c.states.value(i)),

@@ -454,7 +454,9 @@ pub(crate) fn decide(
     t: i64,
     list: bool,
 ) -> Result<Option<Decisions>> {
-    if p.subject.is_some() || p.compress || p.estimator != Estimator::CharsDiv4 {
+    // The generation holds no object kinds: USING KIND reads the Parquet plan.
+    if p.subject.is_some() || p.compress || p.estimator != Estimator::CharsDiv4 || p.kind.is_some()
+    {
         return Ok(None);
     }
     let Some(facts) = g.derived(Facts::of) else {

@@ -304,6 +304,9 @@ pub async fn plan(
     if let Some(p) = &params.project {
         scope = scope.and(col("project").eq(lit(p.as_str())));
     }
+    if let Some(k) = &params.kind {
+        scope = scope.and(col("kind").eq(lit(k.as_str())));
+    }
     if let Some(from) = params.min_created {
         scope = scope.and(col("rev_created_at").gt_eq(ts_lit(from)));
     }
@@ -342,6 +345,10 @@ pub async fn plan(
     .collect();
     if params.compress {
         out.push(col("content"));
+    }
+    // USING KIND's scope is decided by the packer too (the candidates' out_of_scope).
+    if params.kind.is_some() {
+        out.push(col("kind"));
     }
     let (est_tokens, estimator) = token_counts(params.estimator)?;
     out.extend([

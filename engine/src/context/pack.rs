@@ -47,6 +47,8 @@ pub struct PackParams {
     pub exclude_stale: bool,
     pub prefer: Vec<PreferItem>,
     pub project: Option<String>,
+    /// USING KIND: the one object kind in scope.
+    pub kind: Option<String>,
     /// MAX AGE: revisions created before this instant (µs) are out.
     pub min_created: Option<i64>,
     /// COMPRESS, and the task's lexical-v1 terms it keeps sentences for.
@@ -73,6 +75,7 @@ impl PackParams {
             exclude_stale: q.exclude.contains(&ExcludeItem::Stale),
             prefer: q.prefer.clone(),
             project: q.project.clone(),
+            kind: q.kind.clone(),
             min_created: match &q.max_age {
                 Some(d) => {
                     let too_old = || {

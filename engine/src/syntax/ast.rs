@@ -452,6 +452,10 @@ pub struct ContextQuery {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub subject: Option<EntityRef>,
     pub project: Option<String>,
+    /// `USING KIND "k"` (signalql extension, the context-packets API's `kind`): only objects
+    /// of that kind; others are out of scope, as for USING PROJECT.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
     pub budget: Option<u64>,
     pub prefer: Vec<PreferItem>,
     pub exclude: Vec<ExcludeItem>,
@@ -493,6 +497,7 @@ impl ContextQuery {
             task,
             subject: None,
             project: None,
+            kind: None,
             budget: None,
             prefer: Vec::new(),
             exclude: Vec::new(),

@@ -470,6 +470,9 @@ impl Display for ContextQuery {
         if let Some(p) = &self.project {
             write!(f, " USING PROJECT {}", quote(p))?;
         }
+        if let Some(k) = &self.kind {
+            write!(f, " USING KIND {}", quote(k))?;
+        }
         if let Some(e) = &self.estimator {
             write!(f, " USING ESTIMATOR {}", quote(e))?;
         }

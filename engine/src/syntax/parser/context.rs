@@ -89,6 +89,9 @@ impl Parser {
                     if self.eat_kw("project").is_some() {
                         seen.once("USING PROJECT", t.span)?;
                         q.project = Some(self.parse_string("a project string")?.0);
+                    } else if self.eat_kw("kind").is_some() {
+                        seen.once("USING KIND", t.span)?;
+                        q.kind = Some(self.parse_string("an object kind string")?.0);
                     } else if self.eat_kw("estimator").is_some() {
                         seen.once("USING ESTIMATOR", t.span)?;
                         let (name, span) = self.parse_string("an estimator name")?;
@@ -105,7 +108,7 @@ impl Parser {
                     } else {
                         return Err(Error::parse(
                             format!(
-                                "expected PROJECT or ESTIMATOR, found {}",
+                                "expected PROJECT, KIND or ESTIMATOR, found {}",
                                 super::describe(&what)
                             ),
                             what.span,
