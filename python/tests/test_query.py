@@ -146,3 +146,23 @@ def test_an_empty_answer_keeps_its_columns(engine):
     table = result.to_arrow()
     assert (len(result), table.num_rows) == (0, 0)
     assert table.column_names == result.columns == ["event_name", "count"]
+
+
+GENERATED = [
+    "FROM events DURING LAST 30 d GROUP BY event_name RETURN event_name, count, "
+    "count_distinct(user_id) ORDER BY event_name",
+    'FROM events WHERE event_name = "purchase" DURING LAST 14 d GROUP BY properties.plan '
+    "RETURN properties.plan, count, avg(properties.amount) ORDER BY properties.plan",
+    'FUNNEL "visit" -> "signup" -> "activated" FROM events DURING LAST 28 d WITHIN 7 d',
+    "FROM events DURING LAST 7 d BUCKET BY d RETURN count",
+]
+
+
+@pytest.mark.parametrize("text", GENERATED)
+def test_generated_data_answers_as_the_cli(big_events, text):
+    engine = signalql.connect(big_events)
+    result = engine.query(text)
+    cli = cli_json("query", "--data", str(big_events), "--format", "json", text)
+    assert result.envelope["columns"] == cli["columns"]
+    assert _same(result.rows, cli["rows"])
+    assert len(result.to_arrow()) == len(cli["rows"]) > 0

@@ -31,6 +31,16 @@ pub(crate) mod subject;
 pub(crate) mod visible;
 
 pub use assemble::{Graph, assemble};
+pub use bundle::{
+    Budget, Bundle, BundleMetadata, Compression, Explanation, Item, Rejection, address,
+    canonical_json, object_uri, parse_object_uri,
+};
+pub use pack::{
+    DEFAULT_BUDGET, DEFAULT_MAX_DEPTH, DEFAULT_MAX_OBJECTS, Decisions, MAX_BUDGET, MAX_MAX_DEPTH,
+    MAX_MAX_OBJECTS, PackParams, check_limits, decide,
+};
+
+pub use signalql_udfs::scalar::lexical::SCORER;
 
 /// context-packets.md's standalone `compress_text(text, task, max_chars)`: `text` as is when it
 /// has at most `max_chars` characters, else COMPRESS's extractive summary of it (the sentences
@@ -46,15 +56,6 @@ pub fn compress_text(text: &str, task: &str, max_chars: u64) -> Option<(String, 
     let max = i64::try_from(max_chars).unwrap_or(i64::MAX);
     packing::compress_text(text, &terms, max, Estimator::Chars)
 }
-pub use bundle::{
-    Budget, Bundle, BundleMetadata, Compression, Explanation, Item, Rejection, address,
-    canonical_json, object_uri, parse_object_uri,
-};
-pub use pack::{
-    DEFAULT_BUDGET, DEFAULT_MAX_DEPTH, DEFAULT_MAX_OBJECTS, Decisions, MAX_BUDGET, MAX_MAX_DEPTH,
-    MAX_MAX_OBJECTS, PackParams, check_limits, decide,
-};
-pub use signalql_udfs::scalar::lexical::SCORER;
 
 /// Drops `garbage` on a short-lived thread: freeing 100k candidates or rejections takes tens
 /// of milliseconds an answer need not wait for. (If no thread can be started, it is dropped
