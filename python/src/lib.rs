@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use datafusion::arrow::array::{Array, ArrayRef, RecordBatch, StructArray};
+use datafusion::arrow::array::{ArrayRef, RecordBatch, StructArray};
 use datafusion::arrow::datatypes::{DataType, Field, SchemaRef};
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
@@ -365,7 +365,6 @@ impl NativeResult {
             .iter()
             .map(|b| Arc::new(StructArray::from(b.clone())) as ArrayRef)
             .collect();
-        debug_assert!(arrays.iter().all(|a| a.null_count() == 0));
         let reader = ArrayIterator::new(arrays.into_iter().map(Ok), field);
         Ok(to_stream_pycapsule(py, Box::new(reader), requested_schema)?)
     }

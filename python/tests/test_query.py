@@ -28,13 +28,20 @@ STATEMENTS = [
 ]
 
 
-@pytest.mark.parametrize("text", STATEMENTS)
-def test_the_envelope_is_the_clis(engine, text):
+def _as_the_cli(engine, root, text, *now):
+    """The engine's answer to ``text`` and ``signalql query --format json``'s over ``root``,
+    after checking they have the same columns and rows."""
     result = engine.query(text)
-    cli = cli_json("query", "--data", str(SAMPLE), "--now", SAMPLE_NOW, "--format", "json", text)
+    cli = cli_json("query", "--data", str(root), *now, "--format", "json", text)
     assert result.envelope["columns"] == cli["columns"]
     # Sums of doubles may differ in the last bits with the order of summation (two builds).
     assert _same(result.rows, cli["rows"])
+    return result, cli
+
+
+@pytest.mark.parametrize("text", STATEMENTS)
+def test_the_envelope_is_the_clis(engine, text):
+    result, cli = _as_the_cli(engine, SAMPLE, text, "--now", SAMPLE_NOW)
     assert result.columns == [c["name"] for c in cli["columns"]]
     assert result.metadata["row_count"] == cli["metadata"]["row_count"] == len(result)
     assert result.metadata["as_of"] == SAMPLE_NOW
@@ -160,9 +167,5 @@ GENERATED = [
 
 @pytest.mark.parametrize("text", GENERATED)
 def test_generated_data_answers_as_the_cli(big_events, text):
-    engine = signalql.connect(big_events)
-    result = engine.query(text)
-    cli = cli_json("query", "--data", str(big_events), "--format", "json", text)
-    assert result.envelope["columns"] == cli["columns"]
-    assert _same(result.rows, cli["rows"])
+    result, cli = _as_the_cli(signalql.connect(big_events), big_events, text)
     assert len(result.to_arrow()) == len(cli["rows"]) > 0

@@ -596,6 +596,30 @@ async fn using_kind_keeps_one_object_kind() {
     assert_eq!(err.code(), "parse_error");
 }
 
+/// The store of the estimator tests: three objects titled "Parquet notes": `a` (id and text
+/// given), `b_stored` (the text given, with a stored token count) and `c_ref` (content kept by
+/// reference, 7 stored tokens).
+fn estimator_store(a: (&str, &str), b: (&str, i64)) -> tempfile::TempDir {
+    let a = obj(a.0, "Parquet notes", vec![rep("text", a.1)]);
+    let (b_text, b_tokens) = b;
+    let mut b = obj("b_stored", "Parquet notes", vec![rep("text", b_text)]);
+    b.reps[0].tokens = Some(b_tokens);
+    let mut c = obj("c_ref", "Parquet notes", vec![rep("text", "")]);
+    c.reps[0].by_ref = Some("s3://bucket/c.txt");
+    c.reps[0].tokens = Some(7);
+    let dir = tempfile::tempdir().unwrap();
+    write_store(dir.path(), &[a, b, c], &[], &[], false);
+    dir
+}
+
+/// Each item's object address, token count and estimator.
+fn counts(b: &Bundle) -> Vec<(String, i64, String)> {
+    b.items
+        .iter()
+        .map(|i| (i.object.clone(), i.tokens, i.estimator.clone()))
+        .collect()
+}
+
 /// chars-v1 (docs/context.md, "Token counts"): a unit per character, so BUDGET is a budget in
 /// characters, exact. Counted by hand: characters, not bytes (é is one); a stored `tokens`
 /// count is not used (it does not say how many characters there are), so content kept by
@@ -606,20 +630,7 @@ async fn chars_v1_is_a_budget_in_characters() {
     let accented = "Parquet café notes: déjà vu."; // 28 characters, 31 bytes
     let short = "Parquet is columnar. Filler words, here and there.";
     assert_eq!((accented.chars().count(), accented.len()), (28, 31));
-    let a = obj("a_accented", "Parquet notes", vec![rep("text", accented)]);
-    let mut b = obj("b_stored", "Parquet notes", vec![rep("text", short)]);
-    b.reps[0].tokens = Some(3);
-    let mut c = obj("c_ref", "Parquet notes", vec![rep("text", "")]);
-    c.reps[0].by_ref = Some("s3://bucket/c.txt");
-    c.reps[0].tokens = Some(7);
-    let dir = tempfile::tempdir().unwrap();
-    write_store(dir.path(), &[a, b, c], &[], &[], false);
-    let counts = |b: &Bundle| -> Vec<(String, i64, String)> {
-        b.items
-            .iter()
-            .map(|i| (i.object.clone(), i.tokens, i.estimator.clone()))
-            .collect()
-    };
+    let dir = estimator_store(("a_accented", accented), (short, 3));
     let item = |o: &str, t: i64| (format!("object://{o}@1"), t, "chars-v1".to_string());
     let q = r#"CONTEXT FOR "parquet" USING ESTIMATOR "chars-v1""#;
     let all = bundle(dir.path(), q).await;
@@ -656,20 +667,7 @@ async fn o200k_counts_tokens_as_tiktoken_does() {
     let long = "internationalization counterrevolutionaries incomprehensibilities parquet";
     let short = "Parquet is columnar. Filler words, here and there: 1 2 3 4.";
     assert!(o200k(long) < div4(long), "the case needs o200k < chars/4");
-    let a = obj("a_long", "Parquet notes", vec![rep("text", long)]);
-    let mut b = obj("b_stored", "Parquet notes", vec![rep("text", short)]);
-    b.reps[0].tokens = Some(999);
-    let mut c = obj("c_ref", "Parquet notes", vec![rep("text", "")]);
-    c.reps[0].by_ref = Some("s3://bucket/c.txt");
-    c.reps[0].tokens = Some(7);
-    let dir = tempfile::tempdir().unwrap();
-    write_store(dir.path(), &[a, b, c], &[], &[], false);
-    let counts = |b: &Bundle| -> Vec<(String, i64, String)> {
-        b.items
-            .iter()
-            .map(|i| (i.object.clone(), i.tokens, i.estimator.clone()))
-            .collect()
-    };
+    let dir = estimator_store(("a_long", long), (short, 999));
     let item = |o: &str, t: i64, e: &str| (format!("object://{o}@1"), t, e.to_string());
 
     let default = bundle(dir.path(), r#"CONTEXT FOR "parquet""#).await;
