@@ -420,6 +420,34 @@ impl Root {
         Ok(())
     }
 
+    /// [`put_new`](Self::put_new) with what `write` writes: on a local root the bytes go to the
+    /// file as they are written (never all held at once); on S3 they are gathered, then put.
+    pub fn put_new_with(
+        &self,
+        rel: &str,
+        write: impl FnOnce(&mut dyn std::io::Write) -> std::io::Result<()>,
+    ) -> Result<bool, StorageError> {
+        match self {
+            Root::Local(p) => {
+                use std::io::Write;
+                let created = crate::file::create_new(&p.join(rel), |f| {
+                    let mut buffered = std::io::BufWriter::with_capacity(1 << 20, f);
+                    write(&mut buffered)?;
+                    buffered.flush()
+                })?;
+                Ok(created)
+            }
+            Root::S3(s) => {
+                let mut bytes = Vec::new();
+                write(&mut bytes).map_err(|e| StorageError {
+                    location: s.url(rel),
+                    message: e.to_string(),
+                })?;
+                self.put_new(rel, bytes)
+            }
+        }
+    }
+
     /// Creates the file `rel` with `bytes` unless it exists; returns whether this call created
     /// it. The file appears whole or not at all, and an existing file is never replaced.
     pub fn put_new(&self, rel: &str, bytes: Vec<u8>) -> Result<bool, StorageError> {

@@ -576,11 +576,10 @@ impl Resident {
                 let files = serde_json::to_vec(&files)
                     .map_err(|e| crate::error::Error::io(e.to_string()))?;
                 kept.push((FILES, &files));
-                let bytes = generation.to_snapshot(&key, &kept)?;
-                let size = bytes.len() as u64;
+                let file = generation.snapshot(&key, &kept)?;
                 root.delete(&name).map_err(io)?;
-                root.put_new(&name, bytes).map_err(io)?;
-                size
+                root.put_new_with(&name, |w| file.write(w)).map_err(io)?;
+                file.len()
             }
         };
         for (other, _) in names {

@@ -100,13 +100,19 @@ pub(super) fn batch_bytes(batch: &RecordBatch) -> usize {
 }
 
 /// `batch` as an Arrow IPC stream.
+#[cfg(test)]
 pub(super) fn ipc(batch: &RecordBatch) -> Result<Vec<u8>> {
     let mut out = Vec::new();
-    let mut w = StreamWriter::try_new(&mut out, &batch.schema())?;
+    ipc_into(batch, &mut out)?;
+    Ok(out)
+}
+
+/// `batch` as an Arrow IPC stream, written to `out`.
+pub(super) fn ipc_into(batch: &RecordBatch, out: &mut impl std::io::Write) -> Result<()> {
+    let mut w = StreamWriter::try_new(out, &batch.schema())?;
     w.write(batch)?;
     w.finish()?;
-    drop(w);
-    Ok(out)
+    Ok(())
 }
 
 /// The one batch of an Arrow IPC stream held in `part` (`what`: for the error); its arrays

@@ -56,10 +56,41 @@ pub(super) struct RepRow {
     pub name: Arc<str>,
     pub media: Arc<str>,
     pub content_ref: Option<String>,
-    pub content_hash: String,
+    pub content_hash: ContentHash,
     pub tokens: Option<i64>,
     pub stored: bool,
-    pub roles: Vec<Arc<str>>,
+    /// Its effective roles (shared with its revision's when it has none of its own).
+    pub roles: Arc<[Arc<str>]>,
+}
+
+/// A representation's content hash as a build holds it: a lower-case hex SHA-256 as its 32
+/// bytes ([`sha256_bytes`]), any other text as written.
+pub(super) enum ContentHash {
+    Sha256([u8; 32]),
+    Text(Box<str>),
+}
+
+impl ContentHash {
+    pub(super) fn of(hash: &str) -> ContentHash {
+        match sha256_bytes(hash) {
+            Some(bytes) => ContentHash::Sha256(bytes),
+            None => ContentHash::Text(hash.into()),
+        }
+    }
+
+    fn sha256(&self) -> Option<[u8; 32]> {
+        match self {
+            ContentHash::Sha256(b) => Some(*b),
+            ContentHash::Text(_) => None,
+        }
+    }
+
+    fn text(&self) -> Option<&str> {
+        match self {
+            ContentHash::Sha256(_) => None,
+            ContentHash::Text(t) => Some(t),
+        }
+    }
 }
 
 /// A dictionary of strings keyed by u32: a representation's name and media type take few
@@ -144,13 +175,11 @@ impl Reps {
         rows.dedup_by(|b, a| a.o == b.o && a.name == b.name);
         let mut roles = ListBuilder::new(StringBuilder::new());
         for r in &rows {
-            for role in &r.roles {
+            for role in r.roles.iter() {
                 roles.values().append_value(role);
             }
             roles.append(true);
         }
-        let sha256: Vec<Option<[u8; 32]>> =
-            rows.iter().map(|r| sha256_bytes(&r.content_hash)).collect();
         let arrays: Vec<ArrayRef> = vec![
             Arc::new(UInt32Array::from_iter_values(rows.iter().map(|r| r.o))),
             dictionary(rows.iter().map(|r| &*r.name))?,
@@ -159,12 +188,12 @@ impl Reps {
                 rows.iter().map(|r| r.content_ref.as_deref()),
             )),
             Arc::new(FixedSizeBinaryArray::try_from_sparse_iter_with_size(
-                sha256.iter().copied(),
+                rows.iter().map(|r| r.content_hash.sha256()),
                 32,
             )?),
-            Arc::new(StringArray::from_iter(rows.iter().zip(&sha256).map(
-                |(r, bytes)| bytes.is_none().then_some(r.content_hash.as_str()),
-            ))),
+            Arc::new(StringArray::from_iter(
+                rows.iter().map(|r| r.content_hash.text()),
+            )),
             Arc::new(Int64Array::from_iter(rows.iter().map(|r| r.tokens))),
             Arc::new(BooleanArray::from_iter(rows.iter().map(|r| Some(r.stored)))),
             Arc::new(roles.finish()),
@@ -337,12 +366,31 @@ impl Dictionary {
     }
 }
 
-/// An edge as the build collects it.
-pub(super) struct EdgeRow {
-    pub owner: u32,
-    pub a: String,
-    pub b: String,
-    pub relation: String,
+/// The edges as the build collects them, in the columns [`Edges`] keeps (a row of three
+/// strings per edge was 160 bytes, the columns hold its characters and 16).
+#[derive(Default)]
+pub(super) struct EdgeColumns {
+    owner: Vec<u32>,
+    a: StringBuilder,
+    b: StringBuilder,
+    relation: StringBuilder,
+}
+
+impl EdgeColumns {
+    /// Adds an edge; `false` when a column would pass what a string array's offsets can
+    /// count (the graph cannot then be held).
+    fn push(&mut self, owner: u32, a: &str, b: &str, relation: &str) -> bool {
+        let room =
+            |c: &StringBuilder, s: &str| c.values_slice().len() + s.len() <= i32::MAX as usize;
+        if !(room(&self.a, a) && room(&self.b, b) && room(&self.relation, relation)) {
+            return false;
+        }
+        self.owner.push(owner);
+        self.a.append_value(a);
+        self.b.append_value(b);
+        self.relation.append_value(relation);
+        true
+    }
 }
 
 fn edges_schema() -> Arc<Schema> {
@@ -365,14 +413,12 @@ pub struct Edges {
 }
 
 impl Edges {
-    pub(super) fn build(rows: Vec<EdgeRow>, objects: usize) -> Result<Edges> {
+    pub(super) fn build(mut rows: EdgeColumns, objects: usize) -> Result<Edges> {
         let arrays: Vec<ArrayRef> = vec![
-            Arc::new(UInt32Array::from_iter_values(rows.iter().map(|r| r.owner))),
-            Arc::new(StringArray::from_iter_values(rows.iter().map(|r| &r.a))),
-            Arc::new(StringArray::from_iter_values(rows.iter().map(|r| &r.b))),
-            Arc::new(StringArray::from_iter_values(
-                rows.iter().map(|r| &r.relation),
-            )),
+            Arc::new(UInt32Array::from(rows.owner)),
+            Arc::new(rows.a.finish()),
+            Arc::new(rows.b.finish()),
+            Arc::new(rows.relation.finish()),
         ];
         Edges::open(RecordBatch::try_new(edges_schema(), arrays)?, objects)
     }
@@ -436,13 +482,15 @@ impl Edges {
 
 /// The edges of a batch of `links` ([`LINK_COLUMNS`]) or `derivations`
 /// ([`DERIVATION_COLUMNS`]) that belong to a selected revision, through `owner` (an object
-/// id and revision number to its ordinal when that is its selected revision); `None` when
-/// the batch's columns are not the tables' (other types, or a NULL the tables do not allow).
+/// id and revision number to its ordinal when that is its selected revision), added to
+/// `out`; `None` when the batch's columns are not the tables' (other types, or a NULL the
+/// tables do not allow) or the edges cannot be held ([`EdgeColumns::push`]).
 pub(super) fn edges_of(
     batch: &RecordBatch,
     links: bool,
     owner: impl Fn(&str, i64) -> Option<u32>,
-) -> Option<Vec<EdgeRow>> {
+    out: &mut EdgeColumns,
+) -> Option<()> {
     let ids = strings(batch, "object_id")?;
     let numbers = read(batch, "revision", integers)?;
     let relation = strings(batch, "relation")?;
@@ -453,7 +501,7 @@ pub(super) fn edges_of(
         ),
         false => (strings(batch, "source_object_id")?, None),
     };
-    let mut out = Vec::new();
+    let (mut a, mut b) = (String::new(), String::new());
     for (row, number) in numbers.into_iter().enumerate() {
         let (Some(id), Some(number), Some(rel), Some(x)) =
             (ids.get(row), number, relation.get(row), first.get(row))
@@ -463,22 +511,20 @@ pub(super) fn edges_of(
         let Some(o) = owner(id, number) else {
             continue;
         };
-        let b = match &second {
+        b.clear();
+        match &second {
             // A link: an `object` entity is the object's node.
             Some(entity_ids) => {
                 let e = entity_ids.get(row)?;
-                format!("{x}:{e}")
+                b.extend([x, ":", e]);
             }
-            None => format!("object:{x}"),
+            None => b.extend(["object:", x]),
         };
-        out.push(EdgeRow {
-            owner: o,
-            a: format!("object:{id}"),
-            b,
-            relation: rel.to_string(),
-        });
+        a.clear();
+        a.extend(["object:", id]);
+        out.push(o, &a, &b, rel).then_some(())?;
     }
-    Some(out)
+    Some(())
 }
 
 /// What the engine kept in a snapshot file under one name ([`Generation::kept`]): its bytes,
@@ -665,10 +711,10 @@ mod tests {
             name: Arc::from(name),
             media: Arc::from("text/markdown"),
             content_ref: None,
-            content_hash: hash.to_string(),
+            content_hash: ContentHash::of(hash),
             tokens: Some(3),
             stored: false,
-            roles: vec![Arc::from("secret")],
+            roles: Arc::from([Arc::from("secret")]),
         }
     }
 

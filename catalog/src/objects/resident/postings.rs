@@ -56,32 +56,44 @@ pub(super) fn u32_at(b: &[u8], at: usize) -> u32 {
 }
 
 impl Postings {
-    /// The postings of `terms` (any order).
+    /// The postings of `terms` (any order). The buffer is allocated once at its size and
+    /// each term's bitmaps are dropped once written, so a build holds the bitmaps and the
+    /// buffer at most (not a growing blob and a copy of it as well).
     pub(super) fn build(mut terms: Vec<(Box<str>, [RoaringBitmap; 3])>) -> Result<Postings> {
         terms.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let count = terms.len();
         let pool_len: usize = terms.iter().map(|t| t.0.len()).sum();
-        let mut entries = Vec::with_capacity(terms.len() * ENTRY);
-        let mut pool = Vec::with_capacity(pool_len);
-        let mut blob = Vec::new();
-        for (term, tiers) in &terms {
-            entries.extend_from_slice(&(pool.len() as u64).to_le_bytes());
-            entries.extend_from_slice(&(term.len() as u32).to_le_bytes());
-            pool.extend_from_slice(term.as_bytes());
-            for tier in tiers {
-                let start = blob.len();
-                tier.serialize_into(&mut blob)
-                    .map_err(|e| CatalogError::Invalid(e.to_string()))?;
-                entries.extend_from_slice(&(start as u64).to_le_bytes());
-                entries.extend_from_slice(&((blob.len() - start) as u32).to_le_bytes());
-                entries.extend_from_slice(&crc32fast::hash(&blob[start..]).to_le_bytes());
-            }
+        let blob_len: usize = terms
+            .iter()
+            .flat_map(|t| t.1.iter())
+            .map(RoaringBitmap::serialized_size)
+            .sum();
+        let (pool_at, blob_at) = (count * ENTRY, count * ENTRY + pool_len);
+        let mut bytes = Vec::with_capacity(blob_at + blob_len);
+        bytes.resize(pool_at, 0);
+        for (term, _) in &terms {
+            bytes.extend_from_slice(term.as_bytes());
         }
-        let (pool_at, blob_at) = (entries.len(), entries.len() + pool.len());
-        entries.extend_from_slice(&pool);
-        entries.extend_from_slice(&blob);
+        let mut term_at = 0usize;
+        for (i, (term, tiers)) in terms.into_iter().enumerate() {
+            let mut entry = [0u8; ENTRY];
+            entry[..8].copy_from_slice(&(term_at as u64).to_le_bytes());
+            entry[8..12].copy_from_slice(&(term.len() as u32).to_le_bytes());
+            term_at += term.len();
+            for (t, tier) in tiers.into_iter().enumerate() {
+                let start = bytes.len();
+                tier.serialize_into(&mut bytes)
+                    .map_err(|e| CatalogError::Invalid(e.to_string()))?;
+                let e = &mut entry[12 + t * TIER..12 + (t + 1) * TIER];
+                e[..8].copy_from_slice(&((start - blob_at) as u64).to_le_bytes());
+                e[8..12].copy_from_slice(&((bytes.len() - start) as u32).to_le_bytes());
+                e[12..].copy_from_slice(&crc32fast::hash(&bytes[start..]).to_le_bytes());
+            }
+            bytes[i * ENTRY..(i + 1) * ENTRY].copy_from_slice(&entry);
+        }
         Ok(Postings {
-            bytes: entries.into(),
-            count: terms.len(),
+            bytes: bytes.into(),
+            count,
             pool: pool_at,
             blob: blob_at,
         })

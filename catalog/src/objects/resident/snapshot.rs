@@ -20,6 +20,7 @@
 //! CONTEXT FOR then keeps the Parquet plan; a kept part: the engine does without it).
 
 use std::collections::BTreeMap;
+use std::io::Write;
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
@@ -27,7 +28,7 @@ use datafusion::arrow::array::{Array, ArrayRef, AsArray, Int64Array, RecordBatch
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef, UInt32Type};
 
-use super::columns::{corrupt, from_ipc, ipc};
+use super::columns::{corrupt, from_ipc, ipc_into};
 use super::context::{KeptPart, Lazy};
 use super::{
     FIND_COLUMNS, Generation, KIND, NO_KIND, Postings, SNAPSHOT_MAGIC, TOMBSTONED, u64_at,
@@ -179,11 +180,124 @@ fn kept_column(a: &ArrayRef, declared: &DataType) -> Result<ArrayRef> {
     })
 }
 
+/// A part of a snapshot file: bytes held, or a batch written as an Arrow IPC stream when
+/// the file is (encoding is deterministic: measured once, written once, compared).
+enum Body<'a> {
+    Bytes(&'a [u8]),
+    Ipc(RecordBatch),
+}
+
+impl Body<'_> {
+    fn write_to(&self, w: &mut impl Write) -> Result<()> {
+        match self {
+            Body::Bytes(b) => w
+                .write_all(b)
+                .map_err(|e| CatalogError::io("the snapshot file", e)),
+            Body::Ipc(batch) => ipc_into(batch, w),
+        }
+    }
+
+    /// The part's length and CRC-32, nothing held.
+    fn measure(&self) -> Result<(usize, u32)> {
+        let mut sink = Checked::new(std::io::sink());
+        self.write_to(&mut sink)?;
+        Ok((sink.len, sink.crc.finalize()))
+    }
+}
+
+/// A writer that counts and checksums what goes through it.
+struct Checked<W> {
+    inner: W,
+    len: usize,
+    crc: crc32fast::Hasher,
+}
+
+impl<W: Write> Checked<W> {
+    fn new(inner: W) -> Self {
+        Checked {
+            inner,
+            len: 0,
+            crc: crc32fast::Hasher::new(),
+        }
+    }
+}
+
+impl<W: Write> Write for Checked<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.crc.update(&buf[..n]);
+        self.len += n;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// A generation's snapshot file, measured: its header and each part's place
+/// ([`Generation::snapshot`]).
+pub struct SnapshotFile<'a> {
+    /// The magic, the header's length and the header.
+    head: Vec<u8>,
+    /// Where the first part starts.
+    first: usize,
+    end: usize,
+    parts: Vec<(Body<'a>, Part)>,
+}
+
+impl SnapshotFile<'_> {
+    /// The file's length in bytes.
+    pub fn len(&self) -> u64 {
+        self.end as u64
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.end == 0
+    }
+
+    /// Writes the file to `out`, part by part; an error when a part's bytes are not the ones
+    /// measured.
+    pub fn write(&self, out: &mut (impl Write + ?Sized)) -> std::io::Result<()> {
+        out.write_all(&self.head)?;
+        let mut at = self.head.len();
+        let zeros = [0u8; ALIGN];
+        for (body, part) in &self.parts {
+            let start = self.first + part.at;
+            out.write_all(&zeros[..start - at])?;
+            let mut w = Checked::new(&mut *out);
+            body.write_to(&mut w).map_err(std::io::Error::other)?;
+            if w.len != part.len || w.crc.finalize() != part.crc32 {
+                return Err(std::io::Error::other(
+                    "a part of the snapshot file changed between measuring and writing it",
+                ));
+            }
+            at = start + part.len;
+        }
+        Ok(())
+    }
+}
+
 impl Generation {
     /// The generation as a snapshot file's bytes, for the tables `key` names (the engine's
     /// fingerprints of them), with `kept`: what the engine keeps with it, by name
     /// ([`Generation::kept`] gives each back).
     pub fn to_snapshot(&self, key: &[String], kept: &[(&str, &[u8])]) -> Result<Vec<u8>> {
+        let file = self.snapshot(key, kept)?;
+        let mut out = Vec::with_capacity(file.len() as usize);
+        file.write(&mut out)
+            .map_err(|e| CatalogError::Invalid(e.to_string()))?;
+        Ok(out)
+    }
+
+    /// The generation's snapshot file, measured ([`to_snapshot`](Self::to_snapshot)) and
+    /// written by [`SnapshotFile::write`] part by part: the file's bytes are never held
+    /// whole beside the generation (at ten million objects they would be as large as it).
+    pub fn snapshot<'a>(
+        &'a self,
+        key: &[String],
+        kept: &[(&str, &'a [u8])],
+    ) -> Result<SnapshotFile<'a>> {
         let mut fields = self.column_fields();
         fields.push(Field::new(TOMBSTONED, DataType::Int64, false));
         fields.push(Field::new(KIND, DataType::UInt32, false));
@@ -199,39 +313,35 @@ impl Generation {
         }
         arrays.push(Arc::new(Int64Array::new(self.tombstoned.clone(), None)));
         arrays.push(Arc::new(UInt32Array::new(self.kind.clone(), None)));
-        let batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)?;
-        let columns = ipc(&batch)?;
+        let columns = RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)?;
         let reps = self
             .reps()
             .ok_or_else(|| corrupt("its representations' checksum does not match"))?;
-        let reps = ipc(reps.batch())?;
-        let edges = match self.edges() {
-            Some(e) => Some(ipc(e.batch())?),
-            None => None,
-        };
         let whole = self.postings.whole()?;
         let postings = &whole.bytes[..];
-        let mut parts: Vec<Option<&[u8]>> = vec![Some(&columns), Some(&reps), edges.as_deref()];
-        parts.extend(kept.iter().map(|(_, b)| Some(*b)));
-        parts.push(Some(postings));
+        let mut bodies: Vec<Option<Body<'a>>> = vec![
+            Some(Body::Ipc(columns)),
+            Some(Body::Ipc(reps.batch().clone())),
+            self.edges().map(|e| Body::Ipc(e.batch().clone())),
+        ];
+        bodies.extend(kept.iter().map(|(_, b)| Some(Body::Bytes(b))));
+        bodies.push(Some(Body::Bytes(postings)));
         // Places are counted from the first part's start, the first multiple of ALIGN after
         // the header, so the header does not depend on its own length.
         let mut at = 0usize;
-        let places: Vec<Option<Part>> = parts
-            .iter()
-            .map(|b| {
-                b.map(|b| {
+        let mut places: Vec<Option<Part>> = Vec::with_capacity(bodies.len());
+        for body in &bodies {
+            places.push(match body {
+                None => None,
+                Some(body) => {
                     at = at.next_multiple_of(ALIGN);
-                    let part = Part {
-                        at,
-                        len: b.len(),
-                        crc32: crc32fast::hash(b),
-                    };
-                    at += b.len();
-                    part
-                })
-            })
-            .collect();
+                    let (len, crc32) = body.measure()?;
+                    let part = Part { at, len, crc32 };
+                    at += len;
+                    Some(part)
+                }
+            });
+        }
         let (c, r, e, p) = (places[0], places[1], places[2], places[places.len() - 1]);
         let none = Part {
             at: 0,
@@ -257,18 +367,21 @@ impl Generation {
             views,
         })
         .map_err(|e| CatalogError::Invalid(e.to_string()))?;
-        let first = (SNAPSHOT_MAGIC.len() + 8 + header.len()).next_multiple_of(ALIGN);
-        let mut out = Vec::with_capacity(first + at);
-        out.extend_from_slice(SNAPSHOT_MAGIC);
-        out.extend_from_slice(&(header.len() as u64).to_le_bytes());
-        out.extend_from_slice(header.as_bytes());
-        for (b, part) in parts.iter().zip(places) {
-            if let (Some(b), Some(part)) = (b, part) {
-                out.resize(first + part.at, 0);
-                out.extend_from_slice(b);
-            }
-        }
-        Ok(out)
+        let mut head = Vec::with_capacity(SNAPSHOT_MAGIC.len() + 8 + header.len());
+        head.extend_from_slice(SNAPSHOT_MAGIC);
+        head.extend_from_slice(&(header.len() as u64).to_le_bytes());
+        head.extend_from_slice(header.as_bytes());
+        let first = head.len().next_multiple_of(ALIGN);
+        Ok(SnapshotFile {
+            head,
+            first,
+            end: first + at,
+            parts: bodies
+                .into_iter()
+                .zip(places)
+                .filter_map(|(b, p)| Some((b?, p?)))
+                .collect(),
+        })
     }
 
     /// A generation opened from a snapshot file's bytes (as [`map`] gives them), with the key
