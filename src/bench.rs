@@ -3,38 +3,60 @@
 
 use crate::{Answer, Engine, Error, Result};
 
+/// What a bench run answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answering {
+    /// The answer as `signalql query` makes it (`Engine::answer_with`).
+    Whole,
+    /// An analytics statement's rows as Arrow batches (`Engine::query_batches_with`: no JSON
+    /// row is made); the output has the row count and columns, no rows.
+    Arrow,
+}
+
 /// Times `text` on `engine`: `warmup` uncounted runs, then `runs` counted ones (each parses
 /// and answers; with the engine's plan cache, a run after the first reuses the plan). The
 /// answer is one JSON object: the query, the run counts, `times_s` (each counted run,
 /// seconds), `median_s`, and the `row_count`, `columns` and `rows` of the last run (a
-/// bundle's items, for CONTEXT FOR).
+/// bundle's items, for CONTEXT FOR; no rows for [`Answering::Arrow`]).
 pub fn bench(
     engine: &Engine,
     text: &str,
     params: &crate::Params,
-    warmup: u32,
-    runs: u32,
+    (warmup, runs): (u32, u32),
+    answering: Answering,
 ) -> Result<serde_json::Value> {
     let rt = crate::runtime()?;
     let mut times = Vec::with_capacity(runs as usize);
     let mut last = None;
     for i in 0..warmup + runs {
         let start = std::time::Instant::now();
-        let answer = rt.block_on(engine.answer_with(text, params))?;
+        // The batches are dropped after the clock stops: freeing them is not answering.
+        let (answer, batches) = match answering {
+            Answering::Whole => (rt.block_on(engine.answer_with(text, params))?, Vec::new()),
+            Answering::Arrow => {
+                let (envelope, batches) = rt.block_on(engine.query_batches_with(text, params))?;
+                (Answer::Envelope(Box::new(envelope)), batches)
+            }
+        };
         let took = start.elapsed().as_secs_f64();
+        drop(batches);
         if i >= warmup {
             times.push(took);
         }
         last = Some(answer);
     }
+    let mut row_count = None;
     let (columns, rows) = match last {
-        Some(Answer::Envelope(e)) => (
-            serde_json::to_value(&e.columns).map_err(|e| Error::internal(e.to_string()))?,
-            e.rows
-                .into_iter()
-                .map(serde_json::Value::Array)
-                .collect::<Vec<_>>(),
-        ),
+        Some(Answer::Envelope(e)) => {
+            row_count = Some(e.metadata.row_count);
+            (
+                serde_json::to_value(&e.columns).map_err(|e| Error::internal(e.to_string()))?,
+                e.rows
+                    .into_iter()
+                    .map(serde_json::Value::Array)
+                    .collect::<Vec<_>>(),
+            )
+        }
         Some(Answer::Bundle(b)) => (
             serde_json::Value::Null,
             b.items
@@ -58,7 +80,7 @@ pub fn bench(
         "runs": runs,
         "times_s": times,
         "median_s": median(&times),
-        "row_count": rows.len(),
+        "row_count": row_count.unwrap_or(rows.len() as u64),
         "columns": columns,
         "rows": rows,
     }))

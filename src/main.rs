@@ -128,6 +128,10 @@ enum Command {
         /// Plan every run anew: no plan cache.
         #[arg(long)]
         no_plan_cache: bool,
+        /// Answer in Arrow (`Engine::query_batches`: the rows as batches, none made a JSON
+        /// value), as Parquet output and Python's `to_arrow()` do; analytics only.
+        #[arg(long)]
+        arrow: bool,
         /// The query text, or `-` to read it from stdin.
         query: String,
     },
@@ -501,14 +505,11 @@ fn answer_query(
         };
         let (envelope, batches) = rt.block_on(engine.query_batches_with(text, params))?;
         write_parquet(&out, &batches)?;
+        let rows = envelope.metadata.row_count;
         if let Some(p) = plot {
-            plotted(&envelope, &p)?;
+            plotted(&signalql::envelope::with_rows(envelope, &batches)?, &p)?;
         }
-        return write_out(&format!(
-            "wrote {} row(s) to {}\n",
-            envelope.rows.len(),
-            out.display()
-        ));
+        return write_out(&format!("wrote {rows} row(s) to {}\n", out.display()));
     }
     let envelope = match rt.block_on(engine.answer_with(text, params))? {
         Answer::Envelope(e) => *e,
@@ -699,6 +700,7 @@ fn run(cli: Cli) -> Result<(), Error> {
             runs,
             warmup,
             no_plan_cache,
+            arrow,
             query,
         } => {
             let text = read_query(query)?;
@@ -710,7 +712,11 @@ fn run(cli: Cli) -> Result<(), Error> {
                 ..reach.engine_options("bench", now)?
             };
             let engine = Engine::open_with(root, options)?;
-            write_json(&bench(&engine, &text, &params, warmup, runs)?)
+            let answer = match arrow {
+                true => signalql::bench::Answering::Arrow,
+                false => signalql::bench::Answering::Whole,
+            };
+            write_json(&bench(&engine, &text, &params, (warmup, runs), answer)?)
         }
         Command::Describe {
             data,

@@ -380,7 +380,7 @@ impl Shell {
                 )?;
                 let (again, batches) = self.cancellable(engine.query_batches(&last))?;
                 crate::parquet_out::write_parquet(file, &batches)?;
-                again.rows.len()
+                again.metadata.row_count as usize
             }
             _ => {
                 return Err(Error::type_error(format!(

@@ -16,7 +16,7 @@ use crate::bind::Binder;
 use crate::catalog::{ApplicationCatalog, Catalog, noting};
 use crate::context::{Bundle, Explanation};
 use crate::describe::Describer;
-use crate::envelope::Envelope;
+use crate::envelope::{Envelope, RowsAs};
 use crate::error::{Error, ErrorKind, Result};
 use crate::execute::Executor;
 use crate::lower::funnel::{lower_funnel, lower_sequence};
@@ -638,17 +638,23 @@ impl Engine {
     pub async fn query_statement(&self, statement: Statement) -> Result<Envelope> {
         match statement {
             Statement::Describe(d) => self.describe_envelope(&d).await,
-            statement => Ok(self.batches_of(statement).await?.0),
+            statement => Ok(self.batches_of(statement, RowsAs::Json).await?.0),
         }
     }
 
     /// Run a compiled query and build its envelope.
     pub async fn run(&self, compiled: &Compiled) -> Result<Envelope> {
-        Ok(self.run_with_batches(compiled, false).await?.0)
+        Ok(self
+            .run_with_batches(compiled, false, RowsAs::Json)
+            .await?
+            .0)
     }
 
-    /// Run one analytics query: its envelope and its rows as Arrow batches (at most the
-    /// envelope's rows, columns named as in the envelope), for Parquet output.
+    /// Run one analytics query and answer in Arrow: its envelope and its rows as Arrow
+    /// batches (the first `metadata.row_count` rows, `max_result_rows` at most, columns named
+    /// as in the envelope). The envelope's `rows` are left empty: no row is made a JSON value
+    /// (`envelope::with_rows` writes them from the batches). For Parquet, Arrow IPC and
+    /// Python's `to_arrow()` (docs/python.md, "Arrow").
     pub async fn query_batches(&self, text: &str) -> Result<(Envelope, Vec<RecordBatch>)> {
         self.query_batches_with(text, &Params::new()).await
     }
@@ -661,19 +667,24 @@ impl Engine {
     ) -> Result<(Envelope, Vec<RecordBatch>)> {
         self.traced_with(text, params, async {
             let statement = staged_sync("parse", || parse_with(text, params))?;
-            self.batches_of(statement).await
+            self.batches_of(statement, RowsAs::ArrowOnly).await
         })
         .await
     }
 
-    async fn batches_of(&self, statement: Statement) -> Result<(Envelope, Vec<RecordBatch>)> {
+    async fn batches_of(
+        &self,
+        statement: Statement,
+        rows_as: RowsAs,
+    ) -> Result<(Envelope, Vec<RecordBatch>)> {
         match statement {
             Statement::Watch(w) => Err(watch_is_a_loop().at(w.span)),
             statement => {
                 let (compiled, outcome) = self.compile_cached(statement).await?;
                 // A statement the cache holds keeps its physical plan.
                 let cached = outcome != Outcome::Bypass;
-                let (mut envelope, batches) = self.run_with_batches(&compiled, cached).await?;
+                let (mut envelope, batches) =
+                    self.run_with_batches(&compiled, cached, rows_as).await?;
                 envelope.metadata.plan_cache = outcome.as_str().into();
                 Ok((envelope, batches))
             }
@@ -763,6 +774,7 @@ impl Engine {
         &self,
         compiled: &Compiled,
         keep: bool,
+        rows_as: RowsAs,
     ) -> Result<(Envelope, Vec<RecordBatch>)> {
         let lowered = &compiled.lowered;
         let kept = keep.then_some(&compiled.kept);
@@ -777,6 +789,7 @@ impl Engine {
                 compiled.sql.as_deref().ok(),
                 &self.dataset().config().units,
                 self.limits(),
+                rows_as,
             )
         })?;
         envelope.metadata.skipped_files = compiled.skipped.clone();

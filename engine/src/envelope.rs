@@ -115,27 +115,42 @@ impl Metadata {
     }
 }
 
+/// What an analytics answer carries: the envelope with its rows as JSON values, or (an
+/// Arrow answer: `Engine::query_batches`) the envelope without them, its rows being the
+/// batches alone ([`with_rows`] writes them when asked).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RowsAs {
+    Json,
+    ArrowOnly,
+}
+
 /// The envelope of an executed analytics query, and its rows as Arrow batches named as the
 /// envelope's columns (for Parquet output). `sql` is the plan's unparsed SQL, digested.
+/// With [`RowsAs::ArrowOnly`] the envelope's `rows` are left empty (`metadata.row_count` is
+/// still the batches' rows).
 pub fn analytics(
     lowered: &Lowered,
     capped: &Capped,
     sql: Option<&str>,
     units: &BTreeMap<String, String>,
     limits: &Limits,
+    rows_as: RowsAs,
 ) -> Result<(Envelope, Vec<RecordBatch>)> {
     let executed = &capped.executed;
-    let rows = rows(&executed.batches, capped.rows)?;
+    let rows = match rows_as {
+        RowsAs::Json => rows(&executed.batches, capped.rows)?,
+        RowsAs::ArrowOnly => Vec::new(),
+    };
     let columns = columns(lowered, executed.physical.schema(), units);
     let batches = named_prefix(
         &executed.batches,
         &executed.physical.schema(),
         &columns,
-        rows.len(),
+        capped.rows,
     )?;
     let (scanned_rows, scanned_bytes) = executed.scanned;
     let mut metadata = Metadata::new(limits, lowered.as_of);
-    metadata.row_count = rows.len() as u64;
+    metadata.row_count = capped.rows as u64;
     metadata.truncated = capped.truncated;
     metadata.limit_applied = lowered.limit_applied;
     metadata.ordered = lowered.ordered;
@@ -340,6 +355,13 @@ fn array_to_json(arr: &dyn Array) -> Result<Value> {
         out.push(scalar_to_json(&ScalarValue::try_from_array(arr, i)?)?);
     }
     Ok(Value::Array(out))
+}
+
+/// `envelope` of an Arrow answer ([`RowsAs::ArrowOnly`]) with its rows written from its
+/// `batches`, as a [`RowsAs::Json`] answer has them.
+pub fn with_rows(mut envelope: Envelope, batches: &[RecordBatch]) -> Result<Envelope> {
+    envelope.rows = rows(batches, envelope.metadata.row_count as usize)?;
+    Ok(envelope)
 }
 
 /// All rows of `batches` as arrays in column order, at most `max_rows` of them.

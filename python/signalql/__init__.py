@@ -257,7 +257,9 @@ class Result:
     (``__arrow_c_stream__``), so ``pyarrow.table(result)``, ``polars.from_arrow(result)`` and
     DuckDB's ``duckdb.sql("select * from result")`` read the engine's buffers without a copy.
     ``rows`` and ``columns`` are the envelope's (JSON values: timestamps as RFC 3339 text),
-    ``envelope`` the whole envelope as ``signalql query --format json`` prints it."""
+    ``envelope`` the whole envelope as ``signalql query --format json`` prints it. The rows
+    are made JSON values only when ``rows``, ``envelope`` or iteration asks for them:
+    ``to_arrow()``, ``columns``, ``metadata`` and ``len()`` never do."""
 
     def __init__(self, native: "_signalql.NativeResult") -> None:
         self._native = native
@@ -278,12 +280,16 @@ class Result:
     @property
     def columns(self) -> list[str]:
         """The column names (their types and units are in ``envelope["columns"]``)."""
-        return [c["name"] for c in self.envelope["columns"]]
+        if self._envelope is not None:
+            return [c["name"] for c in self._envelope["columns"]]
+        return [c["name"] for c in _json.loads(self._native.columns_json)]
 
     @property
     def metadata(self) -> dict[str, Any]:
         """The envelope's metadata: row count, truncation, T, window, cost, ..."""
-        return self.envelope["metadata"]
+        if self._envelope is not None:
+            return self._envelope["metadata"]
+        return _json.loads(self._native.metadata_json)
 
     def __len__(self) -> int:
         return len(self._native)

@@ -293,6 +293,8 @@ fn context_request(json: &str) -> signalql::Result<ContextRequest> {
 /// An analytics answer: the envelope and, for statements that make them, its rows as Arrow.
 #[pyclass(frozen, module = "signalql._signalql")]
 struct NativeResult {
+    /// Without its rows when they are Arrow batches (`Engine::query_batches`): they are
+    /// made JSON values only when Python asks for the envelope or `rows`.
     envelope: signalql::Envelope,
     /// The envelope's JSON, written the first time Python asks for it (`to_arrow()` alone
     /// never writes it).
@@ -312,7 +314,7 @@ impl NativeResult {
             (batches, schema)
         });
         NativeResult {
-            rows: envelope.rows.len(),
+            rows: envelope.metadata.row_count as usize,
             envelope,
             json: OnceLock::new(),
             arrow,
@@ -328,8 +330,28 @@ impl NativeResult {
         if let Some(json) = self.json.get() {
             return Ok(json);
         }
-        let json = json_of(&self.envelope).map_err(|e| raised(py, &e))?;
+        let json = py
+            .detach(|| match &self.arrow {
+                Some((batches, _)) => {
+                    let whole = signalql::envelope::with_rows(self.envelope.clone(), batches)?;
+                    json_of(&whole)
+                }
+                None => json_of(&self.envelope),
+            })
+            .map_err(|e| raised(py, &e))?;
         Ok(self.json.get_or_init(|| json))
+    }
+
+    /// The envelope's `columns` as JSON (no row is written for them).
+    #[getter]
+    fn columns_json(&self, py: Python<'_>) -> PyResult<String> {
+        json_of(&self.envelope.columns).map_err(|e| raised(py, &e))
+    }
+
+    /// The envelope's `metadata` as JSON (no row is written for it).
+    #[getter]
+    fn metadata_json(&self, py: Python<'_>) -> PyResult<String> {
+        json_of(&self.envelope.metadata).map_err(|e| raised(py, &e))
     }
 
     /// Whether the rows are Arrow batches (else only the envelope's JSON rows).

@@ -100,6 +100,38 @@ def test_the_rows_are_not_copied(engine):
     assert a and a == b
 
 
+class _NoEnvelope:
+    """A native result that fails the test when its envelope (its JSON rows) is written."""
+
+    def __init__(self, native):
+        self._native = native
+
+    def __getattr__(self, name):
+        if name == "envelope_json":
+            pytest.fail("the envelope's rows were written")
+        return getattr(self._native, name)
+
+    def __len__(self):
+        return len(self._native)
+
+
+def test_the_rows_are_written_only_when_asked(engine):
+    """len(), columns, metadata and to_arrow() never write the envelope (its JSON rows); the
+    envelope written later agrees with them and with the Arrow rows."""
+    result = engine.query(
+        "FROM events GROUP BY session_id RETURN session_id, count ORDER BY session_id ASC"
+    )
+    native = result._native
+    result._native = _NoEnvelope(native)
+    table = result.to_arrow()
+    columns, metadata, n = result.columns, result.metadata, len(result)
+    result._native = native
+    assert (table.num_rows, n, metadata["row_count"], metadata["truncated"]) == (10_000,) * 3 + (True,)
+    assert columns == ["session_id", "count"] == table.column_names
+    assert metadata == result.envelope["metadata"]
+    assert result.rows == [list(r.values()) for r in table.to_pylist()]
+
+
 def test_params_are_bound_as_literals(engine):
     text = "FROM events WHERE event_name = $name DURING LAST 7 d RETURN count"
     bound = engine.query(text, params={"name": "purchase"})

@@ -180,3 +180,41 @@ async fn sequence_is_capped_at_the_row_limit_and_says_so() {
     assert_eq!(capped.metadata.limit_applied, 50);
     assert_eq!(capped.rows[..], full.rows[..50]);
 }
+
+/// An Arrow answer (`Engine::query_batches`: Parquet output, Python's `to_arrow()`) makes no
+/// JSON row: its envelope has none, its batches hold `row_count` rows, and
+/// `envelope::with_rows` writes exactly the rows the JSON answer has.
+#[tokio::test]
+async fn an_arrow_answer_makes_no_json_rows_until_asked() {
+    let engine = Engine::open(signalql::sample_dataset()).unwrap();
+    for query in [
+        "FROM events DURING LAST 7 d GROUP BY event_name RETURN event_name, count ORDER BY count DESC, event_name ASC",
+        // Over the 10 000-row cap: truncated alike.
+        "FROM events GROUP BY session_id RETURN session_id, count ORDER BY session_id ASC",
+    ] {
+        let whole = engine.query(query).await.unwrap();
+        let (arrow, batches) = engine.query_batches(query).await.unwrap();
+        assert!(arrow.rows.is_empty(), "{query}");
+        let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+        assert_eq!(rows as u64, whole.metadata.row_count, "{query}");
+        assert_eq!(whole.rows.len() as u64, whole.metadata.row_count, "{query}");
+        assert_eq!(
+            arrow.metadata.truncated, whole.metadata.truncated,
+            "{query}"
+        );
+        let written = signalql::envelope::with_rows(arrow, &batches).unwrap();
+        assert_eq!(
+            serde_json::to_value(&written).unwrap(),
+            serde_json::to_value(&whole).unwrap(),
+            "{query}"
+        );
+    }
+    let (truncated, _) = engine
+        .query_batches(
+            "FROM events GROUP BY session_id RETURN session_id, count ORDER BY session_id ASC",
+        )
+        .await
+        .unwrap();
+    assert!(truncated.metadata.truncated);
+    assert_eq!(truncated.metadata.row_count, 10_000);
+}
