@@ -778,7 +778,7 @@ impl Engine {
     ) -> Result<(Envelope, Vec<RecordBatch>)> {
         let lowered = &compiled.lowered;
         let kept = keep.then_some(&compiled.kept);
-        let capped = match self.exec.run_lowered(lowered, kept).await {
+        let capped = match self.exec.run_lowered(lowered, kept, rows_as).await {
             Ok(c) => c,
             Err(e) => return Err(self.name_unreadable_file(e).await),
         };

@@ -115,14 +115,7 @@ impl Metadata {
     }
 }
 
-/// What an analytics answer carries: the envelope with its rows as JSON values, or (an
-/// Arrow answer: `Engine::query_batches`) the envelope without them, its rows being the
-/// batches alone ([`with_rows`] writes them when asked).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RowsAs {
-    Json,
-    ArrowOnly,
-}
+pub use crate::execute::RowsAs;
 
 /// The envelope of an executed analytics query, and its rows as Arrow batches named as the
 /// envelope's columns (for Parquet output). `sql` is the plan's unparsed SQL, digested.

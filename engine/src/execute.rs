@@ -49,6 +49,15 @@ pub struct Executed {
     pub on_workers: bool,
 }
 
+/// What an analytics answer carries: the envelope with its rows as JSON values, or (an
+/// Arrow answer: `Engine::query_batches`) the envelope without them, its rows being the
+/// batches alone (`envelope::with_rows` writes them when asked).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RowsAs {
+    Json,
+    ArrowOnly,
+}
+
 /// An executed lowered query, cut to its row cap.
 pub struct Capped {
     pub executed: Executed,
@@ -309,7 +318,12 @@ impl Executor {
     /// Run a lowered query (staged when it says so) and cut it to its row cap.
     /// With `kept`, a statement the plan cache holds: its physical plan is kept and run
     /// again ([`Executor::run_kept`]).
-    pub async fn run_lowered(&self, lowered: &Lowered, kept: Option<&KeptPlan>) -> Result<Capped> {
+    pub async fn run_lowered(
+        &self,
+        lowered: &Lowered,
+        kept: Option<&KeptPlan>,
+        rows_as: RowsAs,
+    ) -> Result<Capped> {
         let executed = match (&lowered.staged, kept) {
             (None, Some(kept)) => self.run_kept(&lowered.plan, kept).await?,
             (None, None) => self.run(&lowered.plan).await?,
@@ -318,7 +332,7 @@ impl Executor {
         let total: usize = executed.batches.iter().map(|b| b.num_rows()).sum();
         let cap = lowered.row_cap.map_or(usize::MAX, |c| c as usize);
         let rows = total.min(cap);
-        self.check_answer_size(&executed.batches, rows)?;
+        self.check_answer_size(&executed.batches, rows, rows_as)?;
         Ok(Capped {
             executed,
             rows,
@@ -327,10 +341,16 @@ impl Executor {
     }
 
     /// The answer is built and printed in this process: its first `rows` rows as JSON values
-    /// in the envelope, then as text. With `max_result_rows` raised that can be far more than
-    /// the plan held, so it must fit in the pool too, or the query is `limit_exceeded`.
-    fn check_answer_size(&self, batches: &[RecordBatch], rows: usize) -> Result<()> {
-        let bytes = answer_bytes(batches, rows);
+    /// in the envelope, then as text (an Arrow answer: the batches alone). With
+    /// `max_result_rows` raised that can be far more than the plan held, so it must fit in
+    /// the pool too, or the query is `limit_exceeded`.
+    fn check_answer_size(
+        &self,
+        batches: &[RecordBatch],
+        rows: usize,
+        rows_as: RowsAs,
+    ) -> Result<()> {
+        let bytes = answer_bytes(batches, rows, rows_as);
         let pool = &self.ctx.runtime_env().memory_pool;
         let gate = MemoryConsumer::new("answer").register(pool);
         if gate.try_grow(bytes).is_ok() {
@@ -611,8 +631,9 @@ async fn failpoint_slow() {
 
 /// What returning the first `rows` rows of `batches` takes, estimated: the Arrow data three
 /// times (the batches, the envelope's strings, the printed text) and 96 bytes a cell for the
-/// envelope's JSON values (measured: 2 M rows × 6 columns took about 1.4 GB in all).
-fn answer_bytes(batches: &[RecordBatch], rows: usize) -> usize {
+/// envelope's JSON values (measured: 2 M rows × 6 columns took about 1.4 GB in all); for an
+/// Arrow answer, the batches' share alone (nothing else is made of them).
+fn answer_bytes(batches: &[RecordBatch], rows: usize, rows_as: RowsAs) -> usize {
     let total: usize = batches.iter().map(RecordBatch::num_rows).sum();
     if total == 0 {
         return 0;
@@ -620,5 +641,8 @@ fn answer_bytes(batches: &[RecordBatch], rows: usize) -> usize {
     let arrow: usize = batches.iter().map(RecordBatch::get_array_memory_size).sum();
     let columns = batches.first().map_or(0, RecordBatch::num_columns);
     let share = (arrow as f64 * rows as f64 / total as f64) as usize;
-    share.saturating_mul(3) + rows.saturating_mul(columns).saturating_mul(96)
+    match rows_as {
+        RowsAs::ArrowOnly => share,
+        RowsAs::Json => share.saturating_mul(3) + rows.saturating_mul(columns).saturating_mul(96),
+    }
 }

@@ -20,6 +20,7 @@ pub mod forms;
 pub(crate) mod funnel_phase;
 pub(crate) mod group_cap;
 pub mod kept;
+pub(crate) mod large_fetch;
 mod limits;
 pub(crate) mod lower;
 pub mod metrics;
