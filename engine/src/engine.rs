@@ -654,7 +654,7 @@ impl Engine {
     /// batches (the first `metadata.row_count` rows, `max_result_rows` at most, columns named
     /// as in the envelope). The envelope's `rows` are left empty: no row is made a JSON value
     /// (`envelope::with_rows` writes them from the batches). For Parquet, Arrow IPC and
-    /// Python's `to_arrow()` (docs/python.md, "Arrow").
+    /// Python's `to_arrow()` (docs/python.md, "`query` and `Result`").
     pub async fn query_batches(&self, text: &str) -> Result<(Envelope, Vec<RecordBatch>)> {
         self.query_batches_with(text, &Params::new()).await
     }

@@ -16,6 +16,7 @@ use serde_json::{Map, Number, Value, json};
 
 use crate::error::{Error, Result};
 use crate::execute::Capped;
+pub use crate::execute::RowsAs;
 use crate::limits::Limits;
 use crate::lower::time::rfc3339;
 use crate::lower::{Lowered, UnitSource};
@@ -114,8 +115,6 @@ impl Metadata {
         }
     }
 }
-
-pub use crate::execute::RowsAs;
 
 /// The envelope of an executed analytics query, and its rows as Arrow batches named as the
 /// envelope's columns (for Parquet output). `sql` is the plan's unparsed SQL, digested.

@@ -22,43 +22,26 @@
 use std::sync::Arc;
 
 use datafusion::common::Result;
-use datafusion::common::config::ConfigOptions;
-use datafusion::common::tree_node::{TransformedResult, TreeNode};
+use datafusion::common::tree_node::TreeNode;
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_expr::projection::ProjectionExpr;
 use datafusion::physical_expr::utils::collect_columns;
 use datafusion::physical_expr::{PhysicalExpr, ScalarFunctionExpr};
-use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::filter::{FilterExec, FilterExecBuilder};
 use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::{ExecutionPlan, Partitioning};
 
+use crate::rewrite::NodeRule;
+
 /// See the module documentation.
-#[derive(Debug, Default)]
-pub struct FileExprsInScan;
-
-impl PhysicalOptimizerRule for FileExprsInScan {
-    fn optimize(
-        &self,
-        plan: Arc<dyn ExecutionPlan>,
-        _config: &ConfigOptions,
-    ) -> Result<Arc<dyn ExecutionPlan>> {
-        crate::rewrite::rewrite_up(plan, |node| match into_scan(node)? {
-            Some(moved) => Ok(Some(moved)),
-            None => below_filter(node),
-        })
-        .data()
-    }
-
-    fn name(&self) -> &str {
-        "signalql_file_exprs_in_scan"
-    }
-
-    fn schema_check(&self) -> bool {
-        true
-    }
-}
+pub(crate) const RULE: NodeRule = NodeRule {
+    name: "signalql_file_exprs_in_scan",
+    node: |node| match into_scan(node)? {
+        Some(moved) => Ok(Some(moved)),
+        None => below_filter(node),
+    },
+};
 
 /// Whether `projection` computes a file-dependent function.
 fn reads_the_file(projection: &ProjectionExec) -> bool {

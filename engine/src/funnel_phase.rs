@@ -10,35 +10,18 @@
 use std::sync::Arc;
 
 use datafusion::common::Result;
-use datafusion::common::config::ConfigOptions;
-use datafusion::common::tree_node::TransformedResult;
-use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::Partitioning;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
 use datafusion::physical_plan::repartition::RepartitionExec;
 
+use crate::rewrite::NodeRule;
+
 /// See the module documentation.
-#[derive(Debug, Default)]
-pub struct FunnelSinglePhase;
-
-impl PhysicalOptimizerRule for FunnelSinglePhase {
-    fn optimize(
-        &self,
-        plan: Arc<dyn ExecutionPlan>,
-        _config: &ConfigOptions,
-    ) -> Result<Arc<dyn ExecutionPlan>> {
-        crate::rewrite::rewrite_up(plan, single_phase).data()
-    }
-
-    fn name(&self) -> &str {
-        "signalql_funnel_single_phase"
-    }
-
-    fn schema_check(&self) -> bool {
-        true
-    }
-}
+pub(crate) const RULE: NodeRule = NodeRule {
+    name: "signalql_funnel_single_phase",
+    node: single_phase,
+};
 
 /// `node` as one phase, when it is the Final phase of a `funnel` aggregate over a hash
 /// repartition of its Partial phase.

@@ -12,37 +12,20 @@
 use std::sync::Arc;
 
 use datafusion::common::Result;
-use datafusion::common::config::ConfigOptions;
-use datafusion::common::tree_node::TransformedResult;
-use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::limit::LocalLimitExec;
 use datafusion::physical_plan::sorts::sort::SortExec;
+
+use crate::rewrite::NodeRule;
 
 /// The largest fetch a sort keeps as a TopK (the default `max_result_rows` is 10 000).
 pub(crate) const TOP_K_MAX: usize = 100_000;
 
 /// See the module documentation.
-#[derive(Debug, Default)]
-pub struct LargeFetchSort;
-
-impl PhysicalOptimizerRule for LargeFetchSort {
-    fn optimize(
-        &self,
-        plan: Arc<dyn ExecutionPlan>,
-        _config: &ConfigOptions,
-    ) -> Result<Arc<dyn ExecutionPlan>> {
-        crate::rewrite::rewrite_up(plan, sort_then_limit).data()
-    }
-
-    fn name(&self) -> &str {
-        "signalql_large_fetch_sort"
-    }
-
-    fn schema_check(&self) -> bool {
-        true
-    }
-}
+pub(crate) const RULE: NodeRule = NodeRule {
+    name: "signalql_large_fetch_sort",
+    node: sort_then_limit,
+};
 
 /// `node` as a whole sort under a per-partition limit, when it is a sort whose fetch is over
 /// [`TOP_K_MAX`].
@@ -62,9 +45,11 @@ mod tests {
     use super::*;
     use datafusion::arrow::array::{Int64Array, RecordBatch};
     use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::common::config::ConfigOptions;
     use datafusion::datasource::memory::MemorySourceConfig;
     use datafusion::physical_expr::expressions::col;
     use datafusion::physical_expr::{LexOrdering, PhysicalSortExpr};
+    use datafusion::physical_optimizer::PhysicalOptimizerRule;
     use datafusion::physical_plan::collect;
     use datafusion::prelude::SessionContext;
 
@@ -97,9 +82,7 @@ mod tests {
                 .with_fetch(Some(fetch)),
         );
         if rule {
-            plan = LargeFetchSort
-                .optimize(plan, &ConfigOptions::default())
-                .unwrap();
+            plan = RULE.optimize(plan, &ConfigOptions::default()).unwrap();
         }
         let shape = datafusion::physical_plan::displayable(plan.as_ref())
             .indent(false)

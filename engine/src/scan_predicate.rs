@@ -12,38 +12,21 @@
 
 use std::sync::Arc;
 
-use datafusion::common::Result;
-use datafusion::common::config::ConfigOptions;
-use datafusion::common::tree_node::{TransformedResult, TreeNode};
+use datafusion::common::tree_node::TreeNode;
 use datafusion::datasource::physical_plan::{FileScanConfig, FileSource, ParquetSource};
 use datafusion::datasource::source::DataSourceExec;
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::expressions::DynamicFilterPhysicalExpr;
 use datafusion::physical_expr::utils::{conjunction, split_conjunction};
-use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::ExecutionPlan;
 
+use crate::rewrite::NodeRule;
+
 /// See the module documentation.
-#[derive(Debug, Default)]
-pub struct ScanPredicateOnce;
-
-impl PhysicalOptimizerRule for ScanPredicateOnce {
-    fn optimize(
-        &self,
-        plan: Arc<dyn ExecutionPlan>,
-        _config: &ConfigOptions,
-    ) -> Result<Arc<dyn ExecutionPlan>> {
-        crate::rewrite::rewrite_up(plan, |node| Ok(without_repeats(node))).data()
-    }
-
-    fn name(&self) -> &str {
-        "signalql_scan_predicate_once"
-    }
-
-    fn schema_check(&self) -> bool {
-        true
-    }
-}
+pub(crate) const RULE: NodeRule = NodeRule {
+    name: "signalql_scan_predicate_once",
+    node: |node| Ok(without_repeats(node)),
+};
 
 /// `node`, a Parquet scan whose predicate repeats a conjunct, with each conjunct once.
 fn without_repeats(node: &Arc<dyn ExecutionPlan>) -> Option<Arc<dyn ExecutionPlan>> {
@@ -86,10 +69,12 @@ fn dynamic(expr: &Arc<dyn PhysicalExpr>) -> bool {
 mod tests {
     use super::*;
     use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::common::config::ConfigOptions;
     use datafusion::datasource::physical_plan::FileScanConfigBuilder;
     use datafusion::execution::object_store::ObjectStoreUrl;
     use datafusion::logical_expr::Operator;
     use datafusion::physical_expr::expressions::{binary, col, lit};
+    use datafusion::physical_optimizer::PhysicalOptimizerRule;
 
     fn scan(predicate: Arc<dyn PhysicalExpr>) -> Arc<dyn ExecutionPlan> {
         let schema = Arc::new(Schema::new(vec![Field::new("a", DataType::Int64, true)]));
@@ -118,13 +103,13 @@ mod tests {
             Arc::clone(&gt),
             Arc::clone(&lt),
         ]);
-        let plan = ScanPredicateOnce
+        let plan = RULE
             .optimize(scan(twice), &ConfigOptions::default())
             .unwrap();
         assert_eq!(predicate_of(&plan), "a@0 > 1 AND a@0 < 9");
         // Nothing repeated: the scan is left as it is.
         let once = scan(conjunction([gt, lt]));
-        let same = ScanPredicateOnce
+        let same = RULE
             .optimize(Arc::clone(&once), &ConfigOptions::default())
             .unwrap();
         assert!(Arc::ptr_eq(&once, &same));

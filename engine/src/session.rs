@@ -159,18 +159,18 @@ pub fn from_application(ctx: &SessionContext) -> SessionContext {
 }
 
 /// `rules`, then the engine's own physical rules (the one-phase funnel aggregate, a whole
-/// sort under a limit for a large fetch, file expressions inside the scans, each conjunct of a scan's predicate once, string-view
-/// equality in filters). A `distributed` session
+/// sort under a limit for a large fetch, file expressions inside the scans, each conjunct of
+/// a scan's predicate once, string-view equality in filters). A `distributed` session
 /// has no string-view equality: its expression has no codec, so a filter using it could not
 /// be sent to a worker (the filter it replaces gives the same rows).
 fn with_engine_rules(
     mut rules: Vec<Arc<dyn PhysicalOptimizerRule + Send + Sync>>,
     distributed: bool,
 ) -> Vec<Arc<dyn PhysicalOptimizerRule + Send + Sync>> {
-    rules.push(Arc::new(crate::funnel_phase::FunnelSinglePhase));
-    rules.push(Arc::new(crate::large_fetch::LargeFetchSort));
-    rules.push(Arc::new(crate::file_exprs::FileExprsInScan));
-    rules.push(Arc::new(crate::scan_predicate::ScanPredicateOnce));
+    rules.push(Arc::new(crate::funnel_phase::RULE));
+    rules.push(Arc::new(crate::large_fetch::RULE));
+    rules.push(Arc::new(crate::file_exprs::RULE));
+    rules.push(Arc::new(crate::scan_predicate::RULE));
     if !distributed {
         rules.push(Arc::new(crate::view_eq::ViewEquality));
     }
