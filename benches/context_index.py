@@ -27,7 +27,8 @@ What is timed (medians; every process on this machine, nothing else running):
 * refresh: a copy of ROOT served and warmed, then `ingest objects DOCS` (into the copy, at a
   time before T), then the first FIND and CONTEXT FOR through the warm server: once with the
   snapshot file the ingest writes (the server maps it) and once with `--no-snapshot` (the
-  server refreshes its generation from the new files).
+  server refreshes its generation from the new files); `--refresh-runs` rounds (a fresh copy
+  and server each, the disk synced before each timed query), medians and every round.
 * tantivy: an in-memory index of each object's title and representations' text (the selected
   revision's), BM25 top-20 of the same terms, `searcher.search` timed in this process.
 """
@@ -163,9 +164,11 @@ def tantivy_find(con, root, terms, runs):
     return median_ms(times[3:]), round(built, 1)
 
 
-def refresh_rows(binary, root, docs, task):
+def refresh_rows(binary, root, docs, task, runs):
     """Ingest DOCS into a served copy of ROOT, with and without the snapshot file the ingest
-    writes: per variant (ingest s, first FIND ms, first CONTEXT ms, second CONTEXT ms)."""
+    writes: per variant (ingest s, first FIND ms, first CONTEXT ms, second CONTEXT ms), each
+    the median of `runs` rounds (a round measures each once: a fresh copy, a fresh server),
+    with every round's figures beside it."""
     tmp = tempfile.mkdtemp(prefix="signalql-refresh-")
     try:
         # A snapshot file names its files by location and modification time, so the copy is
@@ -177,27 +180,37 @@ def refresh_rows(binary, root, docs, task):
         shutil.rmtree(os.path.join(here, "_signalql", "resident"), ignore_errors=True)
         run([binary, "index", "--data", here])
         shutil.copytree(here, pristine)
+        rounds = {"refresh_snapshot": [], "refresh_in_memory": []}
+        for _ in range(runs):
+            for with_snapshot in (True, False):
+                shutil.rmtree(here)
+                shutil.copytree(pristine, here)
+                # The copy's and the ingest's writes reach the disk before a query is timed,
+                # so the kernel's writeback of them is not timed with it.
+                os.sync()
+                server = Server(binary, here)
+                try:
+                    server.query(f'CONTEXT FOR "{task}" BUDGET 8000 TOKENS')
+                    cmd = [binary, "ingest", "objects", docs, "--data", here, "--now", INGEST_AT]
+                    if not with_snapshot:
+                        cmd.append("--no-snapshot")
+                    t0 = time.perf_counter()
+                    run(cmd)
+                    ingest = time.perf_counter() - t0
+                    os.sync()
+                    find, _ = server.query(f'FIND OBJECT ABOUT "{task}" LIMIT 20')
+                    first, _ = server.query(f'CONTEXT FOR "{task}" BUDGET 8001 TOKENS')
+                    second, _ = server.query(f'CONTEXT FOR "{task}" BUDGET 8002 TOKENS')
+                finally:
+                    server.close()
+                name = "refresh_snapshot" if with_snapshot else "refresh_in_memory"
+                rounds[name].append({"ingest_s": ingest, "first_find_ms": find * 1000,
+                                     "first_context_ms": first * 1000, "second_context_ms": second * 1000})
         rows = {}
-        for with_snapshot in (True, False):
-            shutil.rmtree(here)
-            shutil.copytree(pristine, here)
-            server = Server(binary, here)
-            try:
-                server.query(f'CONTEXT FOR "{task}" BUDGET 8000 TOKENS')
-                cmd = [binary, "ingest", "objects", docs, "--data", here, "--now", INGEST_AT]
-                if not with_snapshot:
-                    cmd.append("--no-snapshot")
-                t0 = time.perf_counter()
-                run(cmd)
-                ingest = time.perf_counter() - t0
-                find, _ = server.query(f'FIND OBJECT ABOUT "{task}" LIMIT 20')
-                first, _ = server.query(f'CONTEXT FOR "{task}" BUDGET 8001 TOKENS')
-                second, _ = server.query(f'CONTEXT FOR "{task}" BUDGET 8002 TOKENS')
-            finally:
-                server.close()
-            name = "refresh_snapshot" if with_snapshot else "refresh_in_memory"
-            rows[name] = {"ingest_s": round(ingest, 2), "first_find_ms": round(find * 1000, 1),
-                          "first_context_ms": round(first * 1000, 1), "second_context_ms": round(second * 1000, 1)}
+        for name, each in rounds.items():
+            rows[name] = {k: round(statistics.median(r[k] for r in each), 2 if k == "ingest_s" else 1)
+                          for k in each[0]}
+            rows[name]["rounds"] = [{k: round(v, 1) for k, v in r.items()} for r in each]
         return rows
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -212,6 +225,7 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--ingest", help="a folder for `ingest objects` (the refresh rows)")
     ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--refresh-runs", type=int, default=3, help="rounds of the refresh rows (median)")
     ap.add_argument("--no-tantivy", action="store_true")
     args = ap.parse_args()
     binary, root, runs = os.path.abspath(args.binary), os.path.abspath(args.data), args.runs
@@ -264,7 +278,7 @@ def main():
         server.close()
 
     if args.ingest:
-        out.update(refresh_rows(binary, root, args.ingest, task))
+        out.update(refresh_rows(binary, root, args.ingest, task, args.refresh_runs))
 
     if not args.no_tantivy:
         import duckdb

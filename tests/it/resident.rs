@@ -687,6 +687,14 @@ fn runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
+/// A snapshot file's header length and where the header starts: after the magic (a line,
+/// its length changing with the format's number) and the header's length (u64).
+fn header_of(file: &[u8]) -> (usize, usize) {
+    let magic = file.iter().position(|&b| b == b'\n').unwrap() + 1;
+    let len = u64::from_le_bytes(file[magic..magic + 8].try_into().unwrap()) as usize;
+    (len, magic + 8)
+}
+
 /// The snapshot files under `root`.
 fn snapshot_files(root: &Path) -> Vec<std::path::PathBuf> {
     match std::fs::read_dir(root.join("_signalql/resident")) {
@@ -865,10 +873,10 @@ fn a_snapshot_with_damaged_representations_answers_find_and_not_context_for() {
     let file = snapshot_files(dir.path()).remove(0);
     let good = std::fs::read(&file).unwrap();
     // The part's place counts from the first multiple of 64 bytes after the header.
-    let len = u64::from_le_bytes(good[20..28].try_into().unwrap()) as usize;
-    let header: serde_json::Value = serde_json::from_slice(&good[28..28 + len]).unwrap();
+    let (len, start) = header_of(&good);
+    let header: serde_json::Value = serde_json::from_slice(&good[start..start + len]).unwrap();
     let part = |k: &str| header["reps"][k].as_u64().unwrap() as usize;
-    let at = (28 + len).next_multiple_of(64) + part("at") + part("len") / 2;
+    let at = (start + len).next_multiple_of(64) + part("at") + part("len") / 2;
     let mut bad = good.clone();
     bad[at] ^= 0x5a;
     std::fs::write(&file, &bad).unwrap();
@@ -1252,9 +1260,10 @@ fn context_from_the_index_expands_over_links_and_derivations() {
         .unwrap();
     let file = &snapshot_files(dir.path())[0];
     let good = std::fs::read(file).unwrap();
-    let header_len = u64::from_le_bytes(good[20..28].try_into().unwrap()) as usize;
-    let header: serde_json::Value = serde_json::from_slice(&good[28..28 + header_len]).unwrap();
-    let first = (28 + header_len).next_multiple_of(64);
+    let (header_len, start) = header_of(&good);
+    let header: serde_json::Value =
+        serde_json::from_slice(&good[start..start + header_len]).unwrap();
+    let first = (start + header_len).next_multiple_of(64);
     let middle = |part: &serde_json::Value| {
         let p = part;
         first + p["at"].as_u64().unwrap() as usize + p["len"].as_u64().unwrap() as usize / 2

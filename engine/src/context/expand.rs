@@ -72,6 +72,17 @@ struct Scratch {
     levels: Pool<u8>,
 }
 
+impl Scratch {
+    fn adopt(&self, earlier: &Scratch) {
+        self.steps.adopt(&earlier.steps);
+        self.scores.adopt(&earlier.scores);
+        self.ranks.adopt(&earlier.ranks);
+        self.small.adopt(&earlier.small);
+        self.frontier.adopt(&earlier.frontier);
+        self.levels.adopt(&earlier.levels);
+    }
+}
+
 /// Buffers of each kind a [`Scratch`] keeps (a statement holds up to three of one kind at
 /// once: a [`Scores`]' marks, then an expansion's seed ranks and marks).
 const KEPT: usize = 3;
@@ -110,6 +121,19 @@ impl<T: Copy> Pool<T> {
         }
     }
 
+    /// Moves the buffers `earlier` keeps into this pool (up to [`KEPT`]).
+    pub(crate) fn adopt(&self, earlier: &Pool<T>) {
+        let moved = std::mem::take(
+            &mut *earlier
+                .0
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        for v in moved {
+            self.give(v);
+        }
+    }
+
     /// [`take`](Self::take), given back when the loan is dropped.
     pub(crate) fn lend(&self, len: usize, fill: T) -> Lent<'_, T> {
         Lent {
@@ -125,11 +149,20 @@ impl<T: Copy> Pool<T> {
 /// A process's first statement over a large corpus otherwise faults in its per-node buffers
 /// 4 KiB at a time, zeroed by the kernel: a one-shot CONTEXT FOR at a million objects took
 /// ~29 000 faults, half its CPU in the kernel.
+///
+/// An empty buffer too small is replaced rather than grown (`realloc` would copy its old
+/// capacity, which holds nothing), with an eighth more room: a buffer kept across the
+/// generations of a growing store (a refresh adds a few objects) is then not replaced at
+/// each (the room is address space until written).
 pub(crate) fn reserve_huge<T>(v: &mut Vec<T>, additional: usize) {
     if v.capacity() - v.len() >= additional {
         return;
     }
-    v.reserve(additional);
+    if v.is_empty() {
+        *v = Vec::with_capacity(additional.saturating_add(additional / 8));
+    } else {
+        v.reserve(additional);
+    }
     advise_huge(v.as_ptr().cast(), v.capacity() * std::mem::size_of::<T>());
 }
 
@@ -500,6 +533,12 @@ impl Graph {
             objects: first..after,
             scratch: Scratch::default(),
         })
+    }
+
+    /// Takes over the per-node buffers `earlier` keeps (a graph replacing it: their pages
+    /// are already faulted in, and a buffer grows in place to this graph's nodes).
+    pub(crate) fn adopt_buffers(&self, earlier: &Graph) {
+        self.scratch.adopt(&earlier.scratch);
     }
 
     /// The nodes, by name.
@@ -1231,6 +1270,34 @@ pub fn object_node(id: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A pool taking over another's buffers holds them (their room kept) and leaves it
+    /// none; a buffer taken is refilled whole, at the length asked.
+    #[test]
+    fn a_pool_adopts_the_buffers_another_kept() {
+        let (earlier, later) = (Pool::<u32>::default(), Pool::<u32>::default());
+        let v = earlier.take(1000, 7);
+        let room = v.capacity();
+        earlier.give(v);
+        later.adopt(&earlier);
+        assert!(earlier.0.lock().unwrap().is_empty());
+        let v = later.take(900, 3);
+        assert_eq!((v.len(), v.capacity()), (900, room));
+        assert!(v.iter().all(|&x| x == 3));
+    }
+
+    /// An empty buffer too small is replaced with an eighth more room than asked; one
+    /// holding values grows keeping them.
+    #[test]
+    fn reserve_huge_replaces_an_empty_buffer_with_room() {
+        let mut v: Vec<u64> = Vec::with_capacity(10);
+        reserve_huge(&mut v, 800);
+        assert!(v.capacity() >= 900);
+        let mut w = vec![1u64, 2, 3];
+        reserve_huge(&mut w, 1000);
+        assert!(w.capacity() >= 1003);
+        assert_eq!(w, [1, 2, 3]);
+    }
 
     // The first implementation of `expand`, over strings: the oracle the interned one is
     // checked against.

@@ -85,6 +85,17 @@ struct Loans {
     scored: Pool<(i64, u32)>,
 }
 
+impl Loans {
+    fn adopt(&self, earlier: &Loans) {
+        self.sums.adopt(&earlier.sums);
+        self.eligible.adopt(&earlier.eligible);
+        self.ordinals.adopt(&earlier.ordinals);
+        self.seeds.adopt(&earlier.seeds);
+        self.levels.adopt(&earlier.levels);
+        self.scored.adopt(&earlier.scored);
+    }
+}
+
 /// A bitmap per rejection predicate (DESIGN.md §5, "Scale"), over ordinals: those that do not
 /// depend on the query's values, and what the others are decided from.
 struct Predicates {
@@ -169,6 +180,56 @@ impl Predicates {
             stale,
             unpackable,
         }
+    }
+
+    /// The bitmaps in [`keep`](signalql_catalog::objects::resident::keep)'s form (roaring's
+    /// portable serialization each), for [`from_kept`](Self::from_kept): deriving them is a
+    /// pass over every object (21 ms at a million, the first CONTEXT FOR's after a snapshot
+    /// is opened), reading them a few hundred kilobytes.
+    fn keep(&self, out: &mut Out) {
+        let mut each = |b: &RoaringBitmap| {
+            let mut bytes = Vec::with_capacity(b.serialized_size());
+            // Writing to a vector cannot fail.
+            let _ = b.serialize_into(&mut bytes);
+            out.bytes(&bytes);
+        };
+        for b in [
+            &self.tombstoned,
+            &self.secret,
+            &self.untrusted,
+            &self.stale,
+            &self.unpackable,
+        ] {
+            each(b);
+        }
+        for b in &self.by_project {
+            each(b);
+        }
+    }
+
+    /// The bitmaps [`keep`](Self::keep) wrote for `n` objects in `projects` projects; `None`
+    /// when the bytes are not that (a bitmap that does not decode, or holds an ordinal of no
+    /// object).
+    fn from_kept(r: &mut In<'_>, n: u32, projects: usize) -> Option<Predicates> {
+        let mut each = || {
+            let b = RoaringBitmap::deserialize_from(r.bytes()?).ok()?;
+            b.max().is_none_or(|m| m < n).then_some(b)
+        };
+        let [tombstoned, secret, untrusted, stale, unpackable] =
+            [each()?, each()?, each()?, each()?, each()?];
+        let by_project = (0..projects).map(|_| each()).collect::<Option<Vec<_>>>()?;
+        let mut all = RoaringBitmap::new();
+        all.insert_range(0..n);
+        Some(Predicates {
+            all,
+            tombstoned,
+            by_project,
+            by_created: std::sync::OnceLock::new(),
+            secret,
+            untrusted,
+            stale,
+            unpackable,
+        })
     }
 
     /// The objects live at `t` and eligible under `p`, and per reason the rejected ones (the
@@ -323,13 +384,13 @@ impl Facts {
         })
     }
 
-    /// The facts of `g`: read from what its snapshot file kept when it holds them (see
-    /// [`keep`](Self::keep)), else built.
+    /// The facts of `g`, with the bitmap per rejection predicate: read from what its
+    /// snapshot file kept when it holds them (see [`keep`](Self::keep)), else built.
     fn of(g: &Generation) -> Option<Facts> {
-        let mut f = g
-            .kept(FACTS)
-            .and_then(|b| Facts::from_kept(g, b))
-            .or_else(|| Facts::build(g))?;
+        if let Some(f) = g.kept(FACTS).and_then(|b| Facts::from_kept(g, b)) {
+            return Some(f);
+        }
+        let mut f = Facts::build(g)?;
         f.predicates = Predicates::of(g, &f);
         Some(f)
     }
@@ -354,6 +415,7 @@ impl Facts {
         self.graph.keep(&mut out);
         out.u32s(self.node_ordinal.iter());
         out.u32s(self.ordinal_node.iter());
+        self.predicates.keep(&mut out);
         out.into_bytes()
     }
 
@@ -377,6 +439,7 @@ impl Facts {
         let graph = Graph::from_kept(&mut r)?;
         let node_ordinal = r.words::<u32>()?;
         let ordinal_node = r.words::<u32>()?;
+        let predicates = Predicates::from_kept(&mut r, n as u32, projects.len())?;
         // Lengths only: the values are what `keep` wrote (see `Graph::from_kept`).
         let ok = r.is_empty()
             && project.len() == n
@@ -404,7 +467,7 @@ impl Facts {
             graph: Arc::new(graph),
             node_ordinal,
             ordinal_node,
-            predicates: Predicates::empty(),
+            predicates,
             loans: Loans::default(),
         })
     }
@@ -424,7 +487,7 @@ pub(crate) const FACTS: &str = "facts";
 
 /// The form [`Facts::keep`] writes, first in its bytes (a snapshot written by another version
 /// of it is derived again).
-const KEPT: &[u8] = b"signalql-facts-1";
+const KEPT: &[u8] = b"signalql-facts-2";
 
 /// The ids, revision numbers and creation times (µs) of `g`'s objects, by ordinal.
 fn identity(g: &Generation) -> Option<(StringColumn, ScalarBuffer<i64>, ScalarBuffer<i64>)> {
@@ -434,6 +497,27 @@ fn identity(g: &Generation) -> Option<(StringColumn, ScalarBuffer<i64>, ScalarBu
         g.whole_numbers("revision")?,
         g.whole_numbers("created_at")?,
     ))
+}
+
+/// Derives what CONTEXT FOR reads of `g` (its facts and the bitmap per rejection predicate)
+/// now, rather than in the first CONTEXT FOR's path; with `earlier`, a generation `g`
+/// replaces, the buffers of one entry per object or node that `earlier`'s statements kept
+/// are moved to `g`'s (at a million objects, tens of megabytes a first statement would
+/// otherwise fault in).
+pub(crate) fn prepare(g: &Generation, earlier: Option<&Generation>) {
+    let Some(facts) = g.derived(Facts::of) else {
+        return;
+    };
+    let (Some(f), Some(old)) = (
+        facts.as_ref(),
+        earlier.and_then(|e| e.derived_made::<Option<Facts>>()),
+    ) else {
+        return;
+    };
+    if let Some(old) = old.as_ref() {
+        f.loans.adopt(&old.loans);
+        f.graph.adopt_buffers(&old.graph);
+    }
 }
 
 /// What CONTEXT FOR derives from `g`, in the form its snapshot file keeps (see
@@ -946,6 +1030,49 @@ mod tests {
     }
 
     proptest::proptest! {
+        /// The bitmaps per rejection predicate a snapshot file keeps read back as they were
+        /// written; bytes cut short, or a bitmap holding an ordinal of no object, are refused.
+        #[test]
+        fn kept_predicates_read_back_as_written(
+            sets in proptest::collection::vec(proptest::collection::vec(0u32..70_000, 0..400), 7),
+            cut in 1usize..64,
+        ) {
+            let b: Vec<RoaringBitmap> = sets.iter().map(|s| s.iter().copied().collect()).collect();
+            let n = 70_000;
+            let kept = Predicates {
+                all: RoaringBitmap::new(),
+                tombstoned: b[0].clone(),
+                by_project: vec![b[5].clone(), b[6].clone()],
+                by_created: std::sync::OnceLock::new(),
+                secret: b[1].clone(),
+                untrusted: b[2].clone(),
+                stale: b[3].clone(),
+                unpackable: b[4].clone(),
+            };
+            let mut out = Out::default();
+            kept.keep(&mut out);
+            let bytes = out.into_bytes();
+            let back = Predicates::from_kept(&mut In::new(&bytes), n, 2).expect("read back");
+            let all: RoaringBitmap = (0..n).collect();
+            proptest::prop_assert_eq!(&back.all, &all);
+            for (a, b) in [
+                (&back.tombstoned, &b[0]),
+                (&back.secret, &b[1]),
+                (&back.untrusted, &b[2]),
+                (&back.stale, &b[3]),
+                (&back.unpackable, &b[4]),
+                (&back.by_project[0], &b[5]),
+                (&back.by_project[1], &b[6]),
+            ] {
+                proptest::prop_assert_eq!(a, b);
+            }
+            let cut = bytes.len().saturating_sub(cut);
+            proptest::prop_assert!(Predicates::from_kept(&mut In::new(&bytes[..cut]), n, 2).is_none());
+            if let Some(top) = b.iter().filter_map(RoaringBitmap::max).max() {
+                proptest::prop_assert!(Predicates::from_kept(&mut In::new(&bytes), top, 2).is_none());
+            }
+        }
+
         /// The postings by runs are the postings one at a time: each (object, weight) met as
         /// often, over tiers dense (read by runs) and sparse (one at a time), empty, and at
         /// the top of the ordinals.

@@ -153,8 +153,11 @@ pub struct Generation {
     derived: OnceLock<Arc<dyn Any + Send + Sync>>,
 }
 
-/// The bytes a snapshot file starts with.
-pub const SNAPSHOT_MAGIC: &[u8; 20] = b"signalql-resident-9\n";
+/// The bytes a snapshot file starts with. Its number moves with the form of any part,
+/// the parts an engine keeps included (10: the kept facts hold the bitmaps per rejection
+/// predicate), so a file of an earlier form has another name and `signalql index` writes
+/// the current one beside it.
+pub const SNAPSHOT_MAGIC: &[u8; 21] = b"signalql-resident-10\n";
 
 /// What a FIND OBJECT asks of a generation.
 #[derive(Debug, Clone, Default)]
@@ -258,6 +261,11 @@ impl Generation {
             .derived
             .get_or_init(|| Arc::new(build(self)) as Arc<dyn Any + Send + Sync>);
         Arc::clone(kept).downcast::<T>().ok()
+    }
+
+    /// What [`derived`](Self::derived) built, if it has: never builds it.
+    pub fn derived_made<T: Any + Send + Sync>(&self) -> Option<Arc<T>> {
+        Arc::clone(self.derived.get()?).downcast::<T>().ok()
     }
 
     /// The fields of the per-object columns ([`FIND_COLUMNS`]), as declared.
