@@ -549,7 +549,7 @@ impl KeptPart {
     pub(super) fn checked(&self) -> Option<&bytes::Bytes> {
         let whole = *self
             .whole
-            .get_or_init(|| crc32fast::hash(&self.bytes) == self.crc32);
+            .get_or_init(|| super::crc::crc32(&self.bytes) == self.crc32);
         whole.then_some(&self.bytes)
     }
 
@@ -660,7 +660,7 @@ impl<T: Decoded> Lazy<T> {
                     return (d.make)();
                 }
                 let (part, crc32) = self.part.as_ref()?;
-                if crc32fast::hash(part) != *crc32 {
+                if super::crc::crc32(part) != *crc32 {
                     return None;
                 }
                 let batch = from_ipc(part.clone(), T::WHAT).ok()?;

@@ -44,6 +44,7 @@ use crate::error::Result;
 
 mod columns;
 mod context;
+mod crc;
 mod dense;
 pub mod keep;
 pub mod locate;

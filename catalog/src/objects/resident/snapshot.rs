@@ -97,7 +97,7 @@ impl Part {
     /// The part's bytes, checked against the file's length and its checksum.
     fn checked(&self, bytes: &bytes::Bytes, what: &str) -> Result<bytes::Bytes> {
         let part = self.of(bytes, what)?;
-        if crc32fast::hash(&part) != self.crc32 {
+        if super::crc::crc32(&part) != self.crc32 {
             return Err(corrupt(&format!("its {what}' checksum does not match")));
         }
         Ok(part)
@@ -422,7 +422,7 @@ impl Generation {
         let schema = declared(&columns, &h.views)?;
         let objects = tombstoned.len();
         let postings = Postings::open(h.postings.of(&bytes, "postings")?, h.terms)?;
-        if crc32fast::hash(&postings.bytes[..postings.blob]) != h.directory_crc32 {
+        if super::crc::crc32(&postings.bytes[..postings.blob]) != h.directory_crc32 {
             return Err(corrupt("its terms' checksum does not match"));
         }
         if !h.orphans.is_sorted() {
