@@ -508,13 +508,8 @@ pub(crate) fn prepare(g: &Generation, earlier: Option<&Generation>) {
     let Some(facts) = g.derived(Facts::of) else {
         return;
     };
-    let (Some(f), Some(old)) = (
-        facts.as_ref(),
-        earlier.and_then(|e| e.derived_made::<Option<Facts>>()),
-    ) else {
-        return;
-    };
-    if let Some(old) = old.as_ref() {
+    let old = earlier.and_then(|e| e.derived_made::<Option<Facts>>());
+    if let (Some(f), Some(Some(old))) = (facts.as_ref(), old.as_deref()) {
         f.loans.adopt(&old.loans);
         f.graph.adopt_buffers(&old.graph);
     }

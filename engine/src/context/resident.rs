@@ -176,16 +176,6 @@ fn yield_to_statements() {
 #[cfg(not(target_os = "linux"))]
 fn yield_to_statements() {}
 
-/// The generation held for an earlier version of the tables of `key` whose files are all
-/// still there (see [`added`]): the one a generation of `key` replaces.
-fn earlier(held: &[Held], key: &[String], files: &Files) -> Option<Arc<Generation>> {
-    held.iter().find_map(|h| {
-        let g = h.generation.as_ref()?;
-        added(key, files, &h.key, &h.files)?;
-        Some(Arc::clone(g))
-    })
-}
-
 /// A generation with its key, where its tables stand in the commit log and their files.
 struct Keyed {
     key: Vec<String>,
@@ -463,6 +453,14 @@ impl Resident {
             true => load_snapshot(catalog.dataset().root(), &key).filter(|g| !whole || g.whole()),
             false => None,
         };
+        // The generation held for an earlier version of the tables whose files are all still
+        // there, with which of their files are new: the one a generation of `key` replaces,
+        // and refreshes when no snapshot file stands for `key`.
+        let replaced = held.iter().find_map(|h| {
+            let g = h.generation.as_ref()?;
+            Some((Arc::clone(g), added(&key, &files, &h.key, &h.files)?))
+        });
+        let earlier = replaced.as_ref().map(|(g, _)| Arc::clone(g));
         let (generation, built) = match snapshot {
             Some(g) => {
                 // Where the packed content lies, as the file kept it (the representations'
@@ -470,26 +468,14 @@ impl Resident {
                 if let Some(kept) = g.kept(KEYS) {
                     catalog.dataset().content_files().adopt_later(kept.clone());
                 }
-                let g = Arc::new(g);
-                // A long-running process checks them whatever the first statement is (a
-                // FIND first, the CONTEXT FOR after it would otherwise do it on its path);
-                // a one-shot one only for the CONTEXT FOR that reads them.
-                if check || !self.snapshots_only {
-                    check_in_background(&g, earlier(&held, &key, &files), !check);
-                }
-                (Some(g), false)
+                (Some(Arc::new(g)), false)
             }
             None if !build => (None, false),
             None => {
                 // An earlier version of the tables whose files are all still there is
                 // refreshed: one held, else (for a caller without restriction) one whose
                 // snapshot file is there.
-                let held_base = held.iter().find_map(|h| {
-                    let g = h.generation.as_ref()?;
-                    Some((Arc::clone(g), added(&key, &files, &h.key, &h.files)?))
-                });
-                let replaced = held_base.as_ref().map(|(g, _)| Arc::clone(g));
-                let base = match (held_base, unrestricted) {
+                let base = match (replaced, unrestricted) {
                     (Some(b), _) => Some(b),
                     (None, true) => {
                         let base = snapshot_base(catalog.dataset().root(), &key, &files);
@@ -515,12 +501,7 @@ impl Resident {
                     }
                     None => build_generation(exec, &tables, graph_held).await?,
                 };
-                let generation = generation.map(Arc::new);
-                // What the next statements read of it is made meanwhile (see above).
-                if let Some(g) = &generation {
-                    check_in_background(g, replaced, !check);
-                }
-                (generation, true)
+                (generation.map(Arc::new), true)
             }
         };
         // A generation larger than the whole budget is not held, and not built again while
@@ -529,6 +510,15 @@ impl Resident {
             Some(g) if g.memory_bytes() as u64 > budget => (None, true),
             other => (other, built),
         };
+        // A generation opened or made here (a held one returned above) has what later
+        // statements read of it made meanwhile: by a long-running process whatever the first
+        // statement is (a FIND first, the CONTEXT FOR after it would otherwise make it on its
+        // path), by a one-shot one only for the CONTEXT FOR that reads it.
+        if let Some(g) = &generation
+            && (check || !self.snapshots_only)
+        {
+            check_in_background(g, earlier, !check);
+        }
         held.retain(|h| h.key != key);
         held.insert(
             0,
