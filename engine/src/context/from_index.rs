@@ -328,21 +328,21 @@ impl Facts {
         let mut roles_seen = 0u16;
         let flags: Vec<u8> = (0..n as u32)
             .map(|o| {
-                let range = reps.of(o);
+                let (block, range) = reps.of(o)?;
                 let mut f = 0u8;
-                if !range.is_empty() && range.clone().all(|r| reps.flags(r) & SECRET != 0) {
+                if !range.is_empty() && range.clone().all(|r| block.flags(r) & SECRET != 0) {
                     f |= ALL_SECRET;
                 }
                 for r in range {
-                    let x = reps.flags(r);
+                    let x = block.flags(r);
                     roles_seen |= x;
                     if x & PACKABLE != 0 && x & SECRET == 0 {
                         f |= ANY_ELIGIBLE;
                     }
                 }
-                f
+                Some(f)
             })
-            .collect();
+            .collect::<Option<_>>()?;
         let graph = Arc::new(Graph::new((0..edges.len()).map(|i| {
             let (owner, a, b, rel) = edges.edge(i);
             (a, b, rel, owner)
@@ -503,16 +503,19 @@ fn identity(g: &Generation) -> Option<(StringColumn, ScalarBuffer<i64>, ScalarBu
 /// now, rather than in the first CONTEXT FOR's path; with `earlier`, a generation `g`
 /// replaces, the buffers of one entry per object or node that `earlier`'s statements kept
 /// are moved to `g`'s (at a million objects, tens of megabytes a first statement would
-/// otherwise fault in).
+/// otherwise fault in). They are moved as part of the derivation, before a statement waiting
+/// for the facts gets them: moved after, the statement that was waiting had already lent
+/// itself new buffers (and zeroed their pages) by then.
 pub(crate) fn prepare(g: &Generation, earlier: Option<&Generation>) {
-    let Some(facts) = g.derived(Facts::of) else {
-        return;
-    };
     let old = earlier.and_then(|e| e.derived_made::<Option<Facts>>());
-    if let (Some(f), Some(Some(old))) = (facts.as_ref(), old.as_deref()) {
-        f.loans.adopt(&old.loans);
-        f.graph.adopt_buffers(&old.graph);
-    }
+    g.derived(|g| {
+        let facts = Facts::of(g);
+        if let (Some(f), Some(Some(old))) = (facts.as_ref(), old.as_deref()) {
+            f.loans.adopt(&old.loans);
+            f.graph.adopt_buffers(&old.graph);
+        }
+        facts
+    });
 }
 
 /// What CONTEXT FOR derives from `g`, in the form its snapshot file keeps (see
@@ -552,9 +555,6 @@ pub(crate) fn decide(
         }
     }
     let n = g.objects();
-    let Some(reps) = g.reps() else {
-        return Ok(None);
-    };
 
     // Eligibility, in the spec's order of reasons, from the predicates' bitmaps.
     let (eligible_set, by_reason, considered) = f.predicates.decide(g, f, p, t);
@@ -875,11 +875,21 @@ pub(crate) fn decide(
         over.push((o, Reason::MaxObjects));
     }
     order.truncate(max_objects);
+    // The representations are read for the candidates only: a generation just opened from
+    // its snapshot file has them checked and decoded on its own thread while the steps above
+    // run (`check_in_background`), so the statement waits only for what is left of that.
+    let Some(reps) = g.reps() else {
+        return Ok(None);
+    };
     let mut candidates: Vec<Candidate> = Vec::with_capacity(order.len());
     let mut keyed: Vec<(i64, u32)> = Vec::with_capacity(order.len());
     for &(_, _, hops, o) in &order {
         let (lex, prop) = scores_of(o);
-        candidates.push(candidate(reps, f, &tiers, o, lex));
+        // A damaged block of representations leaves the query to the Parquet plan.
+        let Some(c) = candidate(reps, f, &tiers, o, lex) else {
+            return Ok(None);
+        };
+        candidates.push(c);
         keyed.push((prop, hops));
     }
     let mut keys: Vec<Key> = candidates
@@ -957,7 +967,7 @@ fn candidate(
     tiers: &[Option<[RoaringBitmap; 3]>],
     o: u32,
     lexical: i64,
-) -> Candidate {
+) -> Option<Candidate> {
     let ou = o as usize;
     let weights = tiers
         .iter()
@@ -976,23 +986,23 @@ fn candidate(
             None => 0,
         })
         .collect();
-    let reps = reps
-        .of(o)
+    let (block, rows) = reps.of(o)?;
+    let reps = rows
         .map(|r| Rep {
-            name: Arc::from(reps.name(r)),
-            media_type: Arc::from(reps.media_type(r)),
+            name: Arc::from(block.name(r)),
+            media_type: Arc::from(block.media_type(r)),
             content: None,
-            content_ref: reps.content_ref(r).map(str::to_string),
-            content_hash: reps.content_hash(r).to_string(),
-            tokens: reps.tokens(r).unwrap_or(0),
-            estimator: if reps.stored(r) { STORED } else { CHARS_DIV_4 },
-            roles: reps.roles(r, |x| Arc::<str>::from(x)),
-            secret: reps.flags(r) & SECRET != 0,
+            content_ref: block.content_ref(r).map(str::to_string),
+            content_hash: block.content_hash(r).to_string(),
+            tokens: block.tokens(r).unwrap_or(0),
+            estimator: if block.stored(r) { STORED } else { CHARS_DIV_4 },
+            roles: block.roles(r, |x| Arc::<str>::from(x)),
+            secret: block.flags(r) & SECRET != 0,
             role_excluded: false,
-            packable: reps.flags(r) & PACKABLE != 0,
+            packable: block.flags(r) & PACKABLE != 0,
         })
         .collect();
-    Candidate {
+    Some(Candidate {
         id: f.ids.value(ou).to_string(),
         revision: f.revision[ou],
         in_project: true,
@@ -1006,7 +1016,7 @@ fn candidate(
         lexical,
         weights,
         scanned: false,
-    }
+    })
 }
 
 #[cfg(test)]

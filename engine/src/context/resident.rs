@@ -149,8 +149,8 @@ fn check_in_background(g: &Arc<Generation>, earlier: Option<Arc<Generation>>, fa
         .spawn(move || {
             let prepare = || super::from_index::prepare(&g, earlier.as_deref());
             if facts_first {
-                yield_to_statements();
                 prepare();
+                yield_to_statements();
                 g.reps();
             } else {
                 g.reps();

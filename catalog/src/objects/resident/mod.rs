@@ -50,11 +50,14 @@ pub mod keep;
 pub mod locate;
 mod postings;
 pub mod refresh;
+mod reps;
 pub mod snapshot;
 use columns::{batch_bytes, corrupt, integers, micros, read, strings};
-use context::{ContentHash, EdgeColumns, Lazy, RepRow};
-pub use context::{DERIVATION_COLUMNS, Edges, LINK_COLUMNS, PACKABLE, Reps, SECRET, role_bit};
+pub use context::{DERIVATION_COLUMNS, Edges, LINK_COLUMNS};
+use context::{EdgeColumns, Lazy};
 use postings::{Postings, Terms, u64_at};
+use reps::{ContentHash, RepRow};
+pub use reps::{PACKABLE, Reps, RepsBlock, SECRET, role_bit};
 
 /// FIND OBJECT's columns, in order, as the generation keeps them per ordinal: from the
 /// object's record (`object_id`, `project`, `kind`, `title`) and its revision (the rest).
@@ -156,9 +159,9 @@ pub struct Generation {
 
 /// The bytes a snapshot file starts with. Its number moves with the form of any part,
 /// the parts an engine keeps included (10: the kept facts hold the bitmaps per rejection
-/// predicate), so a file of an earlier form has another name and `signalql index` writes
-/// the current one beside it.
-pub const SNAPSHOT_MAGIC: &[u8; 21] = b"signalql-resident-10\n";
+/// predicate; 11: the representations in blocks), so a file of an earlier form has another
+/// name and `signalql index` writes the current one beside it.
+pub const SNAPSHOT_MAGIC: &[u8; 21] = b"signalql-resident-11\n";
 
 /// What a FIND OBJECT asks of a generation.
 #[derive(Debug, Clone, Default)]

@@ -23,8 +23,9 @@ use datafusion::arrow::compute::{cast, interleave};
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use signalql_udfs::strings::StringColumn;
 
-use super::context::{Edges, Lazy, Reps};
+use super::context::{Edges, Lazy};
 use super::postings::{GONE, Terms};
+use super::reps::{BLOCK, Reps};
 use super::{Generation, NO_KIND, compact, ordinal_of};
 use crate::error::Result;
 
@@ -174,7 +175,7 @@ impl Generation {
         let reps = {
             let (earlier, delta) = (Arc::clone(self), Arc::clone(delta));
             Lazy::deferred(
-                move || merge_reps(earlier.reps()?, delta.reps()?, &order).ok(),
+                move || merge_reps(earlier.reps()?, delta.reps()?, &order),
                 holds,
             )
         };
@@ -214,26 +215,44 @@ impl Generation {
     }
 }
 
-/// The representations of the merged generation, in the merged `order`.
-fn merge_reps(old: &Reps, delta: &Reps, order: &[(usize, usize)]) -> Result<Reps> {
+/// The representations of the merged generation, in the merged `order`; `None` when a block
+/// of either does not decode.
+fn merge_reps(old: &Reps, delta: &Reps, order: &[(usize, usize)]) -> Option<Reps> {
+    // Every block's columns, the earlier generation's then the delta's.
+    let olds: Vec<&RecordBatch> = old.batches().collect::<Option<_>>()?;
+    let deltas: Vec<&RecordBatch> = delta.batches().collect::<Option<_>>()?;
+    let Some(first) = olds.first().or(deltas.first()) else {
+        return Reps::build(Vec::new(), order.len()).ok();
+    };
     let mut rows = Vec::new();
     let mut ordinals = Vec::new();
     for (at, &(s, r)) in order.iter().enumerate() {
-        let reps = if s == 0 { old } else { delta };
-        for k in reps.of(r as u32) {
-            rows.push((s, k));
+        let (reps, offset) = if s == 0 {
+            (old, 0)
+        } else {
+            (delta, olds.len())
+        };
+        let (_, range) = reps.of(r as u32)?;
+        let block = offset + r / BLOCK;
+        for k in range {
+            rows.push((block, k));
             ordinals.push(at as u32);
         }
     }
-    let (a, b) = (old.batch(), delta.batch());
     let mut arrays: Vec<ArrayRef> = vec![Arc::new(UInt32Array::from(ordinals))];
-    for c in 1..a.num_columns() {
-        arrays.push(interleave(
-            &[a.column(c).as_ref(), b.column(c).as_ref()],
-            &rows,
-        )?);
+    for c in 1..first.num_columns() {
+        let columns: Vec<&dyn Array> = olds
+            .iter()
+            .chain(&deltas)
+            .map(|b| b.column(c).as_ref())
+            .collect();
+        arrays.push(interleave(&columns, &rows).ok()?);
     }
-    Reps::open(RecordBatch::try_new(a.schema(), arrays)?, order.len())
+    Reps::open(
+        RecordBatch::try_new(first.schema(), arrays).ok()?,
+        order.len(),
+    )
+    .ok()
 }
 
 /// The edges of the merged generation: the earlier ones whose object stays, then the
@@ -263,4 +282,65 @@ fn merge_edges(
         arrays.push(interleave(&[column, b.column(c).as_ref()], &rows)?);
     }
     Edges::open(RecordBatch::try_new(a.schema(), arrays)?, objects)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::reps::{ContentHash, RepRow};
+    use super::*;
+
+    /// Representations of `objects` objects, two for every third one and none for every
+    /// seventh, their hashes naming `side` and the object.
+    fn reps(side: &str, objects: u32) -> Reps {
+        let rows = (0..objects)
+            .filter(|o| o % 7 != 3)
+            .flat_map(|o| {
+                let names: &[&str] = if o % 3 == 0 {
+                    &["summary", "text"]
+                } else {
+                    &["text"]
+                };
+                names.iter().map(move |name| RepRow {
+                    o,
+                    name: Arc::from(*name),
+                    media: Arc::from("text/markdown"),
+                    content_ref: None,
+                    content_hash: ContentHash::of(&format!("{side}-{o}-{name}")),
+                    tokens: Some(i64::from(o)),
+                    stored: true,
+                    roles: Arc::from([]),
+                })
+            })
+            .collect();
+        Reps::build(rows, objects as usize).unwrap()
+    }
+
+    fn hashes(reps: &Reps, o: u32) -> Vec<String> {
+        let (block, rows) = reps.of(o).unwrap();
+        rows.map(|r| block.content_hash(r).into_owned()).collect()
+    }
+
+    /// Merged over several blocks of each side, every object of the merged order has the
+    /// representations of the object it came from.
+    #[test]
+    fn merged_representations_follow_the_order_across_blocks() {
+        let (old, delta) = (
+            reps("old", 2 * BLOCK as u32 + 5),
+            reps("new", BLOCK as u32 + 9),
+        );
+        // Every third earlier object dropped, the delta's interleaved.
+        let mut order: Vec<(usize, usize)> = (0..2 * BLOCK + 5)
+            .filter(|r| r % 3 != 2)
+            .map(|r| (0, r))
+            .collect();
+        for r in 0..BLOCK + 9 {
+            order.insert((r * 2).min(order.len()), (1, r));
+        }
+        let merged = merge_reps(&old, &delta, &order).unwrap();
+        for (at, &(s, r)) in order.iter().enumerate() {
+            let from = if s == 0 { &old } else { &delta };
+            assert_eq!(hashes(&merged, at as u32), hashes(from, r as u32), "{at}");
+        }
+        assert!(merged.of(order.len() as u32).is_none());
+    }
 }

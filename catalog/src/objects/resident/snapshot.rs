@@ -4,7 +4,9 @@
 //! The file is [`SNAPSHOT_MAGIC`], a little-endian u64 length, a JSON header, then its parts,
 //! each starting at a multiple of [`ALIGN`] bytes from the file's start (the header gives
 //! their places counted from the first one's): the per-object
-//! columns, the representations and the edges (when held), each an Arrow IPC stream; what the
+//! columns and the edges (when held), each an Arrow IPC stream; the representations, an
+//! Arrow IPC stream per block of objects ([`super::reps`]) after a directory of their
+//! lengths and CRC-32s ([`reps_part`]); what the
 //! engine asked to keep with the generation, by name (what it derived from it, where the
 //! packed content lies in the representations' files); and the postings as they are in
 //! memory. The header gives each part's place, length and CRC-32
@@ -16,8 +18,9 @@
 //! its term, and the edges are decoded on first use (a process that finds the engine's derived
 //! part never does). So a one-shot command touches the pages of the parts it uses only.
 //! Checksums are checked when a part is first used; a part that fails it is an error at
-//! opening (columns, representations, the postings' directory) or is not used (the edges:
-//! CONTEXT FOR then keeps the Parquet plan; a kept part: the engine does without it).
+//! opening (columns, the representations' and the postings' directories) or is not used (a
+//! block of representations, the edges: CONTEXT FOR then keeps the Parquet plan; a kept
+//! part: the engine does without it).
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -30,6 +33,7 @@ use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef
 
 use super::columns::{corrupt, from_ipc, ipc_into};
 use super::context::{KeptPart, Lazy};
+use super::reps::Reps;
 use super::{
     FIND_COLUMNS, Generation, KIND, NO_KIND, Postings, SNAPSHOT_MAGIC, TOMBSTONED, u64_at,
 };
@@ -112,6 +116,8 @@ struct Header {
     terms: usize,
     columns: Part,
     reps: Part,
+    /// Of the representations' directory ([`reps_part`]; each block has its own in it).
+    reps_directory_crc32: u32,
     edges: Option<Part>,
     kept: BTreeMap<String, Part>,
     postings: Part,
@@ -185,15 +191,31 @@ fn kept_column(a: &ArrayRef, declared: &DataType) -> Result<ArrayRef> {
 enum Body<'a> {
     Bytes(&'a [u8]),
     Ipc(RecordBatch),
+    /// The representations: their directory, then each block's batch as an Arrow IPC
+    /// stream, each starting at a multiple of [`ALIGN`] from the part's start.
+    Reps(Vec<u8>, Vec<&'a RecordBatch>),
 }
 
 impl Body<'_> {
     fn write_to(&self, w: &mut impl Write) -> Result<()> {
+        let io = |e| CatalogError::io("the snapshot file", e);
         match self {
-            Body::Bytes(b) => w
-                .write_all(b)
-                .map_err(|e| CatalogError::io("the snapshot file", e)),
+            Body::Bytes(b) => w.write_all(b).map_err(io),
             Body::Ipc(batch) => ipc_into(batch, w),
+            Body::Reps(directory, blocks) => {
+                let zeros = [0u8; ALIGN];
+                w.write_all(directory).map_err(io)?;
+                let mut at = directory.len();
+                for batch in blocks {
+                    w.write_all(&zeros[..at.next_multiple_of(ALIGN) - at])
+                        .map_err(io)?;
+                    at = at.next_multiple_of(ALIGN);
+                    let mut block = Checked::new(&mut *w);
+                    ipc_into(batch, &mut block)?;
+                    at += block.len;
+                }
+                Ok(())
+            }
         }
     }
 
@@ -278,6 +300,56 @@ impl SnapshotFile<'_> {
     }
 }
 
+/// The directory of the representations' part: the number of blocks (u64), then per block
+/// the length of its Arrow IPC stream (u64) and its CRC-32 (u32), little-endian; each stream
+/// starts at the next multiple of [`ALIGN`] from the part's start after the directory or the
+/// stream before it.
+fn reps_directory(blocks: &[&RecordBatch]) -> Result<Vec<u8>> {
+    let mut directory = Vec::with_capacity(8 + 12 * blocks.len());
+    directory.extend_from_slice(&(blocks.len() as u64).to_le_bytes());
+    for batch in blocks {
+        let mut sink = Checked::new(std::io::sink());
+        ipc_into(batch, &mut sink)?;
+        directory.extend_from_slice(&(sink.len as u64).to_le_bytes());
+        directory.extend_from_slice(&sink.crc.finalize().to_le_bytes());
+    }
+    Ok(directory)
+}
+
+/// The representations of a generation of `objects` objects in `part` (as [`reps_directory`]
+/// lays it out), each block's stream checked and decoded when first read; an error when the
+/// directory does not match `directory_crc32` or its blocks do not fit the part.
+fn reps_part(part: bytes::Bytes, directory_crc32: u32, objects: usize) -> Result<Reps> {
+    let bad = || corrupt("its representations' directory");
+    let count = (part.len() >= 8)
+        .then(|| u64_at(&part, 0))
+        .and_then(|n| usize::try_from(n).ok())
+        .ok_or_else(bad)?;
+    let end = count
+        .checked_mul(12)
+        .and_then(|n| n.checked_add(8))
+        .filter(|&n| n <= part.len())
+        .ok_or_else(bad)?;
+    if super::crc::crc32(&part[..end]) != directory_crc32 {
+        return Err(corrupt(
+            "its representations' directory checksum does not match",
+        ));
+    }
+    let mut at = end;
+    let mut blocks = Vec::with_capacity(count);
+    for entry in part[8..end].chunks_exact(12) {
+        let len = usize::try_from(u64_at(entry, 0)).map_err(|_| bad())?;
+        let crc32 = u32::from_le_bytes([entry[8], entry[9], entry[10], entry[11]]);
+        let start = at.next_multiple_of(ALIGN);
+        at = start
+            .checked_add(len)
+            .filter(|&n| n <= part.len())
+            .ok_or_else(bad)?;
+        blocks.push((part.slice(start..at), crc32));
+    }
+    Reps::mapped(blocks, objects)
+}
+
 impl Generation {
     /// The generation as a snapshot file's bytes, for the tables `key` names (the engine's
     /// fingerprints of them), with `kept`: what the engine keeps with it, by name
@@ -314,14 +386,20 @@ impl Generation {
         arrays.push(Arc::new(Int64Array::new(self.tombstoned.clone(), None)));
         arrays.push(Arc::new(UInt32Array::new(self.kind.clone(), None)));
         let columns = RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)?;
-        let reps = self
+        let damaged = || corrupt("its representations' checksum does not match");
+        let blocks: Vec<&RecordBatch> = self
             .reps()
-            .ok_or_else(|| corrupt("its representations' checksum does not match"))?;
+            .ok_or_else(damaged)?
+            .batches()
+            .collect::<Option<_>>()
+            .ok_or_else(damaged)?;
+        let directory = reps_directory(&blocks)?;
+        let reps_directory_crc32 = crc32fast::hash(&directory);
         let whole = self.postings.whole()?;
         let postings = &whole.bytes[..];
         let mut bodies: Vec<Option<Body<'a>>> = vec![
             Some(Body::Ipc(columns)),
-            Some(Body::Ipc(reps.batch().clone())),
+            Some(Body::Reps(directory, blocks)),
             self.edges().map(|e| Body::Ipc(e.batch().clone())),
         ];
         bodies.extend(kept.iter().map(|(_, b)| Some(Body::Bytes(b))));
@@ -355,6 +433,7 @@ impl Generation {
             terms: whole.count,
             columns: c.unwrap_or(none),
             reps: r.unwrap_or(none),
+            reps_directory_crc32,
             edges: e,
             kept: kept
                 .iter()
@@ -432,7 +511,12 @@ impl Generation {
             Some(p) => Lazy::of(p.of(&bytes, "edges")?, p.crc32, objects),
             None => Lazy::held(None),
         };
-        let reps = Lazy::of(h.reps.of(&bytes, "representations")?, h.reps.crc32, objects);
+        let reps = reps_part(
+            h.reps.of(&bytes, "representations")?,
+            h.reps_directory_crc32,
+            objects,
+        )?;
+        let reps = Lazy::held(Some(reps));
         // Kept parts are checked when asked for (one that does not match is not given).
         let kept = h
             .kept
@@ -470,7 +554,7 @@ impl Generation {
     /// checked at opening; each bitmap when decoded). A snapshot file under its name that is
     /// not whole is written again.
     pub fn whole(&self) -> bool {
-        self.reps.whole()
+        self.reps.get().is_some_and(Reps::whole)
             && self.edges.whole()
             && self.kept.keys().all(|name| self.kept(name).is_some())
     }
