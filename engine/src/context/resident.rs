@@ -127,20 +127,20 @@ fn load_snapshot(root: &signalql_catalog::Root, key: &[String]) -> Option<Genera
 }
 
 /// Checks, on a thread of its own, the parts of a generation opened from a snapshot file
-/// (or made by a statement) that an answer reads after its first steps — the
-/// representations, checked against their CRC-32 and decoded; the kept facts and the
-/// bitmaps CONTEXT FOR derives from them ([`prepare`](super::from_index::prepare), which
-/// also moves to it the buffers of the generation it replaces, `earlier`) — while the
-/// statement that opened it goes on. Each part is made once, by whichever asks first (a
-/// `OnceLock`): the statement waits only for a part it reaches while this thread is making
-/// it, and never makes one twice. A one-shot process at a million objects otherwise checked
-/// the 149 MB representations part on its critical path, and a server's first CONTEXT FOR
-/// after the FIND that opened a new snapshot made all of it on its own (64.9 ms at a
-/// million objects, against 24.4 for the next); a process that ends first just ends.
+/// (or made by a statement) that an answer reads after its first steps — the kept facts and
+/// the bitmaps CONTEXT FOR derives from them ([`prepare`](super::from_index::prepare), which
+/// also moves to it the buffers of the generation it replaces, `earlier`), and the
+/// representations when they are still to be made (a refreshed generation's merge; a
+/// snapshot's are checked a block at a time as answers read them) — while the statement
+/// that opened it goes on. Each part is made once, by whichever asks first (a `OnceLock`):
+/// the statement waits only for a part it reaches while this thread is making it, and never
+/// makes one twice. A server's first CONTEXT FOR after the FIND that opened a new snapshot
+/// otherwise made all of it on its own (64.9 ms at a million objects, against 24.4 for the
+/// next); a process that ends first just ends.
 ///
 /// `facts_first`: the statement is not a CONTEXT FOR, which would derive the facts itself
-/// at once and read the representations after. The facts come first then, and the thread
-/// yields to the statement's (a lower priority): it works in the time between statements.
+/// at once. The facts come first then, at the statements' priority (the next CONTEXT FOR
+/// waits for them), and the rest at a lower one: it works in the time between statements.
 fn check_in_background(g: &Arc<Generation>, earlier: Option<Arc<Generation>>, facts_first: bool) {
     let g = Arc::clone(g);
     // A thread that cannot be started leaves each part to be made when first asked for.
