@@ -208,32 +208,27 @@ impl Reps {
             .ok_or_else(|| corrupt("its representations' columns"))?
             .values()
             .clone();
-        let blocks = (0..objects.div_ceil(BLOCK))
-            .map(|b| {
-                let objects = b * BLOCK..((b + 1) * BLOCK).min(objects);
-                let at = |o: usize| ordinals.partition_point(|&x| (x as usize) < o);
-                let rows = at(objects.start)..at(objects.end);
-                let block = RepsBlock::open(batch.slice(rows.start, rows.len()), objects)?;
-                Ok(Block {
-                    part: None,
-                    value: OnceLock::from(Some(Box::new(block))),
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let at = |o: usize| ordinals.partition_point(|&x| (x as usize) < o);
+        let mut blocks = Vec::with_capacity(objects.div_ceil(BLOCK));
+        let mut covered = 0;
+        for b in 0..objects.div_ceil(BLOCK) {
+            let objects = b * BLOCK..((b + 1) * BLOCK).min(objects);
+            let rows = at(objects.start)..at(objects.end);
+            covered += rows.len();
+            let block = RepsBlock::open(batch.slice(rows.start, rows.len()), objects)?;
+            blocks.push(Block {
+                part: None,
+                value: OnceLock::from(Some(Box::new(block))),
+            });
+        }
         // Rows past the last object (or out of order across blocks) are in no block.
-        let held: usize = blocks
-            .iter()
-            .filter_map(|b| b.value.get()?.as_ref())
-            .map(|b| b.batch.num_rows())
-            .sum();
-        if held != batch.num_rows() {
+        if covered != batch.num_rows() {
             return Err(corrupt("a representation's ordinal"));
         }
-        let held = batch_bytes(&batch);
         Ok(Reps {
             objects,
             blocks,
-            held,
+            held: batch_bytes(&batch),
         })
     }
 

@@ -33,6 +33,7 @@ use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef
 
 use super::columns::{corrupt, from_ipc, ipc_into};
 use super::context::{KeptPart, Lazy};
+use super::postings::u32_at;
 use super::reps::Reps;
 use super::{
     FIND_COLUMNS, Generation, KIND, NO_KIND, Postings, SNAPSHOT_MAGIC, TOMBSTONED, u64_at,
@@ -308,10 +309,9 @@ fn reps_directory(blocks: &[&RecordBatch]) -> Result<Vec<u8>> {
     let mut directory = Vec::with_capacity(8 + 12 * blocks.len());
     directory.extend_from_slice(&(blocks.len() as u64).to_le_bytes());
     for batch in blocks {
-        let mut sink = Checked::new(std::io::sink());
-        ipc_into(batch, &mut sink)?;
-        directory.extend_from_slice(&(sink.len as u64).to_le_bytes());
-        directory.extend_from_slice(&sink.crc.finalize().to_le_bytes());
+        let (len, crc32) = Body::Ipc((*batch).clone()).measure()?;
+        directory.extend_from_slice(&(len as u64).to_le_bytes());
+        directory.extend_from_slice(&crc32.to_le_bytes());
     }
     Ok(directory)
 }
@@ -339,7 +339,7 @@ fn reps_part(part: bytes::Bytes, directory_crc32: u32, objects: usize) -> Result
     let mut blocks = Vec::with_capacity(count);
     for entry in part[8..end].chunks_exact(12) {
         let len = usize::try_from(u64_at(entry, 0)).map_err(|_| bad())?;
-        let crc32 = u32::from_le_bytes([entry[8], entry[9], entry[10], entry[11]]);
+        let crc32 = u32_at(entry, 8);
         let start = at.next_multiple_of(ALIGN);
         at = start
             .checked_add(len)
