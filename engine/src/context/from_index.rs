@@ -77,7 +77,8 @@ struct Facts {
 /// seeds by ordinal and by node, the scored).
 #[derive(Default)]
 struct Loans {
-    sums: Pool<i64>,
+    sums: Pool<u16>,
+    bits: Pool<u64>,
     eligible: Pool<bool>,
     ordinals: Pool<u32>,
     seeds: Pool<(u32, i64)>,
@@ -88,6 +89,7 @@ struct Loans {
 impl Loans {
     fn adopt(&self, earlier: &Loans) {
         self.sums.adopt(&earlier.sums);
+        self.bits.adopt(&earlier.bits);
         self.eligible.adopt(&earlier.eligible);
         self.ordinals.adopt(&earlier.ordinals);
         self.seeds.adopt(&earlier.seeds);
@@ -594,7 +596,13 @@ pub(crate) fn decide(
     }
     // Dense per ordinal (a common-term task makes nearly every object a seed); `held`
     // lists the ordinals with a sum, in ordinal order (expansion's frontier starts sorted).
-    let mut sums = f.loans.sums.lend(n, 0);
+    // 16 bits hold a sum of up to 21 845 terms (a weight is at most 3); a longer task reads
+    // the Parquet plan. Rounded up to whole words of 64 objects (see below).
+    if p.terms.len() > usize::from(u16::MAX) / TITLE_WEIGHT as usize {
+        return Ok(None);
+    }
+    let words = n.div_ceil(64);
+    let mut sums = f.loans.sums.lend(words * 64, 0);
     let mut held = f.loans.ordinals.lend(0, 0);
     let postings: u64 = tiers
         .iter()
@@ -603,23 +611,43 @@ pub(crate) fn decide(
         .map(RoaringBitmap::len)
         .sum();
     if postings > n as u64 / 16 {
-        // Many postings: each adds its weight with no test (whether the object is eligible,
-        // whether it was met before: at a million objects whose terms nearly all hold, a
-        // mispredicted branch per posting was most of this), then one pass in ordinal order
-        // lists the eligible with a sum and clears the others'.
-        // A range of ordinals per core, each adding into its own part of the sums.
+        // Many postings: each tier's list is spread into a bit per ordinal from its stored
+        // form (`Generation::tier_bits`), and each bitset is added with its tier's weight
+        // eight objects at a time ([`add_weight`]: no test or branch per posting, whether the
+        // object is eligible or was met before), a range of words per core. A few terms at a
+        // time, so a long task's bitsets are not all held at once. Then one pass in ordinal
+        // order lists the eligible with a sum and clears the others'.
         let parts = super::expand::parts_for(postings);
-        let chunk = sums.len().div_ceil(parts).max(1);
-        let tiers = &tiers;
-        on_threads(sums.chunks_mut(chunk).enumerate(), |(i, part)| {
-            let at = i * chunk;
-            let end = at + part.len();
-            each_posting_run(tiers, at as u32..end as u32, |from, to, w| {
-                if let Some(run) = part.get_mut(from.max(at) - at..to.min(end) - at) {
-                    run.iter_mut().for_each(|sum| *sum += w);
+        let per_part = words.div_ceil(parts).max(1);
+        let mut bits = f.loans.bits.lend(0, 0);
+        let mut weights: Vec<u16> = Vec::new();
+        let add = |bits: &[u64], weights: &[u16], sums: &mut [u16]| {
+            on_threads(sums.chunks_mut(per_part * 64).enumerate(), |(i, part)| {
+                let from = i * per_part;
+                let to = (from + per_part).min(words);
+                for (tier, &weight) in bits.chunks_exact(words.max(1)).zip(weights) {
+                    add_weight(&tier[from..to], weight, part);
                 }
             });
-        });
+        };
+        const BATCH: usize = 16;
+        for term in &p.terms {
+            let Ok(has) = g.tier_bits(term, &mut bits) else {
+                return Ok(None);
+            };
+            weights.extend(
+                has.iter()
+                    .zip([TITLE_WEIGHT, SUMMARY_WEIGHT, TEXT_WEIGHT])
+                    .map(|(&h, w)| if h { w as u16 } else { 0 }),
+            );
+            if weights.len() >= BATCH {
+                add(&bits, &weights, &mut sums);
+                bits.clear();
+                weights.clear();
+            }
+        }
+        add(&bits, &weights, &mut sums);
+        drop(bits);
         for (o, (sum, &e)) in sums.iter_mut().zip(eligible.iter()).enumerate() {
             if *sum != 0 {
                 match e {
@@ -636,7 +664,7 @@ pub(crate) fn decide(
                     if *sum == 0 {
                         held.push(o as u32);
                     }
-                    *sum += w;
+                    *sum += w as u16;
                 }
             }
         });
@@ -678,7 +706,7 @@ pub(crate) fn decide(
             true => {
                 level_seeds.extend(nodes.map(|(node, s)| (node, rank_of_sum[s as usize] as u8)))
             }
-            false => graph_seeds.extend(nodes.map(|(node, s)| (node, lexical(s)))),
+            false => graph_seeds.extend(nodes.map(|(node, s)| (node, lexical(i64::from(s))))),
         }
     }
     let any_seed = !graph_seeds.is_empty() || !level_seeds.is_empty();
@@ -708,9 +736,9 @@ pub(crate) fn decide(
     // Each sum met, and 0, scored once: a division per object read was a tenth of this
     // function at a million objects.
     let lexical_of: Vec<i64> = (0..rank_of_sum.len().max(1) as i64).map(lexical).collect();
-    let lex_of = |s: i64| match lexical_of.get(s as usize) {
+    let lex_of = |s: u16| match lexical_of.get(usize::from(s)) {
         Some(&l) => l,
-        None => lexical(s),
+        None => lexical(i64::from(s)),
     };
     let scores_of = |o: u32| (lex_of(sums[o as usize]), hop_of(o).unwrap_or(0));
     // One pass in ordinal order lists the relevant with their rank scores and counts those
@@ -927,6 +955,42 @@ pub(crate) fn decide(
     }))
 }
 
+/// A byte of bits spread into eight 16-bit lanes: lane `i` is 1 where bit `i` is set.
+const SPREAD: [[u16; 8]; 256] = {
+    let mut t = [[0u16; 8]; 256];
+    let mut b = 0;
+    while b < 256 {
+        let mut i = 0;
+        while i < 8 {
+            t[b][i] = ((b >> i) & 1) as u16;
+            i += 1;
+        }
+        b += 1;
+    }
+    t
+};
+
+/// Adds `weight` to `sums[i]` for every bit `i` set in `bits` (`sums` holds 64 per word; a
+/// shorter `sums` ends the words read), a byte of bits at a time: its eight lanes looked up
+/// in [`SPREAD`] and added at once, with no branch per bit. The caller keeps the sums below
+/// 2^16.
+fn add_weight(bits: &[u64], weight: u16, sums: &mut [u16]) {
+    if weight == 0 {
+        return;
+    }
+    for (&word, sums) in bits.iter().zip(sums.chunks_exact_mut(64)) {
+        if word == 0 {
+            continue;
+        }
+        for (k, eight) in sums.chunks_exact_mut(8).enumerate() {
+            let lanes = &SPREAD[((word >> (8 * k)) & 0xFF) as usize];
+            for (s, &l) in eight.iter_mut().zip(lanes) {
+                *s += l * weight;
+            }
+        }
+    }
+}
+
 /// Each posting of the task's terms within `ordinals`, term by term and tier by tier (title,
 /// summary, other text, each with its weight), by runs of consecutive objects:
 /// `f(from, to, weight)` for the ordinals `from..to`. A tier holding over half the ordinals of its span (a common
@@ -1076,6 +1140,31 @@ mod tests {
             if let Some(top) = b.iter().filter_map(RoaringBitmap::max).max() {
                 proptest::prop_assert!(Predicates::from_kept(&mut In::new(&bytes), top, 2).is_none());
             }
+        }
+
+        /// A weight added a byte of bits at a time is the weight added to each object whose
+        /// bit is set, one at a time; a `sums` shorter than the words ends them.
+        #[test]
+        fn weights_added_by_bytes_are_added_per_bit(
+            words in proptest::collection::vec(
+                proptest::prop_oneof![proptest::num::u64::ANY, proptest::strategy::Just(0u64), proptest::strategy::Just(u64::MAX)],
+                0..40,
+            ),
+            weights in proptest::collection::vec(0u16..4, 1..4),
+            short in 0usize..2,
+        ) {
+            let objects = (words.len() * 64).saturating_sub(short * 64);
+            let mut sums = vec![0u16; objects];
+            let mut want = vec![0u16; objects];
+            for &w in &weights {
+                add_weight(&words, w, &mut sums);
+                for (o, want) in want.iter_mut().enumerate() {
+                    if words[o / 64] >> (o % 64) & 1 == 1 {
+                        *want += w;
+                    }
+                }
+            }
+            proptest::prop_assert_eq!(sums, want);
         }
 
         /// The postings by runs are the postings one at a time: each (object, weight) met as

@@ -258,6 +258,31 @@ impl Generation {
         self.postings.tiers(term)
     }
 
+    /// The tiers of `term` (title, summary, other) as a bit per object ordinal, spread from
+    /// the stored posting lists without decoding them into bitmaps (`dense::set_bits`):
+    /// three bitsets of `objects().div_ceil(64)` words each appended to `words`, one after
+    /// the other. Per tier whether an object holds it (all false: no object holds the term);
+    /// an error when a stored list does not match its checksum or its form.
+    pub fn tier_bits(&self, term: &str, words: &mut Vec<u64>) -> Result<[bool; 3]> {
+        let objects = self.objects();
+        let each = objects.div_ceil(64);
+        let start = words.len();
+        words.resize(start + 3 * each, 0);
+        let mut held = [false; 3];
+        if let Some(tiers) = self.postings.stored_tiers(term)? {
+            let tail = &mut words[start..];
+            for (t, (bits, held)) in tail
+                .chunks_exact_mut(each.max(1))
+                .zip(&mut held)
+                .enumerate()
+            {
+                *held = dense::set_bits(tiers.get(t), bits, objects)
+                    .map_err(|why| corrupt(&format!("a posting list: {why}")))?;
+            }
+        }
+        Ok(held)
+    }
+
     /// What an engine derives from the generation and keeps with it: built by `build` on
     /// first use; `None` when something of another type was kept.
     pub fn derived<T: Any + Send + Sync>(&self, build: impl FnOnce(&Self) -> T) -> Option<Arc<T>> {
