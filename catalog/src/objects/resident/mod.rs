@@ -377,20 +377,17 @@ impl Generation {
         let words = objects.div_ceil(64);
         let most = TITLE_WEIGHT as u32 * terms.len() as u32;
         let mut sums = dense::Sums::new(words, most);
-        let mut bits = vec![0u64; words];
+        let mut bits = Vec::with_capacity(3 * words);
         // The highest sum an object can have: per term its heaviest tier holding an object.
         let mut highest = 0;
         for term in terms {
-            let Some(tiers) = self.postings.stored_tiers(term)? else {
-                continue;
-            };
+            bits.clear();
+            let held = self.tier_bits(term, &mut bits)?;
             let mut heaviest = 0;
-            for (t, weight) in TIER_WEIGHTS.into_iter().enumerate() {
-                bits.fill(0);
-                let any = dense::set_bits(tiers.get(t), &mut bits, objects)
-                    .map_err(|why| corrupt(&format!("a posting list: {why}")))?;
+            for ((tier, weight), any) in bits.chunks_exact(words.max(1)).zip(TIER_WEIGHTS).zip(held)
+            {
                 if any {
-                    sums.add(&bits, weight);
+                    sums.add(tier, weight);
                     heaviest = heaviest.max(weight);
                 }
             }
