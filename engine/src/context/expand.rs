@@ -29,6 +29,28 @@ const OBJECT: &str = "object:";
 /// already kept): always in the graph.
 pub const NO_OWNER: u32 = u32::MAX;
 
+/// Which edges expansion may cross: one with no owner ([`NO_OWNER`]) always; one with an
+/// owner, when every edge counts (`Every`: no object has a tombstone, so no owner is read)
+/// or when `Where` says the owner is live.
+pub enum Live<F> {
+    Every,
+    Where(F),
+}
+
+/// [`Live::Every`], of a type.
+#[cfg(test)]
+pub const EVERY: Live<fn(u32) -> bool> = Live::Every;
+
+impl<F: Fn(u32) -> bool> Live<F> {
+    #[inline]
+    fn counts(&self, owner: u32) -> bool {
+        match self {
+            Live::Every => true,
+            Live::Where(live) => owner == NO_OWNER || live(owner),
+        }
+    }
+}
+
 /// The graph expansion runs over: nodes and relations interned to integers, node ids their
 /// ranks in name order (so the rounds, the adjacency order and the last tie-break compare
 /// integers), and the adjacency of both directions in CSR form, each list by neighbour,
@@ -43,10 +65,15 @@ pub struct Graph {
     /// Relation names by byte-order rank, and each one's code-unit rank.
     rels: Strs,
     rel16: Words<u32>,
-    /// Per node, where its adjacency starts in `pairs` (one more entry than nodes).
+    /// Per node, where its adjacency starts in `neighbours` and `ways` (one more entry than
+    /// nodes).
     start: Words<u64>,
-    /// (neighbour, relation, owner).
-    pairs: Words<[u32; 3]>,
+    /// Per adjacency entry, its neighbour; apart from the rest of the entry (its relation
+    /// and owner, `ways`), so a round that reads neighbours only (edges being counted
+    /// whatever their owner: [`Live::Every`]) reads a third of the bytes.
+    neighbours: Words<u32>,
+    /// (relation, owner), beside `neighbours`.
+    ways: Words<[u32; 2]>,
     /// Whether a node name has a supplementary-plane character (a 4-byte UTF-8 sequence,
     /// lead byte 0xF0–0xF4), where byte order and code-unit order differ.
     astral: bool,
@@ -485,7 +512,8 @@ impl Graph {
             rels: Strs::from_values(rel_names.iter().copied()),
             rel16: Words::from_values(rel16),
             start: Words::from_values(start),
-            pairs: Words::from_values(pairs.into_iter().map(|(_, v, r, o)| [v, r, o])),
+            neighbours: Words::from_values(pairs.iter().map(|&(_, v, ..)| v)),
+            ways: Words::from_values(pairs.iter().map(|&(_, _, r, o)| [r, o])),
             scratch: Scratch::default(),
         }
     }
@@ -496,7 +524,8 @@ impl Graph {
         out.strs(self.rels.iter());
         out.u32s(self.rel16.iter());
         out.u64s(self.start.iter());
-        out.u32s(self.pairs.iter().flatten());
+        out.u32s(self.neighbours.iter());
+        out.u32s(self.ways.iter().flatten());
         out.u32s([self.astral as u32, self.objects.start, self.objects.end]);
     }
 
@@ -513,13 +542,15 @@ impl Graph {
         let rels = r.strings()?;
         let rel16 = r.words::<u32>()?;
         let start = r.words::<u64>()?;
-        let pairs = r.words::<[u32; 3]>()?;
+        let neighbours = r.words::<u32>()?;
+        let ways = r.words::<[u32; 2]>()?;
         let [astral, first, after] = r.u32s()?.try_into().ok()?;
         let nodes = names.len();
         let ok = rel16.len() == rels.len()
             && start.len() == nodes + 1
             && start.get(0) == 0
-            && u64::try_from(pairs.len()).ok() == Some(start.get(nodes))
+            && u64::try_from(neighbours.len()).ok() == Some(start.get(nodes))
+            && ways.len() == neighbours.len()
             && first <= after
             && after as usize <= nodes
             && astral <= 1;
@@ -528,7 +559,8 @@ impl Graph {
             rels,
             rel16,
             start,
-            pairs,
+            neighbours,
+            ways,
             astral: astral == 1,
             objects: first..after,
             scratch: Scratch::default(),
@@ -594,7 +626,7 @@ impl Graph {
                 self.names.get(v as usize).get(OBJECT.len()..).unwrap_or(""),
             )
         };
-        self.expand_nodes(&nodes, max_depth, &by_node, &|o| live(o))
+        self.expand_nodes(&nodes, max_depth, &by_node, &Live::Where(live))
     }
 
     /// The score [`expand_nodes`](Self::expand_nodes) gives each object node from the same
@@ -609,7 +641,7 @@ impl Graph {
         seeds: &[(u32, i64)],
         max_depth: u32,
         passable: &impl Fn(u32) -> bool,
-        live: &impl Fn(u32) -> bool,
+        live: &Live<impl Fn(u32) -> bool>,
     ) -> Scores<'_> {
         self.scores_by(seeds, max_depth, passable, live, None)
     }
@@ -621,7 +653,7 @@ impl Graph {
         seeds: &[(u32, i64)],
         max_depth: u32,
         passable: &impl Fn(u32) -> bool,
-        live: &impl Fn(u32) -> bool,
+        live: &Live<impl Fn(u32) -> bool>,
         pull: Option<bool>,
     ) -> Scores<'_> {
         let nodes = self.names.len();
@@ -663,7 +695,7 @@ impl Graph {
         levels: &[i64],
         max_depth: u32,
         passable: &impl Fn(u32) -> bool,
-        live: &(impl Fn(u32) -> bool + Sync),
+        live: &Live<impl Fn(u32) -> bool + Sync>,
     ) -> Scores<'_> {
         self.scores_levelled_by(seeds, levels, max_depth, passable, live, Way::default())
     }
@@ -675,7 +707,7 @@ impl Graph {
         levels: &[i64],
         max_depth: u32,
         passable: &impl Fn(u32) -> bool,
-        live: &(impl Fn(u32) -> bool + Sync),
+        live: &Live<impl Fn(u32) -> bool + Sync>,
         way: Way,
     ) -> Scores<'_> {
         let Way { pull, parts } = way;
@@ -777,19 +809,16 @@ impl Graph {
         own: &[u8],
         offered: &mut [u8],
         first: usize,
-        live: &(impl Fn(u32) -> bool + Sync),
+        live: &Live<impl Fn(u32) -> bool + Sync>,
     ) {
         for (i, o) in offered.iter_mut().enumerate() {
             if *o == SHUT {
                 continue;
             }
             let mut best = 0u8;
-            for [u, _, owner] in self.adjacency((first + i) as u32) {
-                let l = own[u as usize];
-                if owner == NO_OWNER || live(owner) {
-                    best = best.max(l);
-                }
-            }
+            self.each_crossing((first + i) as u32, live, |u| {
+                best = best.max(own[u as usize])
+            });
             *o = best;
         }
     }
@@ -802,7 +831,7 @@ impl Graph {
         seeds: &[(u32, u8)],
         own: &[u8],
         offered: &mut [u8],
-        live: &(impl Fn(u32) -> bool + Sync),
+        live: &Live<impl Fn(u32) -> bool + Sync>,
     ) {
         let nodes = own.len() as u32;
         // Each seed's adjacency is somewhere else in megabytes of pairs (a miss, and at a
@@ -814,19 +843,21 @@ impl Graph {
                 self.start.prefetch(w as usize);
             }
             if let Some(&(w, _)) = seeds.get(i + AHEAD).filter(|(w, _)| *w < nodes) {
-                self.pairs.prefetch(self.start.get(w as usize) as usize);
+                let at = self.start.get(w as usize) as usize;
+                self.neighbours.prefetch(at);
+                if let Live::Where(_) = live {
+                    self.ways.prefetch(at);
+                }
             }
             let l = match own.get(u as usize) {
                 Some(&l) if l != 0 => l,
                 _ => continue,
             };
-            for [v, _, owner] in self.adjacency(u) {
-                if let Some(o) = offered.get_mut(v as usize)
-                    && (owner == NO_OWNER || live(owner))
-                {
+            self.each_crossing(u, live, |v| {
+                if let Some(o) = offered.get_mut(v as usize) {
                     *o = (*o).max(l);
                 }
-            }
+            });
         }
     }
 
@@ -845,7 +876,7 @@ impl Graph {
         marks: &mut [u32],
         frontier: &[u32],
         round: u32,
-        live: &impl Fn(u32) -> bool,
+        live: &Live<impl Fn(u32) -> bool>,
         pull: Option<bool>,
     ) {
         let nodes = score.len() as u32;
@@ -876,15 +907,14 @@ impl Graph {
             // million zipf objects).
             let at_start: Vec<i64> = frontier.iter().map(|&u| score[u as usize]).collect();
             for (&u, s) in frontier.iter().zip(at_start) {
-                for [v, _, owner] in self.adjacency(u) {
+                self.each_crossing(u, live, |v| {
                     if targets.contains(&v)
                         && marks[v as usize] & OPEN != 0
-                        && (owner == NO_OWNER || live(owner))
                         && offer_half(score, u, s, v, 0)
                     {
                         mark(&mut marks[v as usize]);
                     }
-                }
+                });
             }
         }
     }
@@ -929,7 +959,7 @@ impl Graph {
         marks: &mut [u32],
         targets: std::ops::Range<u32>,
         round: u32,
-        live: &impl Fn(u32) -> bool,
+        live: &Live<impl Fn(u32) -> bool>,
     ) {
         for v in targets {
             if marks[v as usize] & OPEN == 0 {
@@ -938,13 +968,10 @@ impl Graph {
             // The highest offer, without a branch on the values (an unpredictable branch
             // per edge would serialise the reads): NONE is the least value.
             let mut offered = V::NONE;
-            for [u, _, owner] in self.adjacency(v) {
+            self.each_crossing(v, live, |u| {
                 let s = values[u as usize];
-                let s = if s == V::NONE { s } else { s.halve() };
-                if owner == NO_OWNER || live(owner) {
-                    offered = offered.max(s);
-                }
-            }
+                offered = offered.max(if s == V::NONE { s } else { s.halve() });
+            });
             if offered != V::NONE {
                 let offered = offered.wide();
                 let old = &mut score[v as usize];
@@ -972,7 +999,7 @@ impl Graph {
         mut frontier: Vec<u32>,
         max_depth: u32,
         passable: &impl Fn(u32) -> bool,
-        live: &impl Fn(u32) -> bool,
+        live: &Live<impl Fn(u32) -> bool>,
         mut offer: impl FnMut(&mut [T], u32, T, u32, u32) -> bool,
     ) -> (Vec<u32>, Vec<u32>) {
         let nodes = self.names.len();
@@ -994,7 +1021,7 @@ impl Graph {
             let mut next = Vec::new();
             for (&u, value) in frontier.iter().zip(at_start) {
                 for [v, rel, owner] in self.adjacency(u) {
-                    if (owner == NO_OWNER || live(owner))
+                    if live.counts(owner)
                         && marks[v as usize] & OPEN != 0
                         && offer(values, u, value, v, rel)
                     {
@@ -1011,10 +1038,34 @@ impl Graph {
         (marks, frontier)
     }
 
+    /// Where the adjacency of `u` lies in `neighbours` and `ways`.
+    fn span(&self, u: u32) -> std::ops::Range<usize> {
+        self.start.get(u as usize) as usize..self.start.get(u as usize + 1) as usize
+    }
+
     /// The adjacency of `u`: (neighbour, relation, owner), by neighbour.
     fn adjacency(&self, u: u32) -> impl Iterator<Item = [u32; 3]> + '_ {
-        let (from, to) = (self.start.get(u as usize), self.start.get(u as usize + 1));
-        self.pairs.range(from as usize..to as usize)
+        let span = self.span(u);
+        self.neighbours
+            .range(span.clone())
+            .zip(self.ways.range(span))
+            .map(|(v, [rel, owner])| [v, rel, owner])
+    }
+
+    /// `f` of each neighbour of `u` over an edge `live` counts, by neighbour: a round that
+    /// needs no relation reads the neighbours alone, and their owners only when some edge
+    /// may not count.
+    #[inline]
+    fn each_crossing<F: Fn(u32) -> bool>(&self, u: u32, live: &Live<F>, mut f: impl FnMut(u32)) {
+        let span = self.span(u);
+        let neighbours = self.neighbours.range(span.clone());
+        match live {
+            Live::Every => neighbours.for_each(f),
+            Live::Where(_) => neighbours
+                .zip(self.ways.range(span))
+                .filter(|&(_, [_, owner])| live.counts(owner))
+                .for_each(|(v, _)| f(v)),
+        }
     }
 
     /// [`expand`](Self::expand) from seeds given as nodes, with `passable` asked of object
@@ -1025,7 +1076,7 @@ impl Graph {
         seeds: &[(u32, i64)],
         max_depth: u32,
         passable: &impl Fn(u32) -> bool,
-        live: &impl Fn(u32) -> bool,
+        live: &Live<impl Fn(u32) -> bool>,
     ) -> Expansion {
         // Dense per node: an expansion from ~100 000 seeds meets most nodes, and a hash
         // lookup per edge was most of its time.
@@ -1473,7 +1524,8 @@ mod tests {
 
     proptest::proptest! {
         /// `Graph::scores` gives every object node the score `expand_nodes` gives it (its last
-        /// round pulled or pushed, scores in 32 bits or over; objects shut, edges of dead owners),
+        /// round pulled or pushed, scores in 32 bits or over; objects shut, edges of dead owners,
+        /// or every edge counted as `Live::Every` against a `Live::Where` that keeps all),
         /// and expansion
         /// from only the seeds whose halved score, boosted `k` times, reaches a threshold
         /// gives the same score, hops and path to every node whose propagated score beats its
@@ -1489,6 +1541,7 @@ mod tests {
             ]), 6),
             shut in proptest::collection::vec(proptest::bool::weighted(0.2), 6),
             dead in proptest::collection::vec(proptest::bool::weighted(0.2), 6),
+            all_live in proptest::bool::ANY,
             depth in 0u32..4,
             threshold in 0i64..3000,
             k in 0usize..3,
@@ -1516,7 +1569,7 @@ mod tests {
                 let id = name(node);
                 ids.iter().position(|i| id == object_node(i)).is_none_or(|i| !shut[i])
             };
-            let live = |o: u32| !dead[o as usize];
+            let live = Live::Where(|o: u32| all_live || !dead[o as usize]);
             let full = graph.expand_nodes(&seeds, depth, &open, &live);
             let strong: Vec<(u32, i64)> = seeds
                 .iter()
@@ -1535,10 +1588,17 @@ mod tests {
             // The last round pulled, pushed, and as its cost chooses; scores kept in full
             // and by level.
             for pull in [Some(true), Some(false), None] {
+              let levelled_by = |parts| match all_live {
+                true => graph.scores_levelled_by(&levelled, &levels, depth, &open, &EVERY, Way { pull, parts: Some(parts) }),
+                false => graph.scores_levelled_by(&levelled, &levels, depth, &open, &live, Way { pull, parts: Some(parts) }),
+              };
               for scores in [
-                graph.scores_by(&seeds, depth, &open, &live, pull),
-                graph.scores_levelled_by(&levelled, &levels, depth, &open, &live, Way { pull, parts: Some(1) }),
-                graph.scores_levelled_by(&levelled, &levels, depth, &open, &live, Way { pull, parts: Some(3) }),
+                match all_live {
+                    true => graph.scores_by(&seeds, depth, &open, &EVERY, pull),
+                    false => graph.scores_by(&seeds, depth, &open, &live, pull),
+                },
+                levelled_by(1),
+                levelled_by(3),
               ] {
                 let mut hopped = HashMap::new();
                 scores.hopped(|node, score| {
@@ -1592,7 +1652,7 @@ mod tests {
                     &levels,
                     depth,
                     &|_| true,
-                    &|_| true,
+                    &EVERY,
                     Way { pull, parts: None },
                 )
                 .hopped(|n, s| out.push((n, s)));
@@ -1636,7 +1696,7 @@ mod tests {
             for pull in [Some(true), Some(false)] {
                 let mut want = Vec::new();
                 graph
-                    .scores_by(&wide, 1, &open, &|_| true, pull)
+                    .scores_by(&wide, 1, &open, &EVERY, pull)
                     .hopped(|n, s| want.push((n, s)));
                 assert!(want.len() > 64, "{}", want.len());
                 // On one thread and on several (each pulling its range of the targets, or
@@ -1649,7 +1709,7 @@ mod tests {
                             &levels,
                             1,
                             &open,
-                            &|_| true,
+                            &EVERY,
                             Way {
                                 pull,
                                 parts: Some(parts),

@@ -31,7 +31,7 @@ use signalql_udfs::scalar::lexical::{SUMMARY_WEIGHT, TEXT_WEIGHT, TITLE_WEIGHT};
 use signalql_udfs::scalar::token_estimate::Estimator;
 use signalql_udfs::strings::StringColumn;
 
-use super::expand::{Expansion, Graph, Pool, on_threads};
+use super::expand::{Expansion, Graph, Live, Pool, on_threads};
 use super::pack::{Decisions, Key, PackParams, pack_ranked, satisfied};
 use super::select::{CHARS_DIV_4, Candidate, RankKey, Reason, Rep, STORED, boost, rank_cmp};
 use crate::error::Result;
@@ -489,7 +489,7 @@ pub(crate) const FACTS: &str = "facts";
 
 /// The form [`Facts::keep`] writes, first in its bytes (a snapshot written by another version
 /// of it is derived again).
-const KEPT: &[u8] = b"signalql-facts-2";
+const KEPT: &[u8] = b"signalql-facts-3";
 
 /// The ids, revision numbers and creation times (µs) of `g`'s objects, by ordinal.
 fn identity(g: &Generation) -> Option<(StringColumn, ScalarBuffer<i64>, ScalarBuffer<i64>)> {
@@ -716,7 +716,10 @@ pub(crate) fn decide(
     };
     // (An edge's owner is read only when some object has a tombstone.)
     let any_tombstoned = !f.predicates.tombstoned.is_empty();
-    let live = |owner: u32| !any_tombstoned || g.live(owner, t);
+    let live = match any_tombstoned {
+        true => Live::Where(|owner: u32| g.live(owner, t)),
+        false => Live::Every,
+    };
 
     // Every relevant object's rank score; those from the MAX OBJECTS-th score up are ranked.
     // The relevant are the seeds and the objects expansion reached through a hop, whose
@@ -741,8 +744,11 @@ pub(crate) fn decide(
         None => lexical(i64::from(s)),
     };
     let scores_of = |o: u32| (lex_of(sums[o as usize]), hop_of(o).unwrap_or(0));
-    // One pass in ordinal order lists the relevant with their rank scores and counts those
-    // a hop raised; over a large corpus, a range of ordinals per core.
+    // One pass in ordinal order lists the relevant with their rank scores and counts them
+    // and those a hop raised; over a large corpus, a range of ordinals per core. Unless
+    // EXPLAIN lists every one, only those at or above the MAX OBJECTS-th best score the part
+    // has met so far are listed ([`Floor`]): all that can rank are among them.
+    let max_objects = p.max_objects as usize;
     let score_range = |range: std::ops::Range<u32>, scored: &mut Vec<(i64, u32)>| {
         // Without a branch on whether an object is relevant (nearly half are, in no order a
         // predictor learns, at a million zipf objects): each is written to a block on the
@@ -750,10 +756,26 @@ pub(crate) fn decide(
         const BLOCK: usize = 256;
         let mut block = [(0i64, 0u32); BLOCK];
         let mut k = 0usize;
-        let mut expanded = 0u64;
-        let start = scored.len();
+        let (mut expanded, mut relevant) = (0u64, 0u64);
         let (from, to) = (range.start as usize, range.end as usize);
-        super::expand::reserve_huge(scored, to - from);
+        let mut floor = Floor::new((!list).then_some(max_objects));
+        if list {
+            super::expand::reserve_huge(scored, to - from);
+        }
+        // PREFER terms satisfied, per (state, trust) codes met.
+        let mut boosts: HashMap<(u32, u32), usize> = HashMap::new();
+        let mut flush = |block: &mut [(i64, u32)], scored: &mut Vec<(i64, u32)>| {
+            if !p.prefer.is_empty() {
+                for (score, o) in block.iter_mut() {
+                    let c = f.codes.get(*o as usize);
+                    let k = *boosts.entry((c[0], c[1])).or_insert_with(|| {
+                        satisfied(p, f.name(*o as usize, 0), f.name(*o as usize, 1)).len()
+                    });
+                    *score = boost(*score, k);
+                }
+            }
+            floor.add(block, scored);
+        };
         let nodes = f.ordinal_node.range(from..to);
         for ((o, &sum), node) in (range.start..).zip(&sums[from..to]).zip(nodes) {
             let hop = hops.as_ref().map_or(i64::MIN, |h| h.value(node));
@@ -762,40 +784,30 @@ pub(crate) fn decide(
             k += usize::from((sum != 0) | (hop != i64::MIN));
             expanded += u64::from(prop > lex);
             if k == BLOCK {
-                scored.extend_from_slice(&block);
+                flush(&mut block, scored);
+                relevant += k as u64;
                 k = 0;
             }
         }
-        scored.extend_from_slice(&block[..k]);
-        if !p.prefer.is_empty() {
-            // PREFER terms satisfied, per (state, trust) codes met.
-            let mut boosts: HashMap<(u32, u32), usize> = HashMap::new();
-            for (score, o) in &mut scored[start..] {
-                let c = f.codes.get(*o as usize);
-                let k = *boosts.entry((c[0], c[1])).or_insert_with(|| {
-                    satisfied(p, f.name(*o as usize, 0), f.name(*o as usize, 1)).len()
-                });
-                *score = boost(*score, k);
-            }
-        }
-        expanded
+        flush(&mut block[..k], scored);
+        (expanded, relevant + k as u64)
     };
     let parts = super::expand::parts_for(n as u64);
     let objects = n as u32;
     let chunk = (n.div_ceil(parts).max(1)) as u32;
     let mut lent: Vec<_> = (0..parts).map(|_| f.loans.scored.lend(0, (0, 0))).collect();
-    let expanded: u64 = on_threads(lent.iter_mut().enumerate(), |(i, out)| {
+    let counts = on_threads(lent.iter_mut().enumerate(), |(i, out)| {
         let from = (i as u32).saturating_mul(chunk).min(objects);
         // Each part fills a vector of its own thread's stack: the lent vectors' headers lie
         // side by side, and a push to each from two cores would pass that cache line back
         // and forth.
         let mut own = std::mem::take(&mut **out);
-        let expanded = score_range(from..from.saturating_add(chunk).min(objects), &mut own);
+        let counts = score_range(from..from.saturating_add(chunk).min(objects), &mut own);
         **out = own;
-        expanded
-    })
-    .into_iter()
-    .sum();
+        counts
+    });
+    let expanded: u64 = counts.iter().map(|c| c.0).sum();
+    let relevant: u64 = counts.iter().map(|c| c.1).sum();
     let mut lent = lent.into_iter();
     let mut scored = lent
         .next()
@@ -805,16 +817,16 @@ pub(crate) fn decide(
     for other in others {
         scored.extend_from_slice(&other);
     }
-    let max_objects = p.max_objects as usize;
-    let threshold = if scored.len() > max_objects {
+    let threshold = if relevant > max_objects as u64 {
         let (_, nth, _) = scored.select_nth_unstable_by(max_objects - 1, |a, b| b.0.cmp(&a.0));
         nth.0
     } else {
         i64::MIN
     };
-    // Those under the threshold are listed for EXPLAIN, else only counted.
+    // Those under the threshold are listed for EXPLAIN, else only counted (and those not
+    // listed at all are under it).
     let mut over: Vec<(u32, Reason)> = Vec::new();
-    let mut over_count = 0u64;
+    let mut over_count = relevant - scored.len() as u64;
     let mut ranked: Vec<u32> = Vec::new();
     for &(score, o) in scored.iter() {
         if score >= threshold {
@@ -953,6 +965,54 @@ pub(crate) fn decide(
         expanded,
         ..packed.decisions(rejected)
     }))
+}
+
+/// The scores a pass keeps: at or above the `keep`-th best it has been given so far (all,
+/// without a `keep`). The `keep`-th best of all the parts' scores is at or above each part's
+/// own `keep`-th best, which is at or above the floor when any score was given, so every
+/// score from the `keep`-th best of all up (ties included) is kept, and so are the `keep`
+/// best: the threshold and the ranked are those of every score.
+struct Floor {
+    keep: Option<usize>,
+    /// The best `keep` so far, the least on top.
+    best: std::collections::BinaryHeap<std::cmp::Reverse<i64>>,
+    /// The least of them once there are `keep` (below it, nothing is kept).
+    floor: i64,
+}
+
+impl Floor {
+    fn new(keep: Option<usize>) -> Floor {
+        Floor {
+            keep,
+            best: std::collections::BinaryHeap::new(),
+            floor: i64::MIN,
+        }
+    }
+
+    /// Appends the entries of `scores` that are kept to `out`.
+    fn add(&mut self, scores: &[(i64, u32)], out: &mut Vec<(i64, u32)>) {
+        let Some(keep) = self.keep else {
+            out.extend_from_slice(scores);
+            return;
+        };
+        for &(score, o) in scores {
+            if score < self.floor {
+                continue;
+            }
+            out.push((score, o));
+            if self.best.len() < keep {
+                self.best.push(std::cmp::Reverse(score));
+            } else if score > self.floor {
+                self.best.pop();
+                self.best.push(std::cmp::Reverse(score));
+            } else {
+                continue;
+            }
+            if self.best.len() >= keep {
+                self.floor = self.best.peek().map_or(i64::MIN, |r| r.0);
+            }
+        }
+    }
 }
 
 /// A byte of bits spread into eight 16-bit lanes: lane `i` is 1 where bit `i` is set.
@@ -1139,6 +1199,43 @@ mod tests {
             proptest::prop_assert!(Predicates::from_kept(&mut In::new(&bytes[..cut]), n, 2).is_none());
             if let Some(top) = b.iter().filter_map(RoaringBitmap::max).max() {
                 proptest::prop_assert!(Predicates::from_kept(&mut In::new(&bytes), top, 2).is_none());
+            }
+        }
+
+        /// Scores given to [`Floor`]s in parts (blocks of any size, as the scoring pass gives
+        /// them) keep every score at or above the `keep`-th best of all, ties included, so the
+        /// `keep`-th best of what is kept is that of all (found here by sorting all of them);
+        /// without a `keep`, everything is kept.
+        #[test]
+        fn floors_keep_all_that_can_rank(
+            parts in proptest::collection::vec(
+                proptest::collection::vec((0i64..12, 1usize..40), 0..30), 1..4),
+            keep in 1usize..20,
+            list in proptest::bool::ANY,
+        ) {
+            let mut all: Vec<i64> = Vec::new();
+            let mut kept: Vec<(i64, u32)> = Vec::new();
+            for part in &parts {
+                let mut floor = Floor::new((!list).then_some(keep));
+                for &(score, block) in part {
+                    // A block of `block` entries of one score (ties, as a common task gives).
+                    let entries: Vec<(i64, u32)> =
+                        (0..block).map(|i| (score, all.len() as u32 + i as u32)).collect();
+                    all.extend(entries.iter().map(|e| e.0));
+                    floor.add(&entries, &mut kept);
+                }
+            }
+            if list {
+                proptest::prop_assert_eq!(kept.len(), all.len());
+            }
+            let mut sorted = all.clone();
+            sorted.sort_unstable_by(|a, b| b.cmp(a));
+            if let Some(&nth) = sorted.get(keep - 1) {
+                let at_or_over = all.iter().filter(|&&s| s >= nth).count();
+                let kept_over = kept.iter().filter(|e| e.0 >= nth).count();
+                proptest::prop_assert_eq!(kept_over, at_or_over);
+            } else {
+                proptest::prop_assert_eq!(kept.len(), all.len());
             }
         }
 

@@ -159,9 +159,10 @@ pub struct Generation {
 
 /// The bytes a snapshot file starts with. Its number moves with the form of any part,
 /// the parts an engine keeps included (10: the kept facts hold the bitmaps per rejection
-/// predicate; 11: the representations in blocks), so a file of an earlier form has another
+/// predicate; 11: the representations in blocks; 12: the graph's neighbours apart from their
+/// relations and owners), so a file of an earlier form has another
 /// name and `signalql index` writes the current one beside it.
-pub const SNAPSHOT_MAGIC: &[u8; 21] = b"signalql-resident-11\n";
+pub const SNAPSHOT_MAGIC: &[u8; 21] = b"signalql-resident-12\n";
 
 /// What a FIND OBJECT asks of a generation.
 #[derive(Debug, Clone, Default)]
