@@ -491,6 +491,9 @@ pub(crate) const FACTS: &str = "facts";
 /// of it is derived again).
 const KEPT: &[u8] = b"signalql-facts-3";
 
+/// The lexical-v1 weight of a term in each tier of its postings (title, summary, other text).
+const TIER_WEIGHTS: [i64; 3] = [TITLE_WEIGHT, SUMMARY_WEIGHT, TEXT_WEIGHT];
+
 /// The ids, revision numbers and creation times (µs) of `g`'s objects, by ordinal.
 fn identity(g: &Generation) -> Option<(StringColumn, ScalarBuffer<i64>, ScalarBuffer<i64>)> {
     let ids = StringColumn::try_new(g.column("object_id")?.as_ref()).ok()?;
@@ -637,7 +640,7 @@ pub(crate) fn decide(
             };
             weights.extend(
                 has.iter()
-                    .zip([TITLE_WEIGHT, SUMMARY_WEIGHT, TEXT_WEIGHT])
+                    .zip(TIER_WEIGHTS)
                     .map(|(&h, w)| if h { w as u16 } else { 0 }),
             );
             if weights.len() >= BATCH {
@@ -1002,13 +1005,12 @@ impl Floor {
             out.push((score, o));
             if self.best.len() < keep {
                 self.best.push(std::cmp::Reverse(score));
-            } else if score > self.floor {
-                self.best.pop();
-                self.best.push(std::cmp::Reverse(score));
-            } else {
-                continue;
+            } else if score > self.floor
+                && let Some(mut least) = self.best.peek_mut()
+            {
+                *least = std::cmp::Reverse(score);
             }
-            if self.best.len() >= keep {
+            if self.best.len() == keep {
                 self.floor = self.best.peek().map_or(i64::MIN, |r| r.0);
             }
         }
@@ -1062,9 +1064,8 @@ fn each_posting_run(
     ordinals: std::ops::Range<u32>,
     mut f: impl FnMut(usize, usize, i64),
 ) {
-    let weights = [TITLE_WEIGHT, SUMMARY_WEIGHT, TEXT_WEIGHT];
     for [title, summary, other] in tiers.iter().flatten() {
-        for (tier, w) in [title, summary, other].into_iter().zip(weights) {
+        for (tier, w) in [title, summary, other].into_iter().zip(TIER_WEIGHTS) {
             let (Some(min), Some(max)) = (tier.min(), tier.max()) else {
                 continue;
             };
@@ -1095,19 +1096,13 @@ fn candidate(
     let ou = o as usize;
     let weights = tiers
         .iter()
-        .map(|t| match t {
-            Some([title, summary, other]) => {
-                if title.contains(o) {
-                    TITLE_WEIGHT
-                } else if summary.contains(o) {
-                    SUMMARY_WEIGHT
-                } else if other.contains(o) {
-                    TEXT_WEIGHT
-                } else {
-                    0
-                }
-            }
-            None => 0,
+        .map(|t| {
+            // The first tier holding the object (title, summary, other text) gives its weight.
+            t.iter()
+                .flatten()
+                .zip(TIER_WEIGHTS)
+                .find(|(tier, _)| tier.contains(o))
+                .map_or(0, |(_, w)| w)
         })
         .collect();
     let (block, rows) = reps.of(o)?;
@@ -1150,7 +1145,7 @@ mod tests {
     /// Each posting of the task's terms one at a time: the object and its tier's weight,
     /// the formulation [`each_posting_run`] is checked against.
     fn each_posting(tiers: &[Option<[RoaringBitmap; 3]>], mut f: impl FnMut(u32, i64)) {
-        let weights = [TITLE_WEIGHT, SUMMARY_WEIGHT, TEXT_WEIGHT];
+        let weights = TIER_WEIGHTS;
         for [title, summary, other] in tiers.iter().flatten() {
             for (tier, w) in [title, summary, other].into_iter().zip(weights) {
                 tier.iter().for_each(|o| f(o, w));
